@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Mode says how a lock is kept alive.
+type Mode string
+
+const (
+	// Bound locks are renewed by lockproxy while the client's connection
+	// lives and released when it closes.
+	Bound Mode = "bound"
+	// Lease locks live until UNLOCK or until their TTL runs out.
+	Lease Mode = "lease"
+)
+
+// Hold describes the lock a client asks for.
+type Hold struct {
+	Token string        // the holder's secret; compared on renew and release
+	TTL   time.Duration // the lease on the store; for Bound locks, the watchdog lease
+	Mode  Mode
+	Name  string // the holder's client name, shown by LOCKINFO; may be empty
+}
+
+// Grant is a lock the backend handed out.
+type Grant struct {
+	Token    string
+	Fence    int64         // strictly increasing per key across grants
+	Validity time.Duration // how long the grant is safe to use from now
+}
+
+// Holder describes who holds a key, without its token.
+type Holder struct {
+	Fence    int64
+	Validity time.Duration
+	Mode     Mode
+	Name     string
+}
+
+// Backend is the store the engine takes locks in. Implementations must be
+// safe for concurrent use. Every call may block and honours ctx.
+type Backend interface {
+	// Acquire takes key for h. It returns ErrNotAcquired when another token
+	// holds the key. Acquiring again with the token that holds the key
+	// succeeds with the same fence (an idempotent retry).
+	Acquire(ctx context.Context, key string, h Hold) (Grant, error)
+	// Extend resets the lease of key held by token to ttl and, when mode is
+	// not empty, records the new mode. It returns the new validity or
+	// ErrNotHeld.
+	Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error)
+	// Release frees key if token holds it; false means it did not.
+	Release(ctx context.Context, key, token string) (bool, error)
+	// Inspect reports the holder of key; ok is false when nobody holds it.
+	Inspect(ctx context.Context, key string) (h Holder, ok bool, err error)
+	// Close releases the backend's connections.
+	Close() error
+}

@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultBoundLease = 10 * time.Second
+	DefaultOpTimeout  = 5 * time.Second
+)
+
+// Config tunes the engine.
+type Config struct {
+	// BoundLease is the lease a connection-bound lock has on the store; the
+	// watchdog renews it while the connection lives (default 10s).
+	BoundLease time.Duration
+	// RenewEvery is the watchdog's period (default BoundLease/3).
+	RenewEvery time.Duration
+	// OpTimeout caps one backend operation that has no deadline of its own,
+	// such as a renewal or a release on disconnect (default 5s).
+	OpTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.BoundLease <= 0 {
+		c.BoundLease = DefaultBoundLease
+	}
+	if c.RenewEvery <= 0 {
+		c.RenewEvery = c.BoundLease / 3
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = DefaultOpTimeout
+	}
+	return c
+}
+
+// Engine grants locks through a Backend and keeps connection-bound locks
+// alive for their owners.
+type Engine struct {
+	backend Backend
+	cfg     Config
+	log     *zap.Logger
+	stats   Stats
+
+	mu      sync.Mutex
+	bound   map[string]*bound // connection-bound locks held through this instance, by key
+	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
+	closing bool
+}
+
+type lockID struct{ key, token string }
+
+// New returns an engine over backend.
+func New(backend Backend, cfg Config, log *zap.Logger) *Engine {
+	return &Engine{
+		backend: backend,
+		cfg:     cfg.withDefaults(),
+		log:     log,
+		bound:   map[string]*bound{},
+		lost:    map[lockID]*Owner{},
+	}
+}
+
+// Config returns the engine's configuration with defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// NewToken returns 128 bits of randomness in hex.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// Lock takes key for o. A zero h.TTL asks for a connection-bound lock: it is
+// taken with the bound lease and renewed until o closes. An empty h.Token is
+// replaced by a fresh one.
+func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant, error) {
+	if e.isClosing() {
+		return Grant{}, ErrShuttingDown
+	}
+	if h.Token == "" {
+		h.Token = NewToken()
+	}
+	h.Mode = Lease
+	if h.TTL <= 0 {
+		h.Mode, h.TTL = Bound, e.cfg.BoundLease
+	}
+	g, err := e.backend.Acquire(ctx, key, h)
+	if err != nil {
+		return g, err
+	}
+	e.stats.Grants.Add(1)
+	e.forgetLost(key, h.Token)
+	if h.Mode == Bound {
+		e.watch(o, key, h.Token, g.Validity)
+	} else {
+		e.unwatch(key, h.Token)
+	}
+	return g, nil
+}
+
+// Unlock releases key held by token, from any connection.
+func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
+	if e.takeLost(key, token) {
+		return false, ErrLost
+	}
+	e.unwatch(key, token)
+	ok, err := e.backend.Release(ctx, key, token)
+	if ok {
+		e.stats.Releases.Add(1)
+	}
+	return ok, err
+}
+
+// Renew extends key held by token. A zero ttl renews a connection-bound
+// lock for the bound lease; a positive ttl makes the lock a lease of ttl.
+// It returns ErrNotHeld when token does not hold key.
+func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
+	if e.takeLost(key, token) {
+		return 0, ErrLost
+	}
+	mode := Lease
+	if ttl <= 0 {
+		ttl, mode = e.cfg.BoundLease, ""
+	}
+	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
+	if err == nil && mode == Lease {
+		e.unwatch(key, token)
+	}
+	return v, err
+}
+
+// Info reports who holds key.
+func (e *Engine) Info(ctx context.Context, key string) (Holder, bool, error) {
+	return e.backend.Inspect(ctx, key)
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// BoundHeld is the number of connection-bound locks this instance keeps.
+func (e *Engine) BoundHeld() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.bound)
+}
+
+// Shutdown stops granting locks and releases every connection-bound lock
+// this instance holds; ctx bounds the wait.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	all := make([]*bound, 0, len(e.bound))
+	for _, b := range e.bound {
+		all = append(all, b)
+	}
+	e.mu.Unlock()
+	return e.releaseAll(ctx, all)
+}
+
+func (e *Engine) isClosing() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closing
+}
+
+// releaseAll stops watching and releases locks in parallel.
+func (e *Engine) releaseAll(ctx context.Context, locks []*bound) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(locks))
+	for i, b := range locks {
+		e.unwatch(b.key, b.token)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.release(ctx, b.key, b.token)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// release frees a lock on behalf of a holder that is gone, on a context of
+// its own so that the client's cancellation does not leave it held.
+func (e *Engine) release(ctx context.Context, key, token string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OpTimeout)
+	defer cancel()
+	ok, err := e.backend.Release(ctx, key, token)
+	if ok {
+		e.stats.Releases.Add(1)
+	}
+	if err != nil {
+		e.log.Warn("release of a connection-bound lock failed; it expires with its lease",
+			zap.String("key", key), zap.Duration("lease", e.cfg.BoundLease), zap.Error(err))
+	}
+	return err
+}

@@ -1,0 +1,9 @@
+// Package quorum is the Redlock algorithm as pure logic over a small Node
+// interface: parallel fan-out with a per-node timeout, a majority quorum,
+// validity = ttl - elapsed - drift, rollback on every node after a failed
+// attempt, and fencing tokens that strictly increase per key.
+//
+// It does no I/O of its own: upstream/ implements Node over real Redis
+// nodes, and tests implement it with fault-injecting fakes. It must not know
+// about RESP, connections or configuration files.
+package quorum

@@ -1,0 +1,169 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+var errDown = errors.New("node down")
+
+// fakeNode is an in-memory Node with injected faults.
+type fakeNode struct {
+	name string
+
+	mu      sync.Mutex
+	down    bool          // every call fails at once
+	delay   time.Duration // every call waits this long first
+	hang    chan struct{} // if set, calls block until it is closed or ctx is done
+	entries map[string]*fakeEntry
+	counter map[string]int64
+}
+
+type fakeEntry struct {
+	Entry
+	expires time.Time
+}
+
+var _ Node = (*fakeNode)(nil)
+
+func newFakeNodes(n int) []*fakeNode {
+	nodes := make([]*fakeNode, n)
+	for i := range nodes {
+		nodes[i] = &fakeNode{name: fmt.Sprintf("fake%d", i), entries: map[string]*fakeEntry{}, counter: map[string]int64{}}
+	}
+	return nodes
+}
+
+func asNodes(fs []*fakeNode) []Node {
+	ns := make([]Node, len(fs))
+	for i, f := range fs {
+		ns[i] = f
+	}
+	return ns
+}
+
+func (f *fakeNode) String() string { return f.name }
+
+func (f *fakeNode) setDown(d bool) { f.mu.Lock(); f.down = d; f.mu.Unlock() }
+
+// enter applies the injected faults and returns with f.mu held.
+func (f *fakeNode) enter(ctx context.Context) error {
+	f.mu.Lock()
+	down, delay, hang := f.down, f.delay, f.hang
+	f.mu.Unlock()
+	if down {
+		return errDown
+	}
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	return nil
+}
+
+// live returns key's entry if it has not expired.
+func (f *fakeNode) live(key string) *fakeEntry {
+	e := f.entries[key]
+	if e == nil || time.Now().After(e.expires) {
+		delete(f.entries, key)
+		return nil
+	}
+	return e
+}
+
+func (f *fakeNode) holds(key, token string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.live(key)
+	return e != nil && e.Token == token
+}
+
+func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Claim, error) {
+	if err := f.enter(ctx); err != nil {
+		return Claim{}, err
+	}
+	defer f.mu.Unlock()
+	c := Claim{Counter: f.counter[key]}
+	switch e := f.live(key); {
+	case e == nil:
+		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Mode: h.Mode, Name: h.Name}, time.Now().Add(h.TTL)}
+		c.State = Acquired
+	case e.Token == h.Token:
+		e.expires = time.Now().Add(h.TTL)
+		c.State, c.Fence = Mine, e.Fence
+	}
+	return c, nil
+}
+
+func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (bool, error) {
+	if err := f.enter(ctx); err != nil {
+		return false, err
+	}
+	defer f.mu.Unlock()
+	f.counter[key] = max(f.counter[key], fence)
+	e := f.live(key)
+	if e == nil || e.Token != token {
+		return false, nil
+	}
+	e.Fence = fence
+	return true, nil
+}
+
+func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (bool, error) {
+	if err := f.enter(ctx); err != nil {
+		return false, err
+	}
+	defer f.mu.Unlock()
+	e := f.live(key)
+	if e == nil || e.Token != token {
+		return false, nil
+	}
+	e.expires = time.Now().Add(ttl)
+	if mode != "" {
+		e.Mode = mode
+	}
+	return true, nil
+}
+
+func (f *fakeNode) Release(ctx context.Context, key, token string) (bool, error) {
+	if err := f.enter(ctx); err != nil {
+		return false, err
+	}
+	defer f.mu.Unlock()
+	e := f.live(key)
+	if e == nil || e.Token != token {
+		return false, nil
+	}
+	delete(f.entries, key)
+	return true, nil
+}
+
+func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error) {
+	if err := f.enter(ctx); err != nil {
+		return Entry{}, false, err
+	}
+	defer f.mu.Unlock()
+	e := f.live(key)
+	if e == nil {
+		return Entry{}, false, nil
+	}
+	out := e.Entry
+	out.TTL = time.Until(e.expires)
+	return out, true, nil
+}

@@ -1,0 +1,304 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+func hold(token string) engine.Hold {
+	return engine.Hold{Token: token, TTL: 10 * time.Second, Mode: engine.Lease}
+}
+
+// holders counts the fake nodes on which token holds key.
+func holders(nodes []*fakeNode, key, token string) int {
+	n := 0
+	for _, f := range nodes {
+		if f.holds(key, token) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitHeld polls until token holds key on every node.
+func waitHeld(t *testing.T, nodes []*fakeNode, key, token string) {
+	t.Helper()
+	waitCount(t, nodes, key, token, len(nodes))
+}
+
+// waitCount polls until token holds key on exactly want nodes: the calls
+// beyond the quorum land in the background.
+func waitCount(t *testing.T, nodes []*fakeNode, key, token string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for holders(nodes, key, token) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("held on %d of %d nodes, want %d", holders(nodes, key, token), len(nodes), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// withMask marks node i down where bit i of mask is set.
+func withMask(nodes []*fakeNode, mask uint) {
+	for i, f := range nodes {
+		f.setDown(mask&(1<<i) != 0)
+	}
+}
+
+// TestAcquireEveryFailureSubset walks every subset of failing nodes for 3
+// and 5 nodes: a grant exactly when a majority is up, NOQUORUM otherwise,
+// and never a key left behind by a failed attempt.
+func TestAcquireEveryFailureSubset(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{1, 3, 5} {
+		for mask := uint(0); mask < 1<<n; mask++ {
+			t.Run(fmt.Sprintf("n%d/mask%05b", n, mask), func(t *testing.T) {
+				nodes := newFakeNodes(n)
+				r := New(asNodes(nodes), Config{})
+				withMask(nodes, mask)
+				up := n - bits.OnesCount(mask)
+				g, err := r.Acquire(ctx, "k", hold("tok"))
+				if up >= n/2+1 {
+					if err != nil {
+						t.Fatalf("%d of %d up: %v", up, n, err)
+					}
+					if g.Fence != 1 || g.Validity <= 0 || g.Token != "tok" {
+						t.Fatalf("grant %+v", g)
+					}
+					waitCount(t, nodes, "k", "tok", up)
+					return
+				}
+				var nq *NoQuorumError
+				if !errors.As(err, &nq) || !errors.Is(err, ErrNoQuorum) {
+					t.Fatalf("%d of %d up: err %v, want NoQuorumError", up, n, err)
+				}
+				if nq.Answered > up || nq.Needed != n/2+1 || !errors.Is(err, errDown) {
+					t.Fatalf("error %+v", nq)
+				}
+				if got := holders(nodes, "k", "tok"); got != 0 {
+					t.Fatalf("failed attempt left the key on %d nodes", got)
+				}
+			})
+		}
+	}
+}
+
+// TestOperationsEveryFailureSubset checks extend, release and inspect over
+// every subset of failing nodes of a lock held on all five.
+func TestOperationsEveryFailureSubset(t *testing.T) {
+	ctx := context.Background()
+	const n = 5
+	for mask := uint(0); mask < 1<<n; mask++ {
+		nodes := newFakeNodes(n)
+		r := New(asNodes(nodes), Config{})
+		if _, err := r.Acquire(ctx, "k", hold("tok")); err != nil {
+			t.Fatal(err)
+		}
+		waitHeld(t, nodes, "k", "tok") // the calls beyond the quorum land in the background
+		withMask(nodes, mask)
+		majority := n-bits.OnesCount(mask) >= r.Quorum()
+
+		v, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Bound)
+		checkQuorum(t, "extend", mask, majority, err)
+		if majority && (v <= 30*time.Second || v > time.Minute) {
+			t.Fatalf("mask %05b: validity %v", mask, v)
+		}
+		h, ok, err := r.Inspect(ctx, "k")
+		checkQuorum(t, "inspect", mask, majority, err)
+		if majority && (!ok || h.Fence != 1 || h.Validity <= 0) {
+			t.Fatalf("mask %05b: inspect %+v %v", mask, h, ok)
+		}
+		if _, err := r.Extend(ctx, "k", "other", time.Minute, ""); majority && !errors.Is(err, engine.ErrNotHeld) {
+			t.Fatalf("mask %05b: extend by another token: %v", mask, err)
+		}
+		released, err := r.Release(ctx, "k", "tok")
+		checkQuorum(t, "release", mask, majority, err)
+		if released != majority {
+			t.Fatalf("mask %05b: released %v", mask, released)
+		}
+	}
+}
+
+func checkQuorum(t *testing.T, op string, mask uint, majority bool, err error) {
+	t.Helper()
+	if majority && err != nil {
+		t.Fatalf("%s mask %05b: %v", op, mask, err)
+	}
+	if !majority && !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("%s mask %05b: err %v, want ErrNoQuorum", op, mask, err)
+	}
+}
+
+func TestAcquireHeldByAnother(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	if _, err := r.Acquire(ctx, "k", hold("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Acquire(ctx, "k", hold("b")); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("second holder: %v", err)
+	}
+	if holders(nodes, "k", "b") != 0 || holders(nodes, "k", "a") != 3 {
+		t.Fatal("failed attempt changed the nodes")
+	}
+	// Held by another on a minority only: a majority is still free.
+	nodes[0].setDown(true)
+	if _, err := r.Release(ctx, "k", "a"); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].setDown(false)
+	g, err := r.Acquire(ctx, "k", hold("b"))
+	if err != nil || g.Fence != 2 {
+		t.Fatalf("grant %+v, %v", g, err)
+	}
+}
+
+// TestFenceIncreasesUnderMinorityLoss takes 300 grants of one key, each
+// with a different random minority of nodes down, and checks that every
+// fence is larger than the one before.
+func TestFenceIncreasesUnderMinorityLoss(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{3, 5} {
+		nodes := newFakeNodes(n)
+		r := New(asNodes(nodes), Config{})
+		var last int64
+		for i := range 300 {
+			withMask(nodes, 0)
+			for j := range n / 2 {
+				nodes[(i*7+j*3)%n].setDown(true)
+			}
+			tok := fmt.Sprint("t", i)
+			g, err := r.Acquire(ctx, "k", hold(tok))
+			if err != nil {
+				t.Fatalf("grant %d: %v", i, err)
+			}
+			if g.Fence <= last {
+				t.Fatalf("n=%d grant %d: fence %d after %d", n, i, g.Fence, last)
+			}
+			last = g.Fence
+			if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+				t.Fatalf("release %d: %v %v", i, ok, err)
+			}
+			waitCount(t, nodes, "k", tok, 0) // no up node keeps it once the background calls land
+		}
+	}
+}
+
+func TestAcquireRetryKeepsFence(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	first, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil || again.Fence != first.Fence {
+		t.Fatalf("retry: %+v %v, first %+v", again, err, first)
+	}
+}
+
+// TestRetryAfterLapseGetsNewFence: token a holds on a minority node only
+// because b took the lock in between; a's retry must not reuse its old
+// fence, which is below b's.
+func TestRetryAfterLapseGetsNewFence(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	a, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's key vanishes from nodes 1 and 2 (expiry there), b is granted there.
+	for _, f := range nodes[1:] {
+		f.mu.Lock()
+		delete(f.entries, "k")
+		f.mu.Unlock()
+	}
+	nodes[0].setDown(true)
+	b, err := r.Acquire(ctx, "k", hold("b"))
+	nodes[0].setDown(false)
+	if err != nil || b.Fence <= a.Fence {
+		t.Fatalf("b: %+v %v", b, err)
+	}
+	if _, err := r.Release(ctx, "k", "b"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil || again.Fence <= b.Fence {
+		t.Fatalf("a's retry after b: %+v %v, b had %d", again, err, b.Fence)
+	}
+}
+
+// TestAcquireDoesNotWaitForSlowNode: with two fast nodes of three, the grant
+// comes without waiting for the third, whose call is still blocked.
+func TestAcquireDoesNotWaitForSlowNode(t *testing.T) {
+	nodes := newFakeNodes(3)
+	hang := make(chan struct{})
+	nodes[2].hang = hang
+	defer close(hang)
+	r := New(asNodes(nodes), Config{NodeTimeout: time.Hour})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Acquire(context.Background(), "k", hold("a"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Acquire waited for the hung node")
+	}
+}
+
+// TestAcquireWithNoValidityLeft: a TTL shorter than the round trips leaves
+// no validity; the attempt is refused and rolled back.
+func TestAcquireWithNoValidityLeft(t *testing.T) {
+	nodes := newFakeNodes(3)
+	for _, f := range nodes {
+		f.delay = 5 * time.Millisecond
+	}
+	r := New(asNodes(nodes), Config{})
+	h := engine.Hold{Token: "a", TTL: 6 * time.Millisecond, Mode: engine.Lease}
+	if _, err := r.Acquire(context.Background(), "k", h); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("err %v", err)
+	}
+	if holders(nodes, "k", "a") != 0 {
+		t.Fatal("not rolled back")
+	}
+}
+
+// TestAcquireCancelled: a caller that goes away gets its context's error
+// and the attempt is rolled back.
+func TestAcquireCancelled(t *testing.T) {
+	nodes := newFakeNodes(3)
+	hang := make(chan struct{})
+	for _, f := range nodes[1:] {
+		f.hang = hang
+	}
+	r := New(asNodes(nodes), Config{NodeTimeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := r.Acquire(ctx, "k", hold("a")); done <- err }()
+	for !nodes[0].holds("k", "a") {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(hang) // the rollback waits for the hung nodes to answer
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if holders(nodes, "k", "a") != 0 {
+		t.Fatal("cancelled attempt left the key held")
+	}
+}
