@@ -1,0 +1,8 @@
+//go:build !linux
+
+package redistest
+
+import "syscall"
+
+// sysProcAttr has nothing to add outside Linux (no parent-death signal).
+func sysProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,12 @@
+// Package upstream holds lockproxy's real backends: quorum.Node over one
+// Redis node (go-redis, Lua scripts, batched pipelines), the embedded
+// development mode on in-process miniredis servers, and later ZooKeeper.
+//
+// It owns the wire: key layout on the nodes, the Lua scripts, EVALSHA with
+// its NOSCRIPT fallback, connection pools and pipelining, and the conversion
+// of node replies into quorum types.
+//
+// It must not decide anything about locks: no quorum counting, no retries,
+// no validity or fencing arithmetic (quorum/ does that), and it knows nothing
+// of RESP clients or configuration files. Every call honours its context.
+package upstream

@@ -1,0 +1,43 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrClosed means the node was closed before or during the call.
+	ErrClosed = errors.New("upstream: node is closed")
+	// ErrNoScript means the node did not have a script in its cache (it
+	// restarted or ran SCRIPT FLUSH). RedisNode handles it by sending the
+	// script's source; callers see it only if that fails too.
+	ErrNoScript = errors.New("upstream: script is not loaded on the node")
+	// ErrBadReply means a node answered with a reply of an unexpected shape.
+	ErrBadReply = errors.New("upstream: unexpected reply from node")
+)
+
+// NodeError is an error from one node, carrying the node's address.
+type NodeError struct {
+	Addr string
+	Err  error
+}
+
+func (e *NodeError) Error() string { return e.Addr + ": " + e.Err.Error() }
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// typed turns a raw go-redis reply error into a typed one. It is the only
+// place that reads the text of a node's reply.
+func typed(err error) error {
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return fmt.Errorf("%w: %w", ErrNoScript, err)
+	}
+	return err
+}
+
+// badReply reports a reply that does not have the shape a script returns.
+func badReply(script string, v any) error {
+	return fmt.Errorf("%w: %s returned %#v", ErrBadReply, script, v)
+}

@@ -1,0 +1,233 @@
+package upstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+func TestAcquire(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		check := func(token string, want quorum.Claim) {
+			t.Helper()
+			got, err := n.Acquire(ctx, "k", hold(token, time.Minute))
+			if err != nil || got != want {
+				t.Fatalf("Acquire(%s) = %+v, %v; want %+v", token, got, err, want)
+			}
+		}
+		check("a", quorum.Claim{State: quorum.Acquired})
+		check("a", quorum.Claim{State: quorum.Mine})
+		check("b", quorum.Claim{State: quorum.Taken})
+		if _, err := n.Commit(ctx, "k", "a", 7); err != nil {
+			t.Fatal(err)
+		}
+		check("a", quorum.Claim{State: quorum.Mine, Counter: 7, Fence: 7})
+		check("b", quorum.Claim{State: quorum.Taken, Counter: 7})
+	})
+}
+
+func TestAcquireMineResetsTTLAndMode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", time.Second))
+		h := engine.Hold{Token: "a", TTL: time.Hour, Mode: engine.Bound, Name: "renamed"}
+		if c, err := n.Acquire(ctx, "k", h); err != nil || c.State != quorum.Mine {
+			t.Fatalf("Acquire again = %+v, %v", c, err)
+		}
+		e := mustInspect(t, n, "k")
+		if e.TTL <= time.Minute || e.Mode != engine.Bound || e.Name != "renamed" {
+			t.Errorf("entry after re-acquire = %+v", e)
+		}
+	})
+}
+
+func TestCommit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		commit := func(token string, fence int64, want bool) {
+			t.Helper()
+			if held, err := n.Commit(ctx, "k", token, fence); err != nil || held != want {
+				t.Fatalf("Commit(%s, %d) = %v, %v; want %v", token, fence, held, err, want)
+			}
+		}
+		commit("a", 3, true)
+		if e := mustInspect(t, n, "k"); e.Fence != 3 {
+			t.Errorf("fence after commit = %d, want 3", e.Fence)
+		}
+		commit("b", 9, false) // raises the counter, records nothing
+		if e := mustInspect(t, n, "k"); e.Fence != 3 || e.Token != "a" {
+			t.Errorf("entry after a stranger's commit = %+v", e)
+		}
+		commit("a", 5, true) // never lowers the counter
+		if got := counter(t, n, "k"); got != 9 {
+			t.Errorf("counter = %d, want 9", got)
+		}
+	})
+}
+
+func TestCounterOutlivesLock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		if _, err := n.Commit(ctx, "k", "a", 4); err != nil {
+			t.Fatal(err)
+		}
+		mustRelease(t, n, "k", "a", true)
+		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 4}) {
+			t.Fatalf("Acquire after release = %+v, %v", c, err)
+		}
+	})
+}
+
+func TestExtend(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", time.Second))
+		extend := func(token string, mode engine.Mode, want bool) {
+			t.Helper()
+			if ok, err := n.Extend(ctx, "k", token, time.Hour, mode); err != nil || ok != want {
+				t.Fatalf("Extend(%s, %q) = %v, %v; want %v", token, mode, ok, err, want)
+			}
+		}
+		extend("b", engine.Bound, false)
+		if e := mustInspect(t, n, "k"); e.TTL > time.Second || e.Mode != engine.Lease {
+			t.Errorf("a stranger's extend changed the entry: %+v", e)
+		}
+		extend("a", engine.Bound, true)
+		if e := mustInspect(t, n, "k"); e.TTL <= time.Minute || e.Mode != engine.Bound {
+			t.Errorf("entry after extend = %+v", e)
+		}
+		extend("a", "", true) // an empty mode keeps the mode
+		if e := mustInspect(t, n, "k"); e.Mode != engine.Bound {
+			t.Errorf("mode after extend without mode = %q", e.Mode)
+		}
+		if ok, err := n.Extend(ctx, "free", "a", time.Hour, ""); err != nil || ok {
+			t.Errorf("Extend of a free key = %v, %v", ok, err)
+		}
+	})
+}
+
+func TestRelease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n := newNode(t, RedisOptions{Addr: addr})
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		mustRelease(t, n, "k", "b", false)
+		mustInspect(t, n, "k")
+		mustRelease(t, n, "k", "a", true)
+		mustRelease(t, n, "k", "a", false)
+		if _, ok, err := n.Inspect(testCtx(t), "k"); err != nil || ok {
+			t.Errorf("Inspect after release: ok=%v err=%v", ok, err)
+		}
+	})
+}
+
+func TestInspect(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		if e, ok, err := n.Inspect(ctx, "k"); err != nil || ok || e != (quorum.Entry{}) {
+			t.Fatalf("Inspect of a free key = %+v, %v, %v", e, ok, err)
+		}
+		mustAcquire(t, n, "k", engine.Hold{Token: "a", TTL: time.Minute, Mode: engine.Bound, Name: "worker-1"})
+		e := mustInspect(t, n, "k")
+		if e.TTL <= 0 || e.TTL > time.Minute {
+			t.Errorf("TTL = %v, want in (0, 1m]", e.TTL)
+		}
+		e.TTL = 0
+		if want := (quorum.Entry{Token: "a", Mode: engine.Bound, Name: "worker-1"}); e != want {
+			t.Errorf("Inspect = %+v, want %+v", e, want)
+		}
+	})
+}
+
+func TestExpiry(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", 50*time.Millisecond))
+		if _, err := n.Commit(ctx, "k", "a", 2); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "lock expired", func() bool {
+			_, ok, err := n.Inspect(ctx, "k")
+			return err == nil && !ok
+		})
+		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 2}) {
+			t.Fatalf("Acquire after expiry = %+v, %v", c, err)
+		}
+	})
+}
+
+func TestKeyLayout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		mustAcquire(t, n, "k", engine.Hold{Token: "a", TTL: time.Minute, Mode: engine.Lease, Name: "w"})
+		if _, err := n.Commit(ctx, "k", "a", 5); err != nil {
+			t.Fatal(err)
+		}
+		got, err := raw.HGetAll(ctx, "lockproxy:lock:k").Result()
+		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w"}
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("HGETALL = %v, %v; want %v", got, err, want)
+		}
+		for f, v := range want {
+			if got[f] != v {
+				t.Errorf("field %s = %q, want %q", f, got[f], v)
+			}
+		}
+		if ttl := raw.PTTL(ctx, "lockproxy:lock:k").Val(); ttl <= 0 {
+			t.Errorf("lock PTTL = %v, want > 0", ttl)
+		}
+		if v, ttl := raw.Get(ctx, "lockproxy:fence:k").Val(), raw.PTTL(ctx, "lockproxy:fence:k").Val(); v != "5" || ttl != -1 {
+			t.Errorf("fence key = %q with PTTL %v, want \"5\" with none", v, ttl)
+		}
+	})
+}
+
+func TestPrefix(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr, Prefix: "x/"}), testCtx(t)
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		if got := rawClient(t, addr).Exists(ctx, "x/lock:k").Val(); got != 1 {
+			t.Errorf("EXISTS x/lock:k = %d, want 1", got)
+		}
+	})
+}
+
+func mustAcquire(t *testing.T, n *RedisNode, key string, h engine.Hold) {
+	t.Helper()
+	c, err := n.Acquire(testCtx(t), key, h)
+	if err != nil || c.State != quorum.Acquired {
+		t.Fatalf("Acquire(%s, %s) = %+v, %v; want acquired", key, h.Token, c, err)
+	}
+}
+
+func mustRelease(t *testing.T, n *RedisNode, key, token string, want bool) {
+	t.Helper()
+	if ok, err := n.Release(testCtx(t), key, token); err != nil || ok != want {
+		t.Fatalf("Release(%s, %s) = %v, %v; want %v", key, token, ok, err, want)
+	}
+}
+
+func mustInspect(t *testing.T, n *RedisNode, key string) quorum.Entry {
+	t.Helper()
+	e, ok, err := n.Inspect(testCtx(t), key)
+	if err != nil || !ok {
+		t.Fatalf("Inspect(%s) = %v, %v; want held", key, ok, err)
+	}
+	return e
+}
+
+// counter reads the key's fencing counter through an acquire that fails.
+func counter(t *testing.T, n *RedisNode, key string) int64 {
+	t.Helper()
+	c, err := n.Acquire(testCtx(t), key, hold("counter-reader", time.Minute))
+	if err != nil || c.State != quorum.Taken {
+		t.Fatalf("reading the counter: %+v, %v", c, err)
+	}
+	return c.Counter
+}

@@ -1,0 +1,63 @@
+package upstream
+
+import (
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// claimStates maps acquire.lua's first reply field to a ClaimState.
+var claimStates = map[int64]quorum.ClaimState{
+	0: quorum.Taken,
+	1: quorum.Acquired,
+	2: quorum.Mine,
+}
+
+// claim reads acquire.lua's reply {state, counter, fence}.
+func claim(v any) (quorum.Claim, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return quorum.Claim{}, badReply(acquireScript.name, v)
+	}
+	code, ok1 := a[0].(int64)
+	counter, ok2 := a[1].(int64)
+	fence, ok3 := a[2].(int64)
+	state, ok4 := claimStates[code]
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return quorum.Claim{}, badReply(acquireScript.name, v)
+	}
+	return quorum.Claim{State: state, Counter: counter, Fence: fence}, nil
+}
+
+// flag reads the 1 or 0 reply of commit, extend and release.
+func flag(s *script, v any) (bool, error) {
+	i, ok := v.(int64)
+	if !ok || (i != 0 && i != 1) {
+		return false, badReply(s.name, v)
+	}
+	return i == 1, nil
+}
+
+// entry reads inspect.lua's reply {token, fence, mode, name, pttl}, or {}
+// for a free key. A key without an expiry (pttl -1, which lockproxy never
+// writes) reads as TTL 0.
+func entry(v any) (quorum.Entry, bool, error) {
+	a, ok := v.([]any)
+	if !ok || (len(a) != 0 && len(a) != 5) {
+		return quorum.Entry{}, false, badReply(inspectScript.name, v)
+	}
+	if len(a) == 0 {
+		return quorum.Entry{}, false, nil
+	}
+	token, ok1 := a[0].(string)
+	fence, ok2 := a[1].(int64)
+	mode, ok3 := a[2].(string)
+	name, ok4 := a[3].(string)
+	pttl, ok5 := a[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return quorum.Entry{}, false, badReply(inspectScript.name, v)
+	}
+	ttl := time.Duration(max(pttl, 0)) * time.Millisecond
+	return quorum.Entry{Token: token, Fence: fence, Mode: engine.Mode(mode), Name: name, TTL: ttl}, true, nil
+}

@@ -1,0 +1,42 @@
+package upstream
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+)
+
+// script is a Lua script with the SHA1 that EVALSHA names it by.
+type script struct {
+	name string
+	src  string
+	sha  string
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/commit.lua
+	commitLua string
+	//go:embed scripts/extend.lua
+	extendLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
+)
+
+var (
+	acquireScript = newScript("acquire", acquireLua)
+	commitScript  = newScript("commit", commitLua)
+	extendScript  = newScript("extend", extendLua)
+	releaseScript = newScript("release", releaseLua)
+	inspectScript = newScript("inspect", inspectLua)
+
+	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript}
+)
