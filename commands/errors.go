@@ -1,0 +1,50 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// Argument errors, with Redis's own texts where Redis has one.
+var (
+	errSyntax     = errors.New("ERR syntax error")
+	errNotInteger = errors.New("ERR value is not an integer or out of range")
+	errEmptyKey   = errors.New("ERR invalid key: empty")
+	errEmptyToken = errors.New("ERR invalid token: empty")
+	errWaitLater  = errors.New("ERR WAIT is not supported yet: LOCK tries once; retry from the client")
+)
+
+// invalidExpire is Redis's error for a TTL that is not positive or overflows.
+func invalidExpire(cmd string) error {
+	return fmt.Errorf("ERR invalid expire time in '%s' command", cmd)
+}
+
+// tooLong rejects an argument over its configured limit.
+func tooLong(what string, limit int) error {
+	return fmt.Errorf("ERR invalid %s: longer than %d bytes (max_%s_bytes)", what, limit, what)
+}
+
+// replyError is the RESP error line for err: the one place where domain
+// errors become client-visible text.
+func replyError(key string, err error) string {
+	var nq *quorum.NoQuorumError
+	switch {
+	case errors.As(err, &nq):
+		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; nothing was granted", nq.Answered, nq.Nodes, nq.Needed)
+	case errors.Is(err, engine.ErrLost):
+		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
+	case errors.Is(err, engine.ErrShuttingDown):
+		return "ERR lockproxy is shutting down"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "TIMEOUT the lock backend did not answer in time; nothing was granted"
+	default:
+		return "ERR " + err.Error()
+	}
+}
+
+// errTimeoutRange is Redis's error for a negative blocking timeout.
+var errTimeoutRange = errors.New("ERR timeout is negative")

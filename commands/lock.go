@@ -1,0 +1,160 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/resp"
+	"go.uber.org/zap"
+)
+
+// Handler holds what the lock commands need. It implements resp.Session.
+type Handler struct {
+	engine *engine.Engine
+	limits Limits
+	log    *zap.Logger
+}
+
+var _ resp.Session = (*Handler)(nil)
+
+// New returns the lock command handler over e.
+func New(e *engine.Engine, limits Limits, log *zap.Logger) *Handler {
+	return &Handler{engine: e, limits: limits.withDefaults(), log: log}
+}
+
+// Register adds the lock commands to t.
+func (h *Handler) Register(t *resp.Table) error {
+	return t.Add(
+		resp.Command{Name: "lock", Arity: -2, Handler: h.lock},
+		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock},
+		resp.Command{Name: "renew", Arity: -3, Handler: h.renew},
+		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo},
+	)
+}
+
+// owner is the engine's view of c.
+func owner(c *resp.Conn) *engine.Owner { return c.State.(*engine.Owner) }
+
+// lock is LOCK key [PX ms | EX s] [WAIT ms] [TOKEN token]: an array of
+// token, fencing token and validity in ms, or a null array if not acquired.
+func (h *Handler) lock(c *resp.Conn, args [][]byte) {
+	a, err := h.limits.parseLock(args)
+	if err == nil && a.waits {
+		err = errWaitLater
+	}
+	if err != nil {
+		c.Error(err.Error())
+		return
+	}
+	g, err := h.engine.Lock(c.Context(), owner(c), a.key, engine.Hold{Token: a.token, TTL: a.ttl, Name: c.Name()})
+	switch {
+	case errors.Is(err, engine.ErrNotAcquired):
+		c.NullArray()
+	case err != nil:
+		c.Error(replyError(a.key, err))
+	default:
+		c.Array(3)
+		c.BulkString(g.Token)
+		c.Int(g.Fence)
+		c.Int(g.Validity.Milliseconds())
+	}
+}
+
+// unlock is UNLOCK key token: 1 released, 0 not held by that token.
+func (h *Handler) unlock(c *resp.Conn, args [][]byte) {
+	key, err := h.limits.key(args[1])
+	if err != nil {
+		c.Error(err.Error())
+		return
+	}
+	ok, err := h.engine.Unlock(c.Context(), key, string(args[2]))
+	switch {
+	case err != nil:
+		c.Error(replyError(key, err))
+	case ok:
+		c.Int(1)
+	default:
+		c.Int(0)
+	}
+}
+
+// renew is RENEW key token [PX ms]: the new validity in ms, or null if the
+// token no longer holds the key.
+func (h *Handler) renew(c *resp.Conn, args [][]byte) {
+	key, token, ttl, err := h.limits.parseRenew(args)
+	if err != nil {
+		c.Error(err.Error())
+		return
+	}
+	v, err := h.engine.Renew(c.Context(), key, token, ttl)
+	switch {
+	case errors.Is(err, engine.ErrNotHeld):
+		c.Null()
+	case err != nil:
+		c.Error(replyError(key, err))
+	default:
+		c.Int(v.Milliseconds())
+	}
+}
+
+// lockinfo is LOCKINFO key: a map of the holder's fence, validity (ms),
+// mode, client name and the number of waiters, or null when nobody holds
+// the key. It never shows the token.
+func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
+	key, err := h.limits.key(args[1])
+	if err != nil {
+		c.Error(err.Error())
+		return
+	}
+	hd, ok, err := h.engine.Info(c.Context(), key)
+	switch {
+	case err != nil:
+		c.Error(replyError(key, err))
+	case !ok:
+		c.NullArray()
+	default:
+		c.Map(5)
+		c.BulkString("fence")
+		c.Int(hd.Fence)
+		c.BulkString("validity")
+		c.Int(hd.Validity.Milliseconds())
+		c.BulkString("mode")
+		c.BulkString(string(hd.Mode))
+		c.BulkString("holder")
+		c.BulkString(hd.Name)
+		c.BulkString("waiters")
+		c.Int(0)
+	}
+}
+
+// Opened gives the new connection its engine owner.
+func (h *Handler) Opened(c *resp.Conn) { c.State = h.engine.NewOwner(c.ID()) }
+
+// Closed releases the connection-bound locks of a connection that is gone.
+func (h *Handler) Closed(c *resp.Conn) {
+	if err := owner(c).Close(c.Context()); err != nil {
+		h.log.Warn("releasing a closed connection's locks", zap.Uint64("client", c.ID()), zap.Error(err))
+	}
+}
+
+// Reset releases the connection-bound locks, as a new connection has none.
+func (h *Handler) Reset(c *resp.Conn) {
+	h.Closed(c)
+	h.Opened(c)
+}
+
+// Info is the "# Locks" section of INFO.
+func (h *Handler) Info(section string) string {
+	if !resp.Wants(section, "locks") {
+		return ""
+	}
+	s := h.engine.Stats()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nwaiters:0\r\nbound_lease_ms:%d\r\n\r\n",
+		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(),
+		h.engine.Config().BoundLease/time.Millisecond)
+	return b.String()
+}

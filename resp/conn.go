@@ -1,0 +1,114 @@
+package resp
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// Conn is one client connection: its protocol state and its reply writer.
+// Replies are buffered and flushed by redcon after each batch of commands.
+type Conn struct {
+	rc      redcon.Conn
+	srv     *Server
+	id      uint64
+	created time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	// State is the Session's per-connection value.
+	State any
+
+	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
+	proto   int
+	authed  bool
+	name    string
+	libName string
+	libVer  string
+	lastCmd string
+}
+
+// ID is the connection's unique id (CLIENT ID).
+func (c *Conn) ID() uint64 { return c.id }
+
+// Context is cancelled when the connection closes.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// RemoteAddr is the client's address.
+func (c *Conn) RemoteAddr() string { return c.rc.RemoteAddr() }
+
+// Proto is the protocol version in use, 2 or 3.
+func (c *Conn) Proto() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.proto
+}
+
+// Name is the client's name (CLIENT SETNAME, HELLO SETNAME).
+func (c *Conn) Name() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.name
+}
+
+// Close closes the connection after flushing pending replies.
+func (c *Conn) Close() { c.rc.Close() }
+
+// OK writes +OK.
+func (c *Conn) OK() { c.rc.WriteString("OK") }
+
+// Simple writes a simple string.
+func (c *Conn) Simple(s string) { c.rc.WriteString(s) }
+
+// Error writes an error; msg starts with its code ("ERR ...", "NOQUORUM ...").
+func (c *Conn) Error(msg string) { c.rc.WriteError(msg) }
+
+// Bulk writes a bulk string.
+func (c *Conn) Bulk(b []byte) { c.rc.WriteBulk(b) }
+
+// BulkString writes a bulk string.
+func (c *Conn) BulkString(s string) { c.rc.WriteBulkString(s) }
+
+// Int writes an integer.
+func (c *Conn) Int(n int64) { c.rc.WriteInt64(n) }
+
+// Array writes the header of an array of n elements.
+func (c *Conn) Array(n int) { c.rc.WriteArray(n) }
+
+// Map writes the header of a map of n pairs: a RESP3 map, or a flat array
+// of 2n elements in RESP2.
+func (c *Conn) Map(n int) {
+	if c.Proto() == 3 {
+		c.rc.WriteRaw(strconv.AppendInt([]byte{'%'}, int64(n), 10))
+		c.rc.WriteRaw(crlf)
+		return
+	}
+	c.rc.WriteArray(2 * n)
+}
+
+// Null writes a null reply where a bulk string was expected ($-1 or _).
+func (c *Conn) Null() {
+	if c.Proto() == 3 {
+		c.rc.WriteRaw(null3)
+		return
+	}
+	c.rc.WriteNull()
+}
+
+// NullArray writes a null reply where an array was expected (*-1 or _).
+func (c *Conn) NullArray() {
+	if c.Proto() == 3 {
+		c.rc.WriteRaw(null3)
+		return
+	}
+	c.rc.WriteRaw(nullArray2)
+}
+
+var (
+	crlf       = []byte("\r\n")
+	null3      = []byte("_\r\n")
+	nullArray2 = []byte("*-1\r\n")
+)

@@ -1,0 +1,11 @@
+// Package resp is lockproxy's RESP server on redcon: it accepts
+// connections, enforces the per-client limits (Guard), frames replies in
+// RESP2 or RESP3 (redcon writes only RESP2, so RESP3 maps and nulls are
+// framed here), dispatches commands through one Table, and answers the
+// connection handshake that clients send (HELLO, AUTH, PING, ECHO, SELECT,
+// CLIENT, COMMAND, INFO, READONLY, QUIT, RESET).
+//
+// It knows nothing of locks: commands/ registers the lock commands in the
+// Table and learns of connections opening, resetting and closing through
+// the Session interface.
+package resp

@@ -1,0 +1,192 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+	"go.uber.org/zap"
+)
+
+// Config configures the server.
+type Config struct {
+	// Password, when set, is required by AUTH or HELLO AUTH before other
+	// commands run.
+	Password string
+	// MaxClients bounds the open connections (default 10000).
+	MaxClients int
+	// Limits bound what one client may send.
+	Limits Limits
+	// Version is lockproxy's version, shown by INFO.
+	Version string
+}
+
+// Session learns of connections' lives; commands/ implements it.
+type Session interface {
+	Opened(c *Conn)
+	// Reset runs on RESET: the connection goes back to its state when new.
+	Reset(c *Conn)
+	// Closed runs once when the connection is gone, however it closed.
+	Closed(c *Conn)
+	// Info appends INFO sections to the server's own for section.
+	Info(section string) string
+}
+
+// Server is a RESP server.
+type Server struct {
+	cfg     Config
+	table   *Table
+	session Session
+	log     *zap.Logger
+	started time.Time
+
+	srv     *redcon.Server
+	nextID  atomic.Uint64
+	clients atomic.Int64
+	handled sync.WaitGroup // Closed callbacks still running
+
+	mu    sync.Mutex
+	conns map[uint64]*Conn
+}
+
+// NewServer returns a server dispatching through table, to which it adds
+// the handshake commands.
+func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Server, error) {
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = 10000
+	}
+	cfg.Limits = cfg.Limits.WithDefaults()
+	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}}
+	if err := table.Add(s.handshake()...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	s.srv = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.serve, s.accept, s.closed)
+	s.mu.Unlock()
+	err := s.srv.Serve(GuardListener(ln, s.cfg.Limits))
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops accepting, closes every connection and waits until their
+// Closed callbacks (which release connection-bound locks) have run or ctx
+// is done.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+	done := make(chan struct{})
+	go func() { s.handled.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Clients is the number of open connections.
+func (s *Server) Clients() int { return int(s.clients.Load()) }
+
+func (s *Server) accept(rc redcon.Conn) bool {
+	if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+		s.clients.Add(-1)
+		rc.WriteError("ERR max number of clients reached")
+		s.log.Warn("connection refused: max number of clients reached",
+			zap.String("addr", rc.RemoteAddr()), zap.Int("max_clients", s.cfg.MaxClients))
+		return false // redcon closes it, flushing the error first
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Conn{rc: rc, srv: s, id: s.nextID.Add(1), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2}
+	c.authed = s.cfg.Password == ""
+	rc.SetContext(c)
+	s.mu.Lock()
+	s.conns[c.id] = c
+	s.mu.Unlock()
+	s.handled.Add(1)
+	s.session.Opened(c)
+	return true
+}
+
+func (s *Server) closed(rc redcon.Conn, err error) {
+	c, _ := rc.Context().(*Conn)
+	if c == nil {
+		return // refused in accept
+	}
+	defer s.handled.Done()
+	s.clients.Add(-1)
+	c.cancel()
+	s.mu.Lock()
+	delete(s.conns, c.id)
+	s.mu.Unlock()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
+	}
+	s.session.Closed(c)
+}
+
+// serve dispatches one command.
+func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
+	c := rc.Context().(*Conn)
+	args := cmd.Args
+	def := s.table.lookup(args[0])
+	if def == nil {
+		c.Error(unknownCommand(args))
+		return
+	}
+	c.mu.Lock()
+	authed := c.authed
+	c.lastCmd = def.Name
+	c.mu.Unlock()
+	switch {
+	case !authed && def.Flags&NoAuth == 0:
+		c.Error("NOAUTH Authentication required.")
+	case !def.arityOK(len(args)):
+		c.Error("ERR wrong number of arguments for '" + def.Name + "' command")
+	default:
+		def.Handler(c, args)
+	}
+}
+
+// unknownCommand is Redis's error for a command it does not know.
+func unknownCommand(args [][]byte) string {
+	msg := "ERR unknown command '" + clip(args[0]) + "', with args beginning with: "
+	for _, a := range args[1:] {
+		msg += "'" + clip(a) + "' "
+	}
+	return msg
+}
+
+// clip shortens a client's argument for an error message, as Redis does.
+func clip(b []byte) string {
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	return sanitize(b)
+}
+
+// sanitize replaces bytes that would break a RESP error line.
+func sanitize(b []byte) string {
+	out := []byte(nil)
+	for _, ch := range b {
+		if ch == '\r' || ch == '\n' {
+			ch = ' '
+		}
+		out = append(out, ch)
+	}
+	return string(out)
+}
