@@ -1,0 +1,132 @@
+package server
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is lockproxy's whole configuration. config.example.toml documents
+// every key; the toml tags are the keys' names.
+type Config struct {
+	// Listen is the RESP listener's address.
+	Listen string `toml:"listen"`
+	// Backend is "redlock", "zookeeper" or "embedded"; empty means embedded.
+	Backend string `toml:"backend"`
+	// Password, when set, must be given with AUTH or HELLO AUTH.
+	Password string `toml:"password"`
+	// MetricsListen is the HTTP address of /metrics, /healthz and /readyz;
+	// empty disables it.
+	MetricsListen string `toml:"metrics_listen"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+
+	Redlock   RedlockConfig   `toml:"redlock"`
+	ZooKeeper ZooKeeperConfig `toml:"zookeeper"`
+	Embedded  EmbeddedConfig  `toml:"embedded"`
+	Locks     LocksConfig     `toml:"locks"`
+	Limits    LimitsConfig    `toml:"limits"`
+}
+
+// RedlockConfig configures the redlock backend.
+type RedlockConfig struct {
+	Nodes         []string `toml:"nodes"`           // host:port of each independent Redis node
+	Password      string   `toml:"password"`        // the nodes' AUTH password
+	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node
+	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
+	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
+	KeyPrefix     string   `toml:"key_prefix"`      // prefix of lockproxy's keys on the nodes
+	PoolSize      int      `toml:"pool_size"`       // connections per node; 0 = go-redis default
+	Pipelines     int      `toml:"pipelines"`       // concurrent pipelines per node
+	MaxBatch      int      `toml:"max_batch"`       // most scripts in one pipeline
+}
+
+// ZooKeeperConfig configures the zookeeper backend (not built yet).
+type ZooKeeperConfig struct {
+	Servers []string `toml:"servers"` // host:port of each ensemble member
+}
+
+// EmbeddedConfig configures the embedded development backend.
+type EmbeddedConfig struct {
+	Nodes int `toml:"nodes"` // in-process Redis-compatible nodes
+}
+
+// LocksConfig tunes locks.
+type LocksConfig struct {
+	BoundLeaseMS int `toml:"bound_lease_ms"` // upstream lease of a connection-bound lock
+	RenewEveryMS int `toml:"renew_every_ms"` // watchdog period; 0 = bound_lease_ms/3
+	OpTimeoutMS  int `toml:"op_timeout_ms"`  // cap of a renewal or a release on disconnect
+}
+
+// LimitsConfig bounds what clients may send.
+type LimitsConfig struct {
+	MaxClients      int `toml:"max_clients"`
+	MaxKeyBytes     int `toml:"max_key_bytes"`
+	MaxTokenBytes   int `toml:"max_token_bytes"`
+	MaxBulkBytes    int `toml:"max_bulk_bytes"`
+	MaxArgs         int `toml:"max_args"`
+	MaxInlineBytes  int `toml:"max_inline_bytes"`
+	MaxRequestBytes int `toml:"max_request_bytes"`
+}
+
+// Default returns the configuration lockproxy runs with when nothing is
+// configured: the embedded backend on 127.0.0.1:6380.
+func Default() Config {
+	return Config{
+		Listen:   "127.0.0.1:6380",
+		LogLevel: "info",
+		Redlock: RedlockConfig{
+			NodeTimeoutMS: 100,
+			DriftFactor:   0.01,
+			DriftFixedMS:  2,
+			KeyPrefix:     "lockproxy:",
+			Pipelines:     4,
+			MaxBatch:      128,
+		},
+		Embedded: EmbeddedConfig{Nodes: 3},
+		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000},
+		Limits: LimitsConfig{
+			MaxClients:      10000,
+			MaxKeyBytes:     1024,
+			MaxTokenBytes:   256,
+			MaxBulkBytes:    1 << 20,
+			MaxArgs:         4096,
+			MaxInlineBytes:  64 << 10,
+			MaxRequestBytes: 4 << 20,
+		},
+	}
+}
+
+// BackendName is the backend in use: Backend, or "embedded" when empty.
+func (c Config) BackendName() string {
+	if c.Backend == "" {
+		return "embedded"
+	}
+	return c.Backend
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch c.BackendName() {
+	case "embedded":
+		if c.Embedded.Nodes < 1 {
+			return fmt.Errorf("embedded.nodes must be at least 1, not %d", c.Embedded.Nodes)
+		}
+	case "redlock":
+		if len(c.Redlock.Nodes) == 0 {
+			return fmt.Errorf("backend redlock needs redlock.nodes (or --nodes)")
+		}
+	case "zookeeper":
+		return fmt.Errorf("backend zookeeper is not built yet; use redlock or embedded")
+	default:
+		return fmt.Errorf("backend %q: want redlock, zookeeper or embedded", c.Backend)
+	}
+	if c.Locks.BoundLeaseMS <= 0 {
+		return fmt.Errorf("locks.bound_lease_ms must be positive")
+	}
+	if c.Locks.RenewEveryMS >= c.Locks.BoundLeaseMS {
+		return fmt.Errorf("locks.renew_every_ms (%d) must be shorter than locks.bound_lease_ms (%d)", c.Locks.RenewEveryMS, c.Locks.BoundLeaseMS)
+	}
+	return nil
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

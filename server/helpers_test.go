@@ -1,0 +1,115 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/server"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// keySeq makes every test's keys unique.
+var keySeq atomic.Int64
+
+func uniqueKey(t *testing.T) string {
+	return t.Name() + ":" + time.Now().Format("150405.000000") + ":" + string(rune('a'+keySeq.Add(1)%26))
+}
+
+// testConfig is a redlock config over nodes on a free loopback port, with a
+// short bound lease so watchdog behaviour shows within a test.
+func testConfig(nodes []*redistest.Server) server.Config {
+	cfg := server.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Backend = "redlock"
+	cfg.Locks.BoundLeaseMS = 1500
+	for _, n := range nodes {
+		cfg.Redlock.Nodes = append(cfg.Redlock.Nodes, n.Addr())
+	}
+	return cfg
+}
+
+// startInstance runs lockproxy in-process and drains it when the test ends.
+func startInstance(t *testing.T, cfg server.Config) *server.Instance {
+	t.Helper()
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	if os.Getenv("LOCKPROXY_TEST_LOG") != "" {
+		log = zaptest.NewLogger(t)
+	}
+	in, err := server.Start(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := in.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return in
+}
+
+// startRedlock starts n real redis-servers and one lockproxy over them.
+func startRedlock(t *testing.T, n int) (*server.Instance, []*redistest.Server) {
+	t.Helper()
+	nodes := redistest.StartN(t, n, redistest.Options{})
+	return startInstance(t, testConfig(nodes)), nodes
+}
+
+// newClient is a go-redis client of addr speaking protocol proto (2 or 3).
+func newClient(t *testing.T, addr string, proto int) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// lockReply is LOCK's answer.
+type lockReply struct {
+	token    string
+	fence    int64
+	validity int64
+}
+
+// lock sends LOCK args... and decodes the reply; ok is false on a null.
+func lock(ctx context.Context, c *redis.Client, args ...any) (lockReply, bool, error) {
+	v, err := c.Do(ctx, append([]any{"LOCK"}, args...)...).Slice()
+	if err == redis.Nil {
+		return lockReply{}, false, nil
+	}
+	if err != nil {
+		return lockReply{}, false, err
+	}
+	return lockReply{token: v[0].(string), fence: v[1].(int64), validity: v[2].(int64)}, true, nil
+}
+
+// mustLock fails the test unless LOCK is granted.
+func mustLock(t *testing.T, c *redis.Client, args ...any) lockReply {
+	t.Helper()
+	r, ok, err := lock(context.Background(), c, args...)
+	if err != nil || !ok {
+		t.Fatalf("LOCK %v: granted=%v err=%v", args, ok, err)
+	}
+	return r
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// quietLogger is a test logger for instances a test shuts down itself.
+func quietLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)) }

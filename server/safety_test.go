@@ -1,0 +1,188 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("LOCKPROXY_TEST_HOLDER_ADDR"); addr != "" {
+		holdAndHang(addr, os.Getenv("LOCKPROXY_TEST_HOLDER_KEY"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// holdAndHang is the child process of TestBoundLockReleasedWhenClientKilled:
+// it takes a connection-bound lock, says so, and waits to be killed.
+func holdAndHang(addr, key string) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	v, err := c.Do(context.Background(), "LOCK", key).Slice()
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("granted", v[1])
+	time.Sleep(time.Minute) // bounded: the parent kills it long before
+	os.Exit(3)
+}
+
+// TestBoundLockReleasedWhenClientKilled: a client process holding a
+// connection-bound lock is killed with SIGKILL, without QUIT; another
+// client acquires the lock within the bound lease.
+func TestBoundLockReleasedWhenClientKilled(t *testing.T) {
+	in, _ := startRedlock(t, 3)
+	key := uniqueKey(t)
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "LOCKPROXY_TEST_HOLDER_ADDR="+in.Addr(), "LOCKPROXY_TEST_HOLDER_KEY="+key)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "granted") {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	c := newClient(t, in.Addr(), 2)
+	if _, ok, _ := lock(context.Background(), c, key, "PX", 1000); ok {
+		t.Fatal("granted while the child holds the lock")
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 1500*time.Millisecond, "the lock is free within the bound lease after SIGKILL", func() bool {
+		_, ok, _ := lock(context.Background(), c, key, "PX", 1000)
+		return ok
+	})
+	t.Logf("acquired %v after the holder was killed", time.Since(killed).Round(time.Millisecond))
+}
+
+// grantChecker catches a double grant and a fence that does not increase.
+type grantChecker struct {
+	holding atomic.Int32
+	mu      sync.Mutex
+	last    int64
+	grants  int
+}
+
+// enter records a grant of fence; it fails if another holder is inside or
+// the fence is not larger than every fence granted before.
+func (g *grantChecker) enter(fence int64) error {
+	if n := g.holding.Add(1); n != 1 {
+		return fmt.Errorf("double grant: %d holders at once", n)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if fence <= g.last {
+		return fmt.Errorf("fence %d granted after %d", fence, g.last)
+	}
+	g.last = fence
+	g.grants++
+	return nil
+}
+
+func (g *grantChecker) leave() { g.holding.Add(-1) }
+
+func (g *grantChecker) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.grants
+}
+
+// TestFencingAcrossInstancesAndRestart: 1,000 grants of one key spread over
+// two lockproxy instances on the same three nodes while one node is killed
+// and restarted, another is paused (SIGSTOP) past the node timeout and
+// resumed, and a third is killed and restarted. No two holders at once;
+// every fence is larger than the one before.
+func TestFencingAcrossInstancesAndRestart(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
+	cfg := testConfig(nodes)
+	instances := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
+	key := uniqueKey(t)
+	const want = 1000
+	var check grantChecker
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for w := range 6 {
+		c := newClient(t, instances[w%2], 2)
+		wg.Go(func() {
+			for ctx.Err() == nil && check.count() < want {
+				if err := grantOnce(ctx, c, key, &check); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	faults := []func() error{
+		func() error { return outage(nodes[1].Kill, nodes[1].Restart) },
+		func() error { return outage(nodes[0].Pause, nodes[0].Resume) },
+		func() error { return outage(nodes[2].Kill, nodes[2].Restart) },
+	}
+	done := 0
+	for ctx.Err() == nil && check.count() < want {
+		if done < len(faults) && check.count() > (done+1)*want/4 {
+			if err := faults[done](); err != nil {
+				t.Fatal(err)
+			}
+			done++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := check.count(); got < want || done != len(faults) {
+		t.Fatalf("%d grants and %d of %d faults before the deadline", got, done, len(faults))
+	}
+	t.Logf("%d grants, last fence %d, through %d node faults", check.count(), check.last, done)
+}
+
+// outage takes a node down, lets grants go on with two of three for longer
+// than the node timeout, and brings it back.
+func outage(down, up func() error) error {
+	if err := down(); err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+	return up()
+}
+
+// grantOnce tries LOCK once; when granted it checks the grant, then unlocks.
+func grantOnce(ctx context.Context, c *redis.Client, key string, check *grantChecker) error {
+	g, ok, err := lock(ctx, c, key, "PX", 5000)
+	if err != nil || !ok {
+		return nil // held by another worker, or NOQUORUM while a node restarts: try again
+	}
+	if err := check.enter(g.fence); err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Microsecond) // hold it: a second holder would overlap
+	check.leave()
+	if _, err := c.Do(ctx, "UNLOCK", key, g.token).Result(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("UNLOCK: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/lockproxy/lockproxy/commands"
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/lockproxy/lockproxy/resp"
+	"github.com/lockproxy/lockproxy/upstream"
+	"go.uber.org/zap"
+)
+
+// Version is lockproxy's version, reported by INFO.
+var Version = "0.1.0-dev"
+
+// Instance is one running lockproxy.
+type Instance struct {
+	cfg      Config
+	log      *zap.Logger
+	engine   *engine.Engine
+	resp     *resp.Server
+	ln       net.Listener
+	metrics  *http.Server
+	closers  []func() // backend resources, closed last, in reverse order
+	served   chan error
+	shutdown chan struct{}
+}
+
+// Start builds an instance from cfg and starts serving in the background.
+func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	in := &Instance{cfg: cfg, log: log, served: make(chan error, 1), shutdown: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			in.closeBackend()
+		}
+	}()
+	backend, err := in.backend()
+	if err != nil {
+		return nil, err
+	}
+	in.engine = engine.New(backend, engine.Config{
+		BoundLease: ms(cfg.Locks.BoundLeaseMS),
+		RenewEvery: ms(cfg.Locks.RenewEveryMS),
+		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
+	}, log)
+	if in.resp, err = in.respServer(); err != nil {
+		return nil, err
+	}
+	if in.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, err
+	}
+	if err := in.startMetrics(); err != nil {
+		in.ln.Close()
+		return nil, err
+	}
+	go func() { in.served <- in.resp.Serve(in.ln) }()
+	log.Info("lockproxy serving", zap.String("listen", in.Addr()), zap.String("backend", cfg.BackendName()))
+	return in, nil
+}
+
+// backend builds the lock backend and registers what must be closed.
+func (in *Instance) backend() (engine.Backend, error) {
+	addrs := in.cfg.Redlock.Nodes
+	if in.cfg.BackendName() == "embedded" {
+		emb, err := upstream.StartEmbedded(in.cfg.Embedded.Nodes)
+		if err != nil {
+			return nil, fmt.Errorf("embedded backend: %w", err)
+		}
+		in.closers = append(in.closers, emb.Close)
+		addrs = emb.Addrs()
+		in.log.Warn("EMBEDDED BACKEND: locks live in this process's memory only and are NOT DURABLE; " +
+			"they vanish when lockproxy stops. For development only: configure backend = \"redlock\" for real use.")
+	}
+	rc := in.cfg.Redlock
+	nodes := make([]quorum.Node, len(addrs))
+	for i, a := range addrs {
+		n := upstream.NewRedisNode(upstream.RedisOptions{
+			Addr: a, Password: rc.Password, Prefix: rc.KeyPrefix,
+			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
+		})
+		in.closers = append(in.closers, func() { _ = n.Close() })
+		nodes[i] = n
+	}
+	if len(nodes)%2 == 0 {
+		in.log.Warn("an even number of redlock nodes tolerates no more failures than one node fewer", zap.Int("nodes", len(nodes)))
+	}
+	return quorum.New(nodes, quorum.Config{
+		NodeTimeout: ms(rc.NodeTimeoutMS),
+		DriftFactor: rc.DriftFactor,
+		DriftFixed:  ms(rc.DriftFixedMS),
+	}), nil
+}
+
+func (in *Instance) respServer() (*resp.Server, error) {
+	l := in.cfg.Limits
+	h := commands.New(in.engine, commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes}, in.log)
+	table := resp.NewTable()
+	if err := h.Register(table); err != nil {
+		return nil, err
+	}
+	return resp.NewServer(resp.Config{
+		Password:   in.cfg.Password,
+		MaxClients: l.MaxClients,
+		Version:    Version,
+		Limits: resp.Limits{
+			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
+			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
+		},
+	}, table, h, in.log)
+}
+
+// Addr is the RESP listener's address.
+func (in *Instance) Addr() string { return in.ln.Addr().String() }
+
+// Engine is the instance's lock engine.
+func (in *Instance) Engine() *engine.Engine { return in.engine }
+
+// Served delivers the RESP server's exit, once.
+func (in *Instance) Served() <-chan error { return in.served }
+
+// Shutdown drains the instance: it stops accepting and closes the client
+// connections, releases every connection-bound lock it holds, then closes
+// the upstream connections. ctx bounds the releases.
+func (in *Instance) Shutdown(ctx context.Context) error {
+	in.log.Info("draining: closing client connections and releasing connection-bound locks")
+	errs := []error{in.resp.Close(ctx), in.engine.Shutdown(ctx)}
+	if in.metrics != nil {
+		errs = append(errs, in.metrics.Shutdown(ctx))
+	}
+	in.closeBackend()
+	in.log.Info("drained")
+	return errors.Join(errs...)
+}
+
+func (in *Instance) closeBackend() {
+	for i := len(in.closers) - 1; i >= 0; i-- {
+		in.closers[i]()
+	}
+	in.closers = nil
+}
+
+// Run serves cfg until ctx is done, then drains within drain.
+func Run(ctx context.Context, cfg Config, log *zap.Logger, drain time.Duration) error {
+	in, err := Start(cfg, log)
+	if err != nil {
+		return err
+	}
+	var served error
+	select {
+	case <-ctx.Done():
+	case served = <-in.served:
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	return errors.Join(served, in.Shutdown(dctx))
+}
