@@ -99,10 +99,11 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	}
 	e.stats.Grants.Add(1)
 	e.forgetLost(key, h.Token)
-	if h.Mode == Bound {
-		e.watch(o, key, h.Token, g.Validity)
-	} else {
+	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
+	} else if !e.watch(o, key, h.Token, g.Validity) {
+		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
+		return Grant{}, ErrShuttingDown
 	}
 	return g, nil
 }

@@ -19,14 +19,18 @@ type bound struct {
 }
 
 // watch starts renewing key for o, replacing any lock this instance kept
-// for key before (one holder per key).
-func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) {
+// for key before (one holder per key). It refuses once the engine is
+// shutting down, whose release of bound locks may have run already.
+func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closing {
+		return false
+	}
 	if old := e.bound[key]; old != nil {
 		if old.token == token {
 			old.validUntil = time.Now().Add(validity)
-			return
+			return true
 		}
 		e.dropLocked(old)
 	}
@@ -34,6 +38,7 @@ func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) {
 	b.timer = time.AfterFunc(e.cfg.RenewEvery, func() { e.renew(b) })
 	e.bound[key] = b
 	o.locks[key] = b
+	return true
 }
 
 // unwatch stops renewing key if token is the lock this instance keeps.
