@@ -28,13 +28,21 @@ func tooLong(what string, limit int) error {
 	return fmt.Errorf("ERR invalid %s: longer than %d bytes (max_%s_bytes)", what, limit, what)
 }
 
+// noQuorumOutcome says what a NOQUORUM leaves behind, by operation.
+var noQuorumOutcome = map[string]string{
+	"acquire": "the lock was not granted",
+	"extend":  "the lease was not renewed",
+	"release": "the lock may stay held until its lease expires",
+	"inspect": "the holder is unknown",
+}
+
 // replyError is the RESP error line for err: the one place where domain
 // errors become client-visible text.
 func replyError(key string, err error) string {
 	var nq *quorum.NoQuorumError
 	switch {
 	case errors.As(err, &nq):
-		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; nothing was granted", nq.Answered, nq.Nodes, nq.Needed)
+		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
 	case errors.Is(err, engine.ErrLost):
 		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
 	case errors.Is(err, engine.ErrShuttingDown):

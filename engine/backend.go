@@ -46,8 +46,9 @@ type Backend interface {
 	// holds the key. Acquiring again with the token that holds the key
 	// succeeds with the same fence (an idempotent retry).
 	Acquire(ctx context.Context, key string, h Hold) (Grant, error)
-	// Extend resets the lease of key held by token to ttl and, when mode is
-	// not empty, records the new mode. It returns the new validity or
+	// Extend resets the lease of key held by token to ttl — a zero ttl
+	// reuses the lease the lock was last given — and, when mode is not
+	// empty, records the new mode. It returns the new validity or
 	// ErrNotHeld.
 	Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error)
 	// Release frees key if token holds it; false means it did not.

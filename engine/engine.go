@@ -121,16 +121,17 @@ func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
 	return ok, err
 }
 
-// Renew extends key held by token. A zero ttl renews a connection-bound
-// lock for the bound lease; a positive ttl makes the lock a lease of ttl.
-// It returns ErrNotHeld when token does not hold key.
+// Renew extends key held by token. A zero ttl renews the lock for the
+// lease it already has (a bound lock's is the bound lease); a positive ttl
+// makes the lock a lease of ttl. It returns ErrNotHeld when token does not
+// hold key.
 func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
 	if e.takeLost(key, token) {
 		return 0, ErrLost
 	}
 	mode := Lease
 	if ttl <= 0 {
-		ttl, mode = e.cfg.BoundLease, ""
+		ttl, mode = 0, ""
 	}
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {

@@ -24,21 +24,22 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	}
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
+			r.settle(key, h.Token, claimed)
 			return engine.Grant{Token: h.Token, Fence: fence, Validity: v}, nil
 		}
 		err = engine.ErrNotAcquired
 	}
-	claimed() // an acquire still in flight must not land after the rollback
+	claimed.Wait() // an acquire still in flight must not land after the rollback
 	r.rollback(ctx, key, h.Token)
 	return engine.Grant{}, err
 }
 
-// claim runs phase one and returns the fence to commit; wait blocks until
-// every node's acquire has finished.
-func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence int64, wait func(), err error) {
+// claim runs phase one and returns the fence to commit and the flight of
+// its calls.
+func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence int64, calls *flight, err error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var counter, held int64
-	wait, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout,
+	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout,
 		func(ctx context.Context, n Node) (Claim, error) { return n.Acquire(ctx, key, h) },
 		func(res result[Claim]) bool {
 			t.add(res.val.State != Taken, res.err)
@@ -52,14 +53,14 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence i
 		err = t.outcome("acquire", engine.ErrNotAcquired)
 	}
 	if err != nil {
-		return 0, wait, err
+		return 0, calls, err
 	}
 	// A retry by the holder keeps its fence, unless a later grant raised a
 	// counter past it: then the token lapsed and this is a new grant.
 	if held > 0 && held >= counter {
-		return held, wait, nil
+		return held, calls, nil
 	}
-	return counter + 1, wait, nil
+	return counter + 1, calls, nil
 }
 
 // commit runs phase two.
@@ -78,26 +79,35 @@ func (r *Redlock) commit(ctx context.Context, key, token string, fence int64) er
 func (r *Redlock) rollback(ctx context.Context, key, token string) {
 	ctx, cancel := r.cleanup(ctx)
 	defer cancel()
-	wait, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
+	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
 		func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, key, token) },
 		func(result[bool]) bool { return false })
-	wait()
+	calls.Wait()
 }
 
-// Extend resets the lease of key held by token on a majority of nodes.
+// Extend resets the lease of key held by token on a majority of nodes; a
+// zero ttl reuses the lease the lock was last given. The validity counts
+// from the shortest lease a majority applied.
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	start := time.Now()
 	t := newTally(r.quorum, len(r.nodes))
+	applied := time.Duration(0)
 	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (bool, error) { return n.Extend(ctx, key, token, ttl, mode) },
-		func(res result[bool]) bool { t.add(res.val, res.err); return t.decided() })
+		func(ctx context.Context, n Node) (time.Duration, error) { return n.Extend(ctx, key, token, ttl, mode) },
+		func(res result[time.Duration]) bool {
+			t.add(res.val > 0, res.err)
+			if res.val > 0 && (applied == 0 || res.val < applied) {
+				applied = res.val
+			}
+			return t.decided()
+		})
 	if err == nil {
 		err = t.outcome("extend", engine.ErrNotHeld)
 	}
 	if err != nil {
 		return 0, err
 	}
-	if v := r.validity(ttl, start); v > 0 {
+	if v := r.validity(applied, start); v > 0 {
 		return v, nil
 	}
 	return 0, engine.ErrNotHeld
@@ -106,6 +116,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes key held by token on every node; it reports true when a
 // majority still held it for token.
 func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
+	r.landed(key, token)
 	t := newTally(r.quorum, len(r.nodes))
 	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
 		func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, key, token) },

@@ -26,6 +26,7 @@ type fakeNode struct {
 
 type fakeEntry struct {
 	Entry
+	ttl     time.Duration
 	expires time.Time
 }
 
@@ -102,10 +103,10 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Clai
 	c := Claim{Counter: f.counter[key]}
 	switch e := f.live(key); {
 	case e == nil:
-		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Mode: h.Mode, Name: h.Name}, time.Now().Add(h.TTL)}
+		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL)}
 		c.State = Acquired
 	case e.Token == h.Token:
-		e.expires = time.Now().Add(h.TTL)
+		e.ttl, e.expires = h.TTL, time.Now().Add(h.TTL)
 		c.State, c.Fence = Mine, e.Fence
 	}
 	return c, nil
@@ -125,20 +126,24 @@ func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (
 	return true, nil
 }
 
-func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (bool, error) {
+func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	if err := f.enter(ctx); err != nil {
-		return false, err
+		return 0, err
 	}
 	defer f.mu.Unlock()
 	e := f.live(key)
 	if e == nil || e.Token != token {
-		return false, nil
+		return 0, nil
 	}
+	if ttl == 0 {
+		ttl = e.ttl
+	}
+	e.ttl = ttl
 	e.expires = time.Now().Add(ttl)
 	if mode != "" {
 		e.Mode = mode
 	}
-	return true, nil
+	return ttl, nil
 }
 
 func (f *fakeNode) Release(ctx context.Context, key, token string) (bool, error) {

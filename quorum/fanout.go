@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,10 +14,22 @@ type result[T any] struct {
 	err error
 }
 
+// flight is the set of calls of one fan-out.
+type flight struct {
+	wg      sync.WaitGroup
+	pending atomic.Int32
+}
+
+// Wait blocks until every call of the fan-out has finished.
+func (f *flight) Wait() { f.wg.Wait() }
+
+// landed reports whether every call has finished.
+func (f *flight) landed() bool { return f.pending.Load() == 0 }
+
 // fanout runs call on every node in parallel and feeds the answers to
 // decide in arrival order until decide returns true, every node has
-// answered, or ctx is done (then it returns ctx's error). The returned wait
-// blocks until every call has finished.
+// answered, or ctx is done (then it returns ctx's error). The flight tells
+// when every call has finished.
 //
 // Each call runs on its own context, detached from ctx's cancellation and
 // bounded by timeout, so calls still running when fanout returns finish in
@@ -24,14 +37,16 @@ type result[T any] struct {
 // longer waits for (the last nodes of a release, a commit beyond the
 // quorum) still reaches every node that answers in time.
 func fanout[T any](ctx context.Context, nodes []Node, timeout time.Duration,
-	call func(ctx context.Context, n Node) (T, error), decide func(r result[T]) bool) (wait func(), err error) {
+	call func(ctx context.Context, n Node) (T, error), decide func(r result[T]) bool) (*flight, error) {
 	ch := make(chan result[T], len(nodes))
 	base := context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(len(nodes))
+	f := &flight{}
+	f.wg.Add(len(nodes))
+	f.pending.Store(int32(len(nodes)))
 	for _, n := range nodes {
 		go func() {
-			defer wg.Done()
+			defer f.wg.Done()
+			defer f.pending.Add(-1)
 			cctx, cancel := context.WithTimeout(base, timeout)
 			defer cancel()
 			v, err := call(cctx, n)
@@ -45,13 +60,13 @@ func fanout[T any](ctx context.Context, nodes []Node, timeout time.Duration,
 		select {
 		case r := <-ch:
 			if decide(r) {
-				return wg.Wait, nil
+				return f, nil
 			}
 		case <-ctx.Done():
-			return wg.Wait, ctx.Err()
+			return f, ctx.Err()
 		}
 	}
-	return wg.Wait, nil
+	return f, nil
 }
 
 // tally counts the answers of one fan-out over n nodes with quorum q.

@@ -47,9 +47,11 @@ type Node interface {
 	// Commit raises the key's fencing counter to at least fence, and records
 	// fence for token if token holds the key; held reports the latter.
 	Commit(ctx context.Context, key, token string, fence int64) (held bool, err error)
-	// Extend resets the TTL of key if token holds it and, if mode is not
-	// empty, records mode.
-	Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (bool, error)
+	// Extend resets the TTL of key to ttl if token holds it — a zero ttl
+	// reuses the TTL the key was last given — and, if mode is not empty,
+	// records mode. It returns the TTL applied, or 0 if token does not hold
+	// the key.
+	Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error)
 	// Release deletes key if token holds it.
 	Release(ctx context.Context, key, token string) (bool, error)
 	// Inspect reads the entry of key; ok is false when the key is free.

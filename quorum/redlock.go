@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -30,7 +31,12 @@ type Redlock struct {
 	nodes  []Node
 	quorum int
 	cfg    Config
+
+	mu       sync.Mutex
+	inflight map[grantID]*flight // grants whose acquires beyond the quorum are still in flight
 }
+
+type grantID struct{ key, token string }
 
 var _ engine.Backend = (*Redlock)(nil)
 
@@ -45,7 +51,38 @@ func New(nodes []Node, cfg Config) *Redlock {
 	if cfg.DriftFixed <= 0 {
 		cfg.DriftFixed = DefaultDriftFixed
 	}
-	return &Redlock{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg}
+	return &Redlock{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[grantID]*flight{}}
+}
+
+// settle remembers a grant's acquires that are still in flight until they
+// land, so that a release does not overtake them and leave the key set on
+// a node after the holder let go.
+func (r *Redlock) settle(key, token string, calls *flight) {
+	if calls.landed() {
+		return
+	}
+	id := grantID{key, token}
+	r.mu.Lock()
+	r.inflight[id] = calls
+	r.mu.Unlock()
+	go func() {
+		calls.Wait()
+		r.mu.Lock()
+		if r.inflight[id] == calls {
+			delete(r.inflight, id)
+		}
+		r.mu.Unlock()
+	}()
+}
+
+// landed waits until the acquires of key's grant to token have landed.
+func (r *Redlock) landed(key, token string) {
+	r.mu.Lock()
+	calls := r.inflight[grantID{key, token}]
+	r.mu.Unlock()
+	if calls != nil {
+		calls.Wait()
+	}
 }
 
 // Quorum is the number of nodes that must agree.

@@ -41,7 +41,11 @@ func TestNativeCommands(t *testing.T) {
 				}
 			}
 
-			v, err := b.Do(ctx, "RENEW", key, g.token, "PX", 20000).Int64()
+			v, err := b.Do(ctx, "RENEW", key, g.token).Int64() // the lease's own TTL
+			if err != nil || v <= 4000 || v > 5000 {
+				t.Fatalf("RENEW without PX: %d %v", v, err)
+			}
+			v, err = b.Do(ctx, "RENEW", key, g.token, "PX", 20000).Int64()
 			if err != nil || v <= 19000 || v > 20000 {
 				t.Fatalf("RENEW: %d %v", v, err)
 			}

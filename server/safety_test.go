@@ -172,7 +172,7 @@ func outage(down, up func() error) error {
 
 // grantOnce tries LOCK once; when granted it checks the grant, then unlocks.
 func grantOnce(ctx context.Context, c *redis.Client, key string, check *grantChecker) error {
-	g, ok, err := lock(ctx, c, key, "PX", 5000)
+	g, ok, err := lock(ctx, c, key, "PX", 1000)
 	if err != nil || !ok {
 		return nil // held by another worker, or NOQUORUM while a node restarts: try again
 	}
@@ -181,8 +181,9 @@ func grantOnce(ctx context.Context, c *redis.Client, key string, check *grantChe
 	}
 	time.Sleep(200 * time.Microsecond) // hold it: a second holder would overlap
 	check.leave()
-	if _, err := c.Do(ctx, "UNLOCK", key, g.token).Result(); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("UNLOCK: %w", err)
+	err = c.Do(ctx, "UNLOCK", key, g.token).Err()
+	if err != nil && ctx.Err() == nil && !strings.HasPrefix(err.Error(), "NOQUORUM") {
+		return fmt.Errorf("UNLOCK: %w", err) // NOQUORUM during a fault: the lease expires
 	}
 	return nil
 }

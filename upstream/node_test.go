@@ -90,8 +90,8 @@ func TestExtend(t *testing.T) {
 		mustAcquire(t, n, "k", hold("a", time.Second))
 		extend := func(token string, mode engine.Mode, want bool) {
 			t.Helper()
-			if ok, err := n.Extend(ctx, "k", token, time.Hour, mode); err != nil || ok != want {
-				t.Fatalf("Extend(%s, %q) = %v, %v; want %v", token, mode, ok, err, want)
+			if ttl, err := n.Extend(ctx, "k", token, time.Hour, mode); err != nil || (ttl == time.Hour) != want {
+				t.Fatalf("Extend(%s, %q) = %v, %v; want %v", token, mode, ttl, err, want)
 			}
 		}
 		extend("b", engine.Bound, false)
@@ -106,8 +106,16 @@ func TestExtend(t *testing.T) {
 		if e := mustInspect(t, n, "k"); e.Mode != engine.Bound {
 			t.Errorf("mode after extend without mode = %q", e.Mode)
 		}
-		if ok, err := n.Extend(ctx, "free", "a", time.Hour, ""); err != nil || ok {
-			t.Errorf("Extend of a free key = %v, %v", ok, err)
+		if ttl, err := n.Extend(ctx, "free", "a", time.Hour, ""); err != nil || ttl != 0 {
+			t.Errorf("Extend of a free key = %v, %v", ttl, err)
+		}
+		// A zero ttl reuses the lock's own: the last one set, an hour.
+		if ttl, err := n.Extend(ctx, "k", "a", 0, ""); err != nil || ttl != time.Hour {
+			t.Errorf("Extend with the lock's own ttl = %v, %v", ttl, err)
+		}
+		mustAcquire(t, n, "k2", hold("a", 1500*time.Millisecond))
+		if ttl, err := n.Extend(ctx, "k2", "a", 0, ""); err != nil || ttl != 1500*time.Millisecond {
+			t.Errorf("Extend with the acquire's ttl = %v, %v", ttl, err)
 		}
 	})
 }
@@ -170,7 +178,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := raw.HGetAll(ctx, "lockproxy:lock:k").Result()
-		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w"}
+		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000"}
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("HGETALL = %v, %v; want %v", got, err, want)
 		}

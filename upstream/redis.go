@@ -167,9 +167,18 @@ func (n *RedisNode) Commit(ctx context.Context, key, token string, fence int64) 
 }
 
 // Extend runs extend.lua: reset the TTL (rounded up to whole milliseconds)
-// of key if token holds it, and record mode unless it is empty.
-func (n *RedisNode) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (bool, error) {
-	return n.flag(ctx, extendScript, n.keys(key)[:1], token, millis(ttl), string(mode))
+// of key if token holds it — a zero ttl reuses the lock's own — and record
+// mode unless it is empty. It returns the TTL applied, 0 if not held.
+func (n *RedisNode) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
+	v, err := n.eval(ctx, extendScript, n.keys(key)[:1], token, millis(ttl), string(mode))
+	if err != nil {
+		return 0, err
+	}
+	ms, ok := v.(int64)
+	if !ok || ms < 0 {
+		return 0, n.wrap(badReply(extendScript.name, v))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // Release runs release.lua: delete key if token holds it. The fencing
@@ -214,5 +223,8 @@ func (n *RedisNode) wrap(err error) error {
 // millis is d in whole milliseconds, rounded up and at least 1: a TTL of 0
 // would make PEXPIRE delete the key.
 func millis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+	if d <= 0 {
+		return 0 // extend.lua: reuse the lock's own ttl
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -30,7 +30,7 @@ func claim(v any) (quorum.Claim, error) {
 	return quorum.Claim{State: state, Counter: counter, Fence: fence}, nil
 }
 
-// flag reads the 1 or 0 reply of commit, extend and release.
+// flag reads the 1 or 0 reply of commit and release.
 func flag(s *script, v any) (bool, error) {
 	i, ok := v.(int64)
 	if !ok || (i != 0 && i != 1) {
