@@ -58,8 +58,10 @@ func (m *memBackend) Release(_ context.Context, key, token string) (bool, error)
 	return true, nil
 }
 
-func (m *memBackend) Inspect(context.Context, string) (Holder, bool, error) { return Holder{}, false, nil }
-func (m *memBackend) Close() error                                          { return nil }
+func (m *memBackend) Inspect(context.Context, string) (Holder, bool, error) {
+	return Holder{}, false, nil
+}
+func (m *memBackend) Close() error { return nil }
 
 func (m *memBackend) snapshot() (extends int, held int) {
 	m.mu.Lock()
