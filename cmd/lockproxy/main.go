@@ -17,6 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/upstream"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -40,6 +41,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer log.Sync()
+	upstream.RouteLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := server.Run(ctx, cfg, log, drainTimeout); err != nil {
@@ -65,8 +67,12 @@ func configure(args []string) (server.Config, error) {
 		return cfg, err
 	}
 	if *file != "" {
-		if _, err := toml.DecodeFile(*file, &cfg); err != nil {
+		md, err := toml.DecodeFile(*file, &cfg)
+		if err != nil {
 			return cfg, fmt.Errorf("config %s: %w", *file, err)
+		}
+		if unknown := md.Undecoded(); len(unknown) > 0 {
+			return cfg, fmt.Errorf("config %s: unknown keys %v (config.example.toml lists them all)", *file, unknown)
 		}
 	}
 	set := func(name string, apply func()) {
