@@ -211,6 +211,10 @@ func (g *guardConn) scan(p []byte) (int, error) {
 		case gsCount, gsLength:
 			err = g.header(c)
 		case gsDollar:
+			if n := g.fastBulk(p[i:]); n > 0 {
+				i += n - 1
+				continue
+			}
 			err = g.dollar(c)
 		case gsCR:
 			g.req++
@@ -222,6 +226,10 @@ func (g *guardConn) scan(p []byte) (int, error) {
 			err = g.inline(c)
 		case gsFrame:
 			start = i
+			if n := g.fastCount(p[i:]); n > 0 {
+				i += n - 1
+				continue
+			}
 			err = g.frame(c)
 		case gsDead:
 			return i, ErrMalformedRequest
@@ -234,6 +242,64 @@ func (g *guardConn) scan(p []byte) (int, error) {
 		return len(p), ErrMalformedRequest
 	}
 	return len(p), nil
+}
+
+// fastCount consumes a "*N\r\n" line at the start of b and returns its
+// length, if the line is all in b and nothing about it is unusual: N has no
+// leading zeros, and no limit is near. Otherwise it returns 0 and the line is
+// read byte by byte, to the same effect.
+func (g *guardConn) fastCount(b []byte) int {
+	v, n := fastHeader(b, '*', g.lim.MaxArgs)
+	if n == 0 || v == 0 || n > g.lim.MaxRequest {
+		return 0
+	}
+	g.st, g.req, g.args = gsDollar, n, v
+	return n
+}
+
+// fastBulk is fastCount for a "$LEN\r\n" line, and for the bulk data and
+// "\r\n" after it too if they are in b.
+func (g *guardConn) fastBulk(b []byte) int {
+	v, n := fastHeader(b, '$', g.lim.MaxBulk)
+	if n == 0 || g.req+n+v+2 > g.lim.MaxRequest {
+		return 0
+	}
+	end := n + v + 2
+	if end > len(b) || b[end-2] != '\r' || b[end-1] != '\n' {
+		g.st, g.req, g.left = gsData, g.req+n, v
+		if v == 0 {
+			g.st = gsCR
+		}
+		return n
+	}
+	g.req += end
+	if g.args--; g.args == 0 {
+		g.st = gsFrame
+	}
+	return end
+}
+
+// fastHeader parses a header line of prefix, digits with no leading zero, and
+// "\r\n" at the start of b, and returns its value and length. The length is
+// 0 if b does not start with such a line or its value is over max.
+func fastHeader(b []byte, prefix byte, max int) (val, n int) {
+	if len(b) < 4 || b[0] != prefix || b[1] == '0' && b[2] != '\r' {
+		return 0, 0
+	}
+	i := 1
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 9 {
+			break
+		}
+		if val = val*10 + int(d); val > max {
+			return 0, 0
+		}
+	}
+	if i == 1 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0
+	}
+	return val, i + 2
 }
 
 func (g *guardConn) frame(c byte) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/redcon"
@@ -53,6 +54,14 @@ func FuzzGuard(f *testing.F) {
 		"*1\r\n$18446744073709551617\r\nx\r\n",
 		"*00000000000000000000000000000001\r\n$1\r\nx\r\n",
 		"aaaa\r\r\nbbbbb\r\n",
+		// At and just over the limits of the first two presets.
+		guardFrame("ab", "cd") + guardFrame("a", "b", "c"),
+		guardFrame("a", "b") + guardFrame("abc"),
+		"ab c\r\nab cd\r\n",
+		guardFrame("a", "b", "c", "d") + guardFrame("a", "b", "c", "d", "e"),
+		guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 8)) +
+			guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 9)),
+		strings.Repeat("x", 16) + " " + strings.Repeat("x", 15) + "\r\n" + strings.Repeat("x", 16) + " " + strings.Repeat("x", 16) + "\r\n",
 	}
 	for i, s := range seeds {
 		for preset := range uint8(len(guardFuzzLimits)) {

@@ -501,7 +501,7 @@ func (c *guardBenchConn) Read(p []byte) (int, error) {
 // BenchmarkGuard reads a pipeline of 1000 SET commands, with and without the
 // guard: "read" with plain 4 KiB Reads, "redcon" through redcon's Reader.
 func BenchmarkGuard(b *testing.B) {
-	data := []byte(strings.Repeat(guardFrame("SET", "lock:resource", "4f0e6c2a9b", "NX", "PX", "30000"), 1000))
+	data := []byte(strings.Repeat(guardFrame("SET", "k", "v", "NX", "PX", "30000"), 1000))
 	conn := &guardBenchConn{data: data}
 	for _, guarded := range []bool{false, true} {
 		name := "plain"

@@ -29,7 +29,7 @@ func TestMillis(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		want int64
-	}{{"0s", 1}, {"-1s", 1}, {"1ns", 1}, {"1ms", 1}, {"1.001ms", 2}, {"2s", 2000}} {
+	}{{"0s", 0}, {"-1s", 0}, {"1ns", 1}, {"1ms", 1}, {"1.001ms", 2}, {"2s", 2000}} {
 		d, err := time.ParseDuration(tc.in)
 		if err != nil {
 			t.Fatal(err)
