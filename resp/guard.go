@@ -1,8 +1,6 @@
 package resp
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -33,16 +31,6 @@ const (
 	guardReplyTimeout = time.Second
 )
 
-// Errors a guarded connection's Read returns. The limit errors come wrapped in a *LimitError.
-var (
-	ErrBulkTooLong      = errors.New("resp: bulk string longer than the limit")
-	ErrTooManyArgs      = errors.New("resp: more arguments than the limit")
-	ErrInlineTooLong    = errors.New("resp: inline command longer than the limit")
-	ErrRequestTooLarge  = errors.New("resp: request larger than the limit")
-	ErrHeaderTooLong    = errors.New("resp: length header longer than the limit")
-	ErrMalformedRequest = errors.New("resp: malformed request")
-)
-
 // Redis's replies to the limit errors.
 const (
 	replyBulkTooLong    = "-ERR Protocol error: invalid bulk length\r\n"
@@ -52,16 +40,6 @@ const (
 	replyCountTooLong   = "-ERR Protocol error: too big mbulk count string\r\n"
 	replyLengthTooLong  = "-ERR Protocol error: too big bulk count string\r\n"
 )
-
-// LimitError says which limit a client broke.
-type LimitError struct {
-	Err   error // ErrBulkTooLong, ErrTooManyArgs, ErrInlineTooLong, ErrRequestTooLarge or ErrHeaderTooLong
-	Limit int   // the limit in force
-	Got   int   // the value (for a length, its magnitude) seen when the limit was crossed; the guard stops there, so the client asked for at least Got
-}
-
-func (e *LimitError) Error() string { return fmt.Sprintf("%v: %d > %d", e.Err, e.Got, e.Limit) }
-func (e *LimitError) Unwrap() error { return e.Err }
 
 // WithDefaults returns l with every zero or negative field set to its default
 // and every field capped at a value that cannot overflow while digits are read.
@@ -84,12 +62,18 @@ func limitOr(v, def int) int {
 //
 // Guard frames the stream as redcon does, byte by byte and without buffering:
 // a frame starting with '*' is a multibulk request, any other byte starts an
-// inline command ending at '\n'. The Read that meets a frame breaking a limit
-// returns only the bytes before that frame, so the complete commands ahead of
-// it are still served; the next Read writes Redis's error reply to c and
-// returns a *LimitError. Input redcon rejects as malformed is passed through
-// up to the byte where redcon rejects it, and Read returns ErrMalformedRequest
-// after that. The returned conn's Read must not be called concurrently.
+// inline command ending at '\n', which redcon splits into words. A "*N" or
+// "$LEN" header line may be 32 bytes long. MaxRequest bounds multibulk frames;
+// an inline frame is bounded by MaxInline, and its words by MaxArgs and MaxBulk.
+//
+// The Read that meets a frame breaking a limit returns only the bytes before
+// that frame, so the complete commands ahead of it are still served; the next
+// Read writes Redis's error reply to c, waiting at most a second, and returns
+// a *LimitError, as does every Read after it. Input redcon rejects as
+// malformed is passed through up to the byte where redcon rejects it, and
+// every Read after that returns ErrMalformedRequest.
+//
+// Read must not be called concurrently.
 func Guard(c net.Conn, lim Limits) net.Conn {
 	return &guardConn{Conn: c, lim: lim.WithDefaults()}
 }
@@ -245,9 +229,9 @@ func (g *guardConn) scan(p []byte) (int, error) {
 }
 
 // fastCount consumes a "*N\r\n" line at the start of b and returns its
-// length, if the line is all in b and nothing about it is unusual: N has no
-// leading zeros, and no limit is near. Otherwise it returns 0 and the line is
-// read byte by byte, to the same effect.
+// length, if the line is all in b, well formed, without leading zeros and
+// within the limits. Otherwise it returns 0 and the line is read byte by
+// byte, to the same effect.
 func (g *guardConn) fastCount(b []byte) int {
 	v, n := fastHeader(b, '*', g.lim.MaxArgs)
 	if n == 0 || v == 0 || n > g.lim.MaxRequest {
