@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv("LOCKPROXY_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"lockproxy"}, strings.Fields(args)...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSIGTERMDrains runs the real main in a child process over three real
+// redis-servers: on SIGTERM it releases its connection-bound locks on the
+// nodes and exits 0.
+func TestSIGTERMDrains(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "LOCKPROXY_TEST_MAIN_ARGS=--listen 127.0.0.1:0 --nodes "+strings.Join(addrs, ",")+" --config ../../config.example.toml")
+	stderr, err := child.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	addr := waitServing(t, bufio.NewScanner(stderr))
+
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Do(ctx, "LOCK", "drain-me").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("lockproxy exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("lockproxy did not exit after SIGTERM")
+	}
+	for _, a := range addrs {
+		raw := redis.NewClient(&redis.Options{Addr: a})
+		n, err := raw.Exists(ctx, "lockproxy:lock:drain-me").Result()
+		raw.Close()
+		if n != 0 || err != nil {
+			t.Fatalf("node %s still holds the bound lock after the drain: %d %v", a, n, err)
+		}
+	}
+}
+
+// waitServing reads the child's JSON log until it says where it listens.
+func waitServing(t *testing.T, sc *bufio.Scanner) string {
+	t.Helper()
+	for sc.Scan() {
+		var line struct{ Msg, Listen string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "lockproxy serving" {
+			go func() {
+				for sc.Scan() { // keep draining so the child never blocks on stderr
+				}
+			}()
+			return line.Listen
+		}
+	}
+	t.Fatalf("lockproxy never said it was serving: %v", sc.Err())
+	return ""
+}
