@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// costs are the CPU time and upstream traffic spent so far by the parts of
+// the system under test. Zero where unknown.
+type costs struct {
+	bench time.Duration // this process (the load generator, and lockproxy with -inprocess)
+	proxy time.Duration // the lockproxy subprocess
+	redis time.Duration // the redis-servers, user+sys
+	cmds  int64         // commands the redis-servers processed
+	reads int64         // reads (socket read calls) the redis-servers processed
+}
+
+func (c costs) sub(d costs) costs {
+	return costs{bench: c.bench - d.bench, proxy: c.proxy - d.proxy, redis: c.redis - d.redis,
+		cmds: c.cmds - d.cmds, reads: c.reads - d.reads}
+}
+
+// probe reads costs from this process, the lockproxy subprocess (pid 0:
+// none) and the redis-servers' INFO.
+type probe struct {
+	pid     int
+	clients []*redis.Client
+}
+
+func newProbe(nodes []string, pid int) *probe {
+	p := &probe{pid: pid}
+	for _, addr := range nodes {
+		p.clients = append(p.clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1}))
+	}
+	return p
+}
+
+func (p *probe) close() error {
+	var errs []error
+	for _, c := range p.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// read takes a snapshot; a part it cannot read counts as zero.
+func (p *probe) read(ctx context.Context) costs {
+	c := costs{bench: selfCPU(), proxy: procCPU(p.pid)}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	for _, cl := range p.clients {
+		info, err := cl.InfoMap(ctx, "cpu", "stats").Result()
+		if err != nil {
+			continue
+		}
+		c.redis += seconds(info["CPU"]["used_cpu_user"]) + seconds(info["CPU"]["used_cpu_sys"])
+		c.cmds += integer(info["Stats"]["total_commands_processed"])
+		c.reads += integer(info["Stats"]["total_reads_processed"])
+	}
+	return c
+}
+
+// selfCPU is this process's user+sys CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clockTick is the unit of /proc/PID/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// procCPU is pid's user+sys CPU time from /proc; 0 if pid is 0 or it
+// cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses: state is
+	// the first, utime the 12th and stime the 13th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	return time.Duration(integer(f[11])+integer(f[12])) * clockTick
+}
+
+func seconds(s string) time.Duration {
+	f, _ := strconv.ParseFloat(s, 64)
+	return time.Duration(f * float64(time.Second))
+}
+
+func integer(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/server"
+)
+
+// Bounds of the lockproxy's lifecycle.
+const (
+	buildTimeout = 5 * time.Minute
+	readyTimeout = 30 * time.Second
+	stopTimeout  = 15 * time.Second
+)
+
+// proxy is a running lockproxy.
+type proxy struct {
+	addr string
+	desc string // how it runs, for the header
+	pid  int    // the subprocess's pid; 0 in-process
+	stop func() error
+}
+
+// startProxy runs lockproxy with the redlock backend over nodes, in this
+// process or as a subprocess built into dir.
+func startProxy(ctx context.Context, inprocess bool, dir string, nodes []string) (*proxy, error) {
+	if inprocess {
+		return startInProcess(nodes)
+	}
+	bin, err := buildProxy(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return startSubprocess(ctx, bin, nodes)
+}
+
+func startInProcess(nodes []string) (*proxy, error) {
+	cfg := server.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Backend = "redlock"
+	cfg.Redlock.Nodes = nodes
+	in, err := server.Start(cfg, zap.NewNop())
+	if err != nil {
+		return nil, fmt.Errorf("start lockproxy in-process: %w", err)
+	}
+	stop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		return in.Shutdown(ctx)
+	}
+	return &proxy{addr: in.Addr(), desc: "in-process", stop: stop}, nil
+}
+
+// buildProxy builds ./cmd/lockproxy into dir.
+func buildProxy(ctx context.Context, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "lockproxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockproxy/lockproxy/cmd/lockproxy")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build lockproxy: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// subprocess is a lockproxy process this run started.
+type subprocess struct {
+	cmd    *exec.Cmd
+	ready  chan string   // the listen address, once
+	exited chan struct{} // closed once the process has exited
+}
+
+func startSubprocess(ctx context.Context, bin string, nodes []string) (*proxy, error) {
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--backend", "redlock", "--nodes", strings.Join(nodes, ","))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start lockproxy: %w", err)
+	}
+	p := &subprocess{cmd: cmd, ready: make(chan string, 1), exited: make(chan struct{})}
+	go p.watch(stderr)
+	addr, err := p.waitReady(ctx)
+	if err != nil {
+		return nil, errors.Join(err, p.stop())
+	}
+	pid := cmd.Process.Pid
+	return &proxy{addr: addr, desc: fmt.Sprintf("subprocess pid %d", pid), pid: pid, stop: p.stop}, nil
+}
+
+// watch reads the process's log until it exits: it reports the listen
+// address and passes on every line that is not info-level. Then it reaps
+// the process (Wait must follow the last read of the pipe).
+func (p *subprocess) watch(stderr io.Reader) {
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		p.line(sc.Bytes())
+	}
+	_ = p.cmd.Wait() // a process stopped by a signal exits with an error
+	close(p.exited)
+}
+
+// logLine is the part of lockproxy's JSON log lines the bench reads.
+type logLine struct {
+	Level  string `json:"level"`
+	Msg    string `json:"msg"`
+	Listen string `json:"listen"`
+}
+
+func (p *subprocess) line(b []byte) {
+	var l logLine
+	if json.Unmarshal(b, &l) != nil || l.Level != "info" {
+		fmt.Fprintf(os.Stderr, "lockproxy: %s\n", b)
+	}
+	if l.Msg == "lockproxy serving" && l.Listen != "" {
+		select {
+		case p.ready <- l.Listen:
+		default:
+		}
+	}
+}
+
+func (p *subprocess) waitReady(ctx context.Context) (string, error) {
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	select {
+	case addr := <-p.ready:
+		return addr, nil
+	case <-p.exited:
+		return "", fmt.Errorf("lockproxy exited before serving: %s", p.cmd.ProcessState)
+	case <-timer.C:
+		return "", fmt.Errorf("lockproxy not serving after %v", readyTimeout)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// stop sends SIGTERM, and SIGKILL if the process has not exited within
+// stopTimeout; it waits for the exit.
+func (p *subprocess) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails only if it exited already
+	timer := time.NewTimer(stopTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.exited:
+		return nil
+	case <-timer.C:
+	}
+	_ = p.cmd.Process.Kill()
+	timer.Reset(stopTimeout)
+	select {
+	case <-p.exited:
+	case <-timer.C:
+	}
+	return fmt.Errorf("lockproxy did not stop within %v; sent SIGKILL", stopTimeout)
+}
+
+// subprocessPID is the lockproxy subprocess's pid; 0 when there is none.
+func (p *proxy) subprocessPID() int {
+	if p == nil {
+		return 0
+	}
+	return p.pid
+}
