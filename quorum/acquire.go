@@ -10,16 +10,20 @@ import (
 
 // Acquire takes key on a majority of nodes and gives it a fencing token.
 //
-// Phase one sets the key on every node where it is free and reads each
-// node's fencing counter in the same script. Phase two commits the fence,
-// max(counter)+1, to every node: it raises each counter and succeeds only
-// where the token still holds the key. The grant needs a quorum in both
-// phases and a positive validity; otherwise every node is rolled back.
-// README.md ("Fencing tokens") explains why the fence strictly increases.
+// Phase one takes the key on every node where it is free; each node raises
+// its fencing counter by one and records the new value as the lock's fence
+// in the same atomic step. When the first majority of nodes to take it all
+// report the same value, that value is the fence, already recorded on a
+// majority of holders. Otherwise (the counters had drifted apart, or this
+// is a retry by the holder) phase two commits the fence to every node: it
+// raises each counter to it and succeeds only where the token still holds
+// the key. The grant needs a quorum in each phase it runs and a positive
+// validity; otherwise every node is rolled back. README.md ("Fencing
+// tokens") explains why the fence strictly increases.
 func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
 	start := time.Now()
-	fence, claimed, err := r.claim(ctx, key, h)
-	if err == nil {
+	fence, agreed, claimed, err := r.claim(ctx, key, h)
+	if err == nil && !agreed {
 		err = r.commit(ctx, key, h.Token, fence)
 	}
 	if err == nil {
@@ -34,18 +38,17 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	return engine.Grant{}, err
 }
 
-// claim runs phase one and returns the fence to commit and the flight of
+// claim runs phase one. It returns the fence, whether a majority of
+// holders recorded it already (agreed: no commit needed), and the flight of
 // its calls.
-func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence int64, calls *flight, err error) {
+func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence int64, agreed bool, calls *flight, err error) {
 	t := newTally(r.quorum, len(r.nodes))
-	var counter, held int64
-	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (Claim, error) { return n.Acquire(ctx, key, h) },
-		func(res result[Claim]) bool {
-			t.add(res.val.State != Taken, res.err)
-			counter = max(counter, res.val.Counter)
-			if res.val.State == Mine {
-				held = max(held, res.val.Fence)
+	var s claimSummary
+	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpAcquire, Key: key, Hold: h},
+		func(rep Reply) bool {
+			t.add(rep.Claim.State != Taken, rep.Err)
+			if rep.Err == nil {
+				s.add(rep.Claim)
 			}
 			return t.decided()
 		})
@@ -53,35 +56,76 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence i
 		err = t.outcome("acquire", engine.ErrNotAcquired)
 	}
 	if err != nil {
-		return 0, calls, err
+		return 0, false, calls, err
 	}
-	// A retry by the holder keeps its fence, unless a later grant raised a
-	// counter past it: then the token lapsed and this is a new grant.
-	if held > 0 && held >= counter {
-		return held, calls, nil
+	fence, agreed = s.fence(r.quorum)
+	return fence, agreed, calls, nil
+}
+
+// claimSummary gathers the phase-one replies that decide the fence.
+type claimSummary struct {
+	counter  int64 // the largest counter any node reported
+	mine     int   // nodes where the token already held the key
+	held     int64 // the largest fence recorded for the token where it held the key
+	acquired int   // nodes that took the key for the token
+	first    int64 // the fence the first of them recorded
+	split    bool  // whether those nodes recorded different fences
+}
+
+func (s *claimSummary) add(c Claim) {
+	s.counter = max(s.counter, c.Counter)
+	switch c.State {
+	case Mine:
+		s.mine++
+		s.held = max(s.held, c.Fence)
+	case Acquired:
+		if s.acquired == 0 {
+			s.first = c.Fence
+		}
+		s.split = s.split || c.Fence != s.first
+		s.acquired++
 	}
-	return counter + 1, calls, nil
+}
+
+// fence picks the grant's fence. A retry that still holds a majority keeps
+// the fence of its grant (no other grant can have come between). A
+// majority that took the key and agrees has recorded the fence already.
+// Otherwise the largest counter seen is the fence, to be committed.
+func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
+	switch {
+	case s.mine >= quorum:
+		return s.held, false // the commit records it where the key was taken anew
+	case s.acquired >= quorum && !s.split:
+		return s.first, true
+	default:
+		return s.counter, false
+	}
 }
 
 // commit runs phase two.
 func (r *Redlock) commit(ctx context.Context, key, token string, fence int64) error {
+	_, err := r.count(ctx, &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, "acquire", engine.ErrNotAcquired)
+	return err
+}
+
+// count fans op out, counts the nodes whose reply is OK, and turns the
+// count into op's outcome (see tally.outcome).
+func (r *Redlock) count(ctx context.Context, op *Op, name string, no error) (*flight, error) {
 	t := newTally(r.quorum, len(r.nodes))
-	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (bool, error) { return n.Commit(ctx, key, token, fence) },
-		func(res result[bool]) bool { t.add(res.val, res.err); return t.decided() })
+	calls, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, op,
+		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.decided() })
 	if err != nil {
-		return err
+		return calls, err
 	}
-	return t.outcome("acquire", engine.ErrNotAcquired)
+	return calls, t.outcome(name, no)
 }
 
 // rollback releases token's key on every node, waiting for all of them.
 func (r *Redlock) rollback(ctx context.Context, key, token string) {
 	ctx, cancel := r.cleanup(ctx)
 	defer cancel()
-	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, key, token) },
-		func(result[bool]) bool { return false })
+	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token},
+		func(Reply) bool { return false })
 	calls.Wait()
 }
 
@@ -92,12 +136,11 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	start := time.Now()
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
-	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (time.Duration, error) { return n.Extend(ctx, key, token, ttl, mode) },
-		func(res result[time.Duration]) bool {
-			t.add(res.val > 0, res.err)
-			if res.val > 0 && (applied == 0 || res.val < applied) {
-				applied = res.val
+	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode},
+		func(rep Reply) bool {
+			t.add(rep.TTL > 0, rep.Err)
+			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
+				applied = rep.TTL
 			}
 			return t.decided()
 		})
@@ -117,13 +160,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // majority still held it for token.
 func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
 	r.landed(key, token)
-	t := newTally(r.quorum, len(r.nodes))
-	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (bool, error) { return n.Release(ctx, key, token) },
-		func(res result[bool]) bool { t.add(res.val, res.err); return t.decided() })
-	if err == nil {
-		err = t.outcome("release", engine.ErrNotHeld)
-	}
+	_, err := r.count(ctx, &Op{Kind: OpRelease, Key: key, Token: token}, "release", engine.ErrNotHeld)
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
 	}

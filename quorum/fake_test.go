@@ -22,6 +22,7 @@ type fakeNode struct {
 	hang    chan struct{} // if set, calls block until it is closed or ctx is done
 	entries map[string]*fakeEntry
 	counter map[string]int64
+	commits int // Commit calls served
 }
 
 type fakeEntry struct {
@@ -103,8 +104,10 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Clai
 	c := Claim{Counter: f.counter[key]}
 	switch e := f.live(key); {
 	case e == nil:
-		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL)}
-		c.State = Acquired
+		f.counter[key]++
+		c.Counter = f.counter[key]
+		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL)}
+		c.State, c.Fence = Acquired, c.Counter
 	case e.Token == h.Token:
 		e.ttl, e.expires = h.TTL, time.Now().Add(h.TTL)
 		c.State, c.Fence = Mine, e.Fence
@@ -117,6 +120,7 @@ func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (
 		return false, err
 	}
 	defer f.mu.Unlock()
+	f.commits++
 	f.counter[key] = max(f.counter[key], fence)
 	e := f.live(key)
 	if e == nil || e.Token != token {
@@ -171,4 +175,24 @@ func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error)
 	out := e.Entry
 	out.TTL = time.Until(e.expires)
 	return out, true, nil
+}
+
+// Do runs op in its own goroutine, as a real node answers independently.
+func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+	go func() {
+		r := Reply{Tag: tag}
+		switch op.Kind {
+		case OpAcquire:
+			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold)
+		case OpCommit:
+			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Fence)
+		case OpExtend:
+			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
+		case OpRelease:
+			r.OK, r.Err = f.Release(ctx, op.Key, op.Token)
+		case OpInspect:
+			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
+		}
+		done <- r
+	}()
 }

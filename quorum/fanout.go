@@ -3,71 +3,72 @@ package quorum
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// result is one node's answer in a fan-out.
-type result[T any] struct {
-	val T
-	err error
-}
-
-// flight is the set of calls of one fan-out.
+// flight is one fan-out: an Op sent to every node, whose replies arrive on
+// one channel buffered to N, so that nodes never block on a caller that
+// stopped listening.
 type flight struct {
-	wg      sync.WaitGroup
-	pending atomic.Int32
+	replies chan Reply
+	n, got  int
+	cancel  context.CancelFunc
 }
 
-// Wait blocks until every call of the fan-out has finished.
-func (f *flight) Wait() { f.wg.Wait() }
-
-// landed reports whether every call has finished.
-func (f *flight) landed() bool { return f.pending.Load() == 0 }
-
-// fanout runs call on every node in parallel and feeds the answers to
-// decide in arrival order until decide returns true, every node has
-// answered, or ctx is done (then it returns ctx's error). The flight tells
-// when every call has finished.
+// fanout sends op to every node and feeds their replies to decide in
+// arrival order until decide returns true, every node has answered, or ctx
+// is done (then it returns ctx's error).
 //
-// Each call runs on its own context, detached from ctx's cancellation and
-// bounded by timeout, so calls still running when fanout returns finish in
-// the background (their channel is buffered to N): a write the caller no
-// longer waits for (the last nodes of a release, a commit beyond the
-// quorum) still reaches every node that answers in time.
-func fanout[T any](ctx context.Context, nodes []Node, timeout time.Duration,
-	call func(ctx context.Context, n Node) (T, error), decide func(r result[T]) bool) (*flight, error) {
-	ch := make(chan result[T], len(nodes))
-	base := context.WithoutCancel(ctx)
-	f := &flight{}
-	f.wg.Add(len(nodes))
-	f.pending.Store(int32(len(nodes)))
-	for _, n := range nodes {
-		go func() {
-			defer f.wg.Done()
-			defer f.pending.Add(-1)
-			cctx, cancel := context.WithTimeout(base, timeout)
-			defer cancel()
-			v, err := call(cctx, n)
-			if err != nil {
-				err = &NodeError{Node: n.String(), Err: err}
-			}
-			ch <- result[T]{val: v, err: err}
-		}()
+// All calls share one context, detached from ctx's cancellation and
+// bounded by timeout: calls still running when fanout returns finish in the
+// background, so a write the caller no longer waits for (the last nodes of
+// a release, a commit beyond the quorum) still reaches every node that
+// answers in time.
+func fanout(ctx context.Context, nodes []Node, timeout time.Duration, op *Op, decide func(Reply) bool) (*flight, error) {
+	f := &flight{replies: make(chan Reply, len(nodes)), n: len(nodes)}
+	var cctx context.Context
+	cctx, f.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	for i, n := range nodes {
+		n.Do(cctx, op, i, f.replies)
 	}
-	for range nodes {
+	for f.got < f.n {
 		select {
-		case r := <-ch:
+		case r := <-f.replies:
+			f.got++
+			if r.Err != nil {
+				r.Err = &NodeError{Node: nodes[r.Tag].String(), Err: r.Err}
+			}
 			if decide(r) {
+				f.release()
 				return f, nil
 			}
 		case <-ctx.Done():
 			return f, ctx.Err()
 		}
 	}
+	f.release()
 	return f, nil
 }
+
+// release frees the shared context once every call has landed; calls still
+// in flight keep it until its deadline.
+func (f *flight) release() {
+	if f.got == f.n {
+		f.cancel()
+	}
+}
+
+// Wait blocks until every call of the fan-out has landed. Only one
+// goroutine at a time may wait, after fanout returned.
+func (f *flight) Wait() {
+	for ; f.got < f.n; f.got++ {
+		<-f.replies
+	}
+	f.cancel()
+}
+
+// landed reports whether every call has landed.
+func (f *flight) landed() bool { return f.got == f.n }
 
 // tally counts the answers of one fan-out over n nodes with quorum q.
 type tally struct {
@@ -76,7 +77,7 @@ type tally struct {
 	errs    []error
 }
 
-func newTally(q, n int) *tally { return &tally{q: q, n: n} }
+func newTally(q, n int) tally { return tally{q: q, n: n} }
 
 func (t *tally) add(ok bool, err error) {
 	switch {

@@ -9,15 +9,15 @@ import (
 
 // inspection gathers the entries that nodes report for one key.
 type inspection struct {
-	t     *tally
+	t     tally
 	votes map[string][]Entry // entries by token
 	best  string             // the token held on most nodes
 }
 
-func (in *inspection) add(res result[entryResult]) bool {
-	in.t.add(res.val.ok, res.err)
-	if res.err == nil && res.val.ok {
-		e := res.val.e
+func (in *inspection) add(rep Reply) bool {
+	in.t.add(rep.OK, rep.Err)
+	if rep.Err == nil && rep.OK {
+		e := rep.Entry
 		in.votes[e.Token] = append(in.votes[e.Token], e)
 		if len(in.votes[e.Token]) > len(in.votes[in.best]) {
 			in.best = e.Token
@@ -26,23 +26,13 @@ func (in *inspection) add(res result[entryResult]) bool {
 	return len(in.votes[in.best]) >= in.t.q || in.t.pending() == 0
 }
 
-type entryResult struct {
-	e  Entry
-	ok bool
-}
-
 // Inspect reports who holds key: a token held on a majority of nodes. The
 // validity is the shortest remaining TTL among that majority, less drift
 // and the time the inspection took.
 func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
 	start := time.Now()
 	in := &inspection{t: newTally(r.quorum, len(r.nodes)), votes: map[string][]Entry{}}
-	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout,
-		func(ctx context.Context, n Node) (entryResult, error) {
-			e, ok, err := n.Inspect(ctx, key)
-			return entryResult{e, ok}, err
-		}, in.add)
-	if err != nil {
+	if _, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpInspect, Key: key}, in.add); err != nil {
 		return engine.Holder{}, false, err
 	}
 	held := in.votes[in.best]

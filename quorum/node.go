@@ -11,11 +11,11 @@ import (
 type Claim struct {
 	// State says whether the node now holds the lock for the token.
 	State ClaimState
-	// Counter is the node's fencing counter for the key, read atomically
-	// with the acquire.
+	// Counter is the node's fencing counter for the key after the acquire
+	// (raised by one when State is Acquired).
 	Counter int64
-	// Fence is the fence committed for the token on this node when State is
-	// Mine (0 if none was committed yet).
+	// Fence is the fence recorded for the token on this node: the raised
+	// counter when Acquired, the fence of the earlier grant when Mine.
 	Fence int64
 }
 
@@ -37,25 +37,58 @@ type Entry struct {
 	TTL   time.Duration // remaining time to live on the node
 }
 
+// OpKind names a node operation.
+type OpKind uint8
+
+const (
+	// OpAcquire sets Key to Hold.Token with TTL Hold.TTL if the key is free,
+	// raising the key's fencing counter by one and recording the new value
+	// as the lock's fence, or resets the TTL if Hold.Token already holds it;
+	// all in one atomic step. Reply: Claim.
+	OpAcquire OpKind = iota
+	// OpCommit raises the key's fencing counter to at least Fence, and
+	// records Fence for Token if Token holds the key. Reply: OK (held).
+	OpCommit
+	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
+	// reuses the TTL the key was last given — and records Mode unless it is
+	// empty. Reply: TTL applied, 0 if Token does not hold the key.
+	OpExtend
+	// OpRelease deletes Key if Token holds it. Reply: OK (released).
+	OpRelease
+	// OpInspect reads the entry of Key. Reply: Entry, OK (held).
+	OpInspect
+)
+
+// Op is one operation, sent alike to every node of a fan-out. Nodes must
+// not modify it.
+type Op struct {
+	Kind  OpKind
+	Key   string
+	Hold  engine.Hold   // OpAcquire
+	Token string        // OpCommit, OpExtend, OpRelease
+	Fence int64         // OpCommit
+	TTL   time.Duration // OpExtend
+	Mode  engine.Mode   // OpExtend
+}
+
+// Reply is one node's answer to an Op.
+type Reply struct {
+	Tag   int // the tag the caller gave Do
+	Claim Claim
+	OK    bool
+	TTL   time.Duration
+	Entry Entry
+	Err   error
+}
+
 // Node is one independent Redis node as the Redlock algorithm sees it.
-// Every method is atomic on the node (a Lua script) and honours ctx.
+// Every operation is atomic on the node (a Lua script).
 type Node interface {
-	// Acquire sets key to h.Token with TTL h.TTL if the key is free, or
-	// resets the TTL if h.Token already holds it, and reads the key's fencing
-	// counter in the same step.
-	Acquire(ctx context.Context, key string, h engine.Hold) (Claim, error)
-	// Commit raises the key's fencing counter to at least fence, and records
-	// fence for token if token holds the key; held reports the latter.
-	Commit(ctx context.Context, key, token string, fence int64) (held bool, err error)
-	// Extend resets the TTL of key to ttl if token holds it — a zero ttl
-	// reuses the TTL the key was last given — and, if mode is not empty,
-	// records mode. It returns the TTL applied, or 0 if token does not hold
-	// the key.
-	Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error)
-	// Release deletes key if token holds it.
-	Release(ctx context.Context, key, token string) (bool, error)
-	// Inspect reads the entry of key; ok is false when the key is free.
-	Inspect(ctx context.Context, key string) (e Entry, ok bool, err error)
+	// Do starts op on the node without waiting for it and delivers exactly
+	// one Reply, carrying tag, to done, which has room for it. The reply
+	// comes once the node answered, or with an error once ctx is done or
+	// the node failed; a call whose ctx ends before it was sent is not sent.
+	Do(ctx context.Context, op *Op, tag int, done chan<- Reply)
 	// String names the node (its address) in errors.
 	String() string
 }

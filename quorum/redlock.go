@@ -33,7 +33,7 @@ type Redlock struct {
 	cfg    Config
 
 	mu       sync.Mutex
-	inflight map[grantID]*flight // grants whose acquires beyond the quorum are still in flight
+	inflight map[grantID]chan struct{} // grants whose acquires beyond the quorum are still in flight; closed once landed
 }
 
 type grantID struct{ key, token string }
@@ -51,7 +51,7 @@ func New(nodes []Node, cfg Config) *Redlock {
 	if cfg.DriftFixed <= 0 {
 		cfg.DriftFixed = DefaultDriftFixed
 	}
-	return &Redlock{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[grantID]*flight{}}
+	return &Redlock{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[grantID]chan struct{}{}}
 }
 
 // settle remembers a grant's acquires that are still in flight until they
@@ -61,27 +61,28 @@ func (r *Redlock) settle(key, token string, calls *flight) {
 	if calls.landed() {
 		return
 	}
-	id := grantID{key, token}
+	id, done := grantID{key, token}, make(chan struct{})
 	r.mu.Lock()
-	r.inflight[id] = calls
+	r.inflight[id] = done
 	r.mu.Unlock()
-	go func() {
+	go func() { // the flight's only reader from now on
 		calls.Wait()
 		r.mu.Lock()
-		if r.inflight[id] == calls {
+		if r.inflight[id] == done {
 			delete(r.inflight, id)
 		}
 		r.mu.Unlock()
+		close(done)
 	}()
 }
 
 // landed waits until the acquires of key's grant to token have landed.
 func (r *Redlock) landed(key, token string) {
 	r.mu.Lock()
-	calls := r.inflight[grantID{key, token}]
+	done := r.inflight[grantID{key, token}]
 	r.mu.Unlock()
-	if calls != nil {
-		calls.Wait()
+	if done != nil {
+		<-done
 	}
 }
 

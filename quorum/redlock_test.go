@@ -143,6 +143,7 @@ func TestAcquireHeldByAnother(t *testing.T) {
 	if _, err := r.Acquire(ctx, "k", hold("a")); err != nil {
 		t.Fatal(err)
 	}
+	waitHeld(t, nodes, "k", "a")
 	if _, err := r.Acquire(ctx, "k", hold("b")); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("second holder: %v", err)
 	}
@@ -217,6 +218,7 @@ func TestRetryAfterLapseGetsNewFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitHeld(t, nodes, "k", "a")
 	// a's key vanishes from nodes 1 and 2 (expiry there), b is granted there.
 	for _, f := range nodes[1:] {
 		f.mu.Lock()
@@ -300,5 +302,83 @@ func TestAcquireCancelled(t *testing.T) {
 	}
 	if holders(nodes, "k", "a") != 0 {
 		t.Fatal("cancelled attempt left the key held")
+	}
+}
+
+func commits(nodes []*fakeNode) int {
+	n := 0
+	for _, f := range nodes {
+		f.mu.Lock()
+		n += f.commits
+		f.mu.Unlock()
+	}
+	return n
+}
+
+// TestCommitOnlyWhenCountersDisagree: while the nodes' counters agree, a
+// grant takes one round (the acquire records the fence); after a node
+// missed a grant, a grant that counts on it commits the larger fence.
+func TestCommitOnlyWhenCountersDisagree(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	grant := func(tok string) int64 {
+		t.Helper()
+		g, err := r.Acquire(ctx, "k", hold(tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		waitCount(t, nodes, "k", tok, 0) // the release's last call lands before the next fault
+		return g.Fence
+	}
+	if f := grant("a"); f != 1 || commits(nodes) != 0 {
+		t.Fatalf("fence %d, %d commits for counters in step", f, commits(nodes))
+	}
+	nodes[2].setDown(true) // node 2 misses grant b: its counter lags
+	if f := grant("b"); f != 2 || commits(nodes) != 0 {
+		t.Fatalf("fence %d, %d commits", f, commits(nodes))
+	}
+	nodes[2].setDown(false)
+	nodes[0].setDown(true) // nodes 1 and 2 now report 3 and 2
+	if f := grant("c"); f != 3 || commits(nodes) == 0 {
+		t.Fatalf("fence %d after drift, %d commits (want a commit)", f, commits(nodes))
+	}
+}
+
+// TestReleaseWaitsForStragglingAcquire: an UNLOCK right after a grant whose
+// acquire on the slowest node is still in flight waits for it to land, then
+// releases every node — and never hangs (20 rounds: a race between two
+// readers of the grant's replies would hang about half of them).
+func TestReleaseWaitsForStragglingAcquire(t *testing.T) {
+	ctx := context.Background()
+	for i := range 20 {
+		nodes := newFakeNodes(3)
+		hang := make(chan struct{})
+		nodes[2].hang = hang
+		r := New(asNodes(nodes), Config{NodeTimeout: time.Minute})
+		tok := fmt.Sprint("t", i)
+		if _, err := r.Acquire(ctx, "k", hold(tok)); err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() { _, err := r.Release(ctx, "k", tok); released <- err }()
+		select {
+		case err := <-released:
+			t.Fatalf("round %d: release returned (%v) before the straggling acquire landed", i, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		close(hang)
+		select {
+		case err := <-released:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: release hung", i)
+		}
+		waitCount(t, nodes, "k", tok, 0)
 	}
 }

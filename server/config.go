@@ -79,7 +79,7 @@ func Default() Config {
 			DriftFactor:   0.01,
 			DriftFixedMS:  2,
 			KeyPrefix:     "lockproxy:",
-			Pipelines:     4,
+			Pipelines:     1,
 			MaxBatch:      128,
 		},
 		Embedded: EmbeddedConfig{Nodes: 3},

@@ -18,9 +18,9 @@ func TestAcquire(t *testing.T) {
 				t.Fatalf("Acquire(%s) = %+v, %v; want %+v", token, got, err, want)
 			}
 		}
-		check("a", quorum.Claim{State: quorum.Acquired})
-		check("a", quorum.Claim{State: quorum.Mine})
-		check("b", quorum.Claim{State: quorum.Taken})
+		check("a", quorum.Claim{State: quorum.Acquired, Counter: 1, Fence: 1}) // taking it raises the counter
+		check("a", quorum.Claim{State: quorum.Mine, Counter: 1, Fence: 1})
+		check("b", quorum.Claim{State: quorum.Taken, Counter: 1})
 		if _, err := n.Commit(ctx, "k", "a", 7); err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestCounterOutlivesLock(t *testing.T) {
 		}
 		mustRelease(t, n, "k", "a", true)
 		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
-		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 4}) {
+		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 5, Fence: 5}) {
 			t.Fatalf("Acquire after release = %+v, %v", c, err)
 		}
 	})
@@ -146,7 +146,7 @@ func TestInspect(t *testing.T) {
 			t.Errorf("TTL = %v, want in (0, 1m]", e.TTL)
 		}
 		e.TTL = 0
-		if want := (quorum.Entry{Token: "a", Mode: engine.Bound, Name: "worker-1"}); e != want {
+		if want := (quorum.Entry{Token: "a", Fence: 1, Mode: engine.Bound, Name: "worker-1"}); e != want {
 			t.Errorf("Inspect = %+v, want %+v", e, want)
 		}
 	})
@@ -164,7 +164,7 @@ func TestExpiry(t *testing.T) {
 			return err == nil && !ok
 		})
 		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
-		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 2}) {
+		if err != nil || c != (quorum.Claim{State: quorum.Acquired, Counter: 3, Fence: 3}) {
 			t.Fatalf("Acquire after expiry = %+v, %v", c, err)
 		}
 	})

@@ -6,50 +6,30 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
-// call is one script run waiting for a pipeline worker. It carries its
+// call is one operation waiting for a pipeline worker. It carries its
 // caller's context only so the worker can skip abandoned calls and bound the
 // pipeline by the callers' deadlines.
 type call struct {
-	ctx    context.Context
-	script *script
-	keys   []string
-	args   []any
-	out    chan result // buffered 1: a late result to an abandoned call is dropped here
+	ctx  context.Context
+	op   *quorum.Op
+	tag  int
+	done chan<- quorum.Reply // has room for the reply: delivering never blocks
 }
 
-type result struct {
-	val any
-	err error
-}
+// fail answers the call with err.
+func (c *call) fail(err error) { c.done <- quorum.Reply{Tag: c.tag, Err: err} }
 
-// deliver hands the call its result; it never blocks, as each call gets
-// exactly one result.
-func (c *call) deliver(v any, err error) { c.out <- result{val: v, err: err} }
-
-// eval queues a script run for the pipeline workers and waits for its reply,
-// ctx, or Close. It returns ctx.Err() itself when ctx ends first.
-func (n *RedisNode) eval(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// answer decodes the node's raw reply to the call's operation.
+func (c *call) answer(v any, err error) {
+	r := quorum.Reply{Tag: c.tag, Err: err}
+	if err == nil {
+		r.Err = decode(c.op.Kind, v, &r)
 	}
-	c := &call{ctx: ctx, script: s, keys: keys, args: args, out: make(chan result, 1)}
-	select {
-	case n.calls <- c:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-n.done:
-		return nil, n.wrap(ErrClosed)
-	}
-	select {
-	case r := <-c.out:
-		return r.val, n.callErr(ctx, r.err)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-n.done:
-		return nil, n.wrap(ErrClosed)
-	}
+	c.done <- r
 }
 
 // callErr is the error of a call that got its result: the caller's context
@@ -69,14 +49,23 @@ func (n *RedisNode) callErr(ctx context.Context, err error) error {
 	return n.wrap(err)
 }
 
-// work runs batches until Close.
+// work runs batches until Close, then runs what was queued before Close
+// (each call within its own deadline) and stops: a release that returned
+// once a majority answered still reaches the last nodes during a drain.
 func (n *RedisNode) work() {
 	for {
 		select {
-		case <-n.done:
-			return
 		case c := <-n.calls:
 			n.run(n.gather(c))
+		case <-n.done:
+			for {
+				select {
+				case c := <-n.calls:
+					n.run(n.gather(c))
+				default:
+					return
+				}
+			}
 		}
 	}
 }
@@ -110,24 +99,24 @@ func (n *RedisNode) run(batch []*call) {
 		if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
 			missing = append(missing, batch[i])
 		} else {
-			batch[i].deliver(cmd.Val(), err)
+			batch[i].answer(cmd.Val(), err)
 		}
 	}
 	if len(missing) == 0 {
 		return
 	}
 	for i, cmd := range n.send(ctx, missing, true) {
-		missing[i].deliver(cmd.Val(), typed(cmd.Err()))
+		missing[i].answer(cmd.Val(), typed(cmd.Err()))
 	}
 }
 
-// live delivers their context's error to the calls whose callers gave up
-// already and returns the others.
+// live answers with their context's error the calls whose callers gave up
+// already, and returns the others.
 func live(batch []*call) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.deliver(nil, err)
+			c.fail(err)
 			continue
 		}
 		kept = append(kept, c)
@@ -162,10 +151,11 @@ func (n *RedisNode) send(ctx context.Context, batch []*call, source bool) []*red
 	pipe := n.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
+		s, keys, args := n.command(c.op)
 		if source {
-			cmds[i] = pipe.Eval(ctx, c.script.src, c.keys, c.args...)
+			cmds[i] = pipe.Eval(ctx, s.src, keys, args...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.script.sha, c.keys, c.args...)
+			cmds[i] = pipe.EvalSha(ctx, s.sha, keys, args...)
 		}
 	}
 	n.roundTrips.Add(1)

@@ -61,3 +61,29 @@ func entry(v any) (quorum.Entry, bool, error) {
 	ttl := time.Duration(max(pttl, 0)) * time.Millisecond
 	return quorum.Entry{Token: token, Fence: fence, Mode: engine.Mode(mode), Name: name, TTL: ttl}, true, nil
 }
+
+// decode fills r from a script's raw reply v to an operation of kind k.
+func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
+	switch k {
+	case quorum.OpAcquire:
+		r.Claim, err = claim(v)
+	case quorum.OpCommit:
+		r.OK, err = flag(commitScript, v)
+	case quorum.OpExtend:
+		r.TTL, err = applied(v)
+	case quorum.OpRelease:
+		r.OK, err = flag(releaseScript, v)
+	case quorum.OpInspect:
+		r.Entry, r.OK, err = entry(v)
+	}
+	return err
+}
+
+// applied reads extend.lua's reply: the TTL applied in ms, 0 if not held.
+func applied(v any) (time.Duration, error) {
+	ms, ok := v.(int64)
+	if !ok || ms < 0 {
+		return 0, badReply(extendScript.name, v)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
