@@ -27,3 +27,9 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return fmt.Sprintf("%v: %d > %d", e.Err, e.Got, e.Limit) }
 func (e *LimitError) Unwrap() error { return e.Err }
+
+// Redis's own texts for handshake errors that more than one command gives.
+const (
+	msgWrongPass     = "WRONGPASS invalid username-password pair or user is disabled."
+	msgBadClientName = "ERR Client names cannot contain spaces, newlines or special characters."
+)

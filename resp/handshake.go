@@ -72,7 +72,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		user = string(args[1])
 	}
 	if !s.checkAuth(user, pass) {
-		c.Error("WRONGPASS invalid username-password pair or user is disabled.")
+		c.Error(msgWrongPass)
 		return
 	}
 	c.mu.Lock()
@@ -103,7 +103,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		switch {
 		case opt == "AUTH" && i+2 < len(args):
 			if !s.checkAuth(string(args[i+1]), string(args[i+2])) {
-				c.Error("WRONGPASS invalid username-password pair or user is disabled.")
+				c.Error(msgWrongPass)
 				return
 			}
 			authed = true
@@ -111,7 +111,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		case opt == "SETNAME" && i+1 < len(args):
 			n := string(args[i+1])
 			if !validName(n) {
-				c.Error("ERR Client names cannot contain spaces, newlines or special characters.")
+				c.Error(msgBadClientName)
 				return
 			}
 			name = &n
@@ -184,7 +184,7 @@ func (s *Server) client(c *Conn, args [][]byte) {
 	case sub == "SETNAME" && len(args) == 3:
 		n := string(args[2])
 		if !validName(n) {
-			c.Error("ERR Client names cannot contain spaces, newlines or special characters.")
+			c.Error(msgBadClientName)
 			return
 		}
 		c.mu.Lock()
