@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"os"
 	"sort"
@@ -54,8 +55,13 @@ func selectDB(c *Conn, args [][]byte) {
 }
 
 // checkAuth compares a client's credentials with the configured password.
+// With none configured, the default user takes any password, as Redis's
+// "nopass" default user does.
 func (s *Server) checkAuth(user, pass string) bool {
-	return s.cfg.Password != "" && (user == "" || user == "default") && pass == s.cfg.Password
+	if user != "" && user != "default" {
+		return false
+	}
+	return s.cfg.Password == "" || subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
 }
 
 func (s *Server) auth(c *Conn, args [][]byte) {
@@ -63,7 +69,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		c.Error("ERR syntax error")
 		return
 	}
-	if s.cfg.Password == "" {
+	if s.cfg.Password == "" && len(args) == 2 {
 		c.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return
 	}

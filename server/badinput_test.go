@@ -44,6 +44,9 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"SELECT", "1"}, "-ERR DB index is out of range"},
 		{[]string{"HELLO", "4"}, "-NOPROTO unsupported protocol version"},
 		{[]string{"AUTH", "x"}, "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"},
+		{[]string{"AUTH", "default", "any"}, "+OK"}, // no password: the default user takes any, as in Redis
+		{[]string{"AUTH", "someone", "any"}, "-WRONGPASS invalid username-password pair or user is disabled."},
+		{[]string{"HELLO", "2", "AUTH", "default", "any"}, "[server redis version 7.2.0 proto :2 id :1 mode standalone role master modules []]"},
 		{[]string{"CLIENT", "SETNAME", "has space"}, "-ERR Client names cannot contain spaces, newlines or special characters."},
 		{[]string{"SHUTDOWN"}, "-ERR unknown command 'SHUTDOWN', with args beginning with: "},
 	}
