@@ -3,7 +3,9 @@
 // RESP2 or RESP3 (redcon writes only RESP2, so RESP3 maps and nulls are
 // framed here), dispatches commands through one Table, and answers the
 // connection handshake that clients send (HELLO, AUTH, PING, ECHO, SELECT,
-// CLIENT, COMMAND, INFO, READONLY, QUIT, RESET).
+// CLIENT, COMMAND, INFO, READONLY, QUIT, RESET). A handler that blocks
+// (LOCK ... WAIT) watches its connection with WatchClose, so that a client
+// that disconnects or sends QUIT stops waiting at once.
 //
 // It knows nothing of locks: commands/ registers the lock commands in the
 // Table and learns of connections opening, resetting and closing through

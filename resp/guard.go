@@ -4,6 +4,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,7 +76,7 @@ func limitOr(v, def int) int {
 //
 // Read must not be called concurrently.
 func Guard(c net.Conn, lim Limits) net.Conn {
-	return &guardConn{Conn: c, lim: lim.WithDefaults()}
+	return &guardConn{Conn: c, framer: framer{lim: lim.WithDefaults()}}
 }
 
 // GuardListener wraps every connection ln accepts with Guard.
@@ -117,16 +118,36 @@ const (
 
 type guardConn struct {
 	net.Conn
+	framer       // has framed every byte Read returned
+	err    error // sticky, returned by every Read once set
+
+	// A watch (watch.go) reads the socket while a command blocks. Read
+	// serves what it read, then the error that ended it, before the socket.
+	watch   *watch
+	look    []byte
+	lookErr error
+	rdl     atomic.Pointer[time.Time] // the read deadline last set, which a watch restores
+}
+
+// framer frames a byte stream as redcon does and checks it against the limits.
+type framer struct {
 	lim   Limits
-	err   error  // sticky, returned by every Read once set
-	reply string // Redis's reply to err, still to be written
+	reply string // Redis's reply to the broken limit, still to be written
 	st    guardState
 	req   int // bytes of the current multibulk frame so far
 	args  int // bulk strings still expected in the current frame
 	left  int // bulk data bytes still expected
 	hdr   headerLine
 	inl   inlineLine
+	qm    int8 // how the current frame's first argument matches "quit": qmNo, qmYes, or bytes matched so far
+	quit  bool // a QUIT command has been framed
 }
+
+// Values of framer.qm besides the 0 to 4 bytes of "quit" matched so far.
+const (
+	qmNo  = -1 // the first argument is not "quit"
+	qmYes = 5  // the first argument was "quit"
+)
 
 // headerLine is the state of a "*N" or "$LEN" line.
 type headerLine struct {
@@ -150,10 +171,13 @@ type inlineLine struct {
 }
 
 func (g *guardConn) Read(p []byte) (int, error) {
+	if g.watch != nil {
+		g.watch.stop() // the handler did not
+	}
 	if g.err != nil {
 		return 0, g.fail()
 	}
-	n, err := g.Conn.Read(p)
+	n, err := g.readAhead(p)
 	keep, serr := g.scan(p[:n])
 	if serr == nil {
 		return n, err
@@ -178,7 +202,7 @@ func (g *guardConn) fail() error {
 // scan advances the state machine over p. On a broken limit it returns the
 // number of bytes of p before the offending frame; on malformed input, the
 // number of bytes up to and including the one redcon rejects.
-func (g *guardConn) scan(p []byte) (int, error) {
+func (g *framer) scan(p []byte) (int, error) {
 	start := 0 // where the current frame starts in p, 0 if it started before p
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -186,6 +210,9 @@ func (g *guardConn) scan(p []byte) (int, error) {
 		switch g.st {
 		case gsData:
 			k := min(g.left, len(p)-i)
+			if g.qm >= 0 && g.qm < qmYes { // in the first argument
+				g.quitBytes(p[i : i+k])
+			}
 			g.left -= k
 			g.req += k
 			i += k - 1
@@ -232,18 +259,18 @@ func (g *guardConn) scan(p []byte) (int, error) {
 // length, if the line is all in b, well formed, without leading zeros and
 // within the limits. Otherwise it returns 0 and the line is read byte by
 // byte, to the same effect.
-func (g *guardConn) fastCount(b []byte) int {
+func (g *framer) fastCount(b []byte) int {
 	v, n := fastHeader(b, '*', g.lim.MaxArgs)
 	if n == 0 || v == 0 || n > g.lim.MaxRequest {
 		return 0
 	}
-	g.st, g.req, g.args = gsDollar, n, v
+	g.st, g.req, g.args, g.qm = gsDollar, n, v, 0
 	return n
 }
 
 // fastBulk is fastCount for a "$LEN\r\n" line, and for the bulk data and
 // "\r\n" after it too if they are in b.
-func (g *guardConn) fastBulk(b []byte) int {
+func (g *framer) fastBulk(b []byte) int {
 	v, n := fastHeader(b, '$', g.lim.MaxBulk)
 	if n == 0 || g.req+n+v+2 > g.lim.MaxRequest {
 		return 0
@@ -257,8 +284,12 @@ func (g *guardConn) fastBulk(b []byte) int {
 		return n
 	}
 	g.req += end
+	if g.qm == 0 { // the first argument, whole
+		g.quitBytes(b[n : n+v])
+		g.endArg()
+	}
 	if g.args--; g.args == 0 {
-		g.st = gsFrame
+		g.endFrame()
 	}
 	return end
 }
@@ -286,7 +317,8 @@ func fastHeader(b []byte, prefix byte, max int) (val, n int) {
 	return val, i + 2
 }
 
-func (g *guardConn) frame(c byte) error {
+func (g *framer) frame(c byte) error {
+	g.qm = 0
 	if c == '*' {
 		g.st, g.req, g.hdr = gsCount, 1, headerLine{n: 1}
 		return nil
@@ -296,7 +328,7 @@ func (g *guardConn) frame(c byte) error {
 }
 
 // header consumes a byte of a "*N" or "$LEN" line, after the '*' or '$'.
-func (g *guardConn) header(c byte) error {
+func (g *framer) header(c byte) error {
 	if err := g.count(); err != nil {
 		return err
 	}
@@ -324,7 +356,7 @@ func (g *guardConn) header(c byte) error {
 // digit adds a digit to the header value. A negative value is limited too:
 // redcon's parseInt wraps around, so "*-9999999999999999999" is a huge count
 // to it, and "$-9999999999999999999" a huge length.
-func (g *guardConn) digit(c byte) error {
+func (g *framer) digit(c byte) error {
 	h := &g.hdr
 	h.val = h.val*10 + int(c-'0')
 	if g.st == gsCount && h.val > g.lim.MaxArgs {
@@ -338,7 +370,7 @@ func (g *guardConn) digit(c byte) error {
 
 // endHeader handles the '\n' of a header line. redcon wants "\r\n" after
 // the digits, at least one element and no negative length but "-0".
-func (g *guardConn) endHeader() error {
+func (g *framer) endHeader() error {
 	h := &g.hdr
 	count := g.st == gsCount
 	switch {
@@ -356,7 +388,7 @@ func (g *guardConn) endHeader() error {
 	return nil
 }
 
-func (g *guardConn) dollar(c byte) error {
+func (g *framer) dollar(c byte) error {
 	if err := g.count(); err != nil {
 		return err
 	}
@@ -370,21 +402,24 @@ func (g *guardConn) dollar(c byte) error {
 
 // endBulk handles the byte where redcon expects the '\n' after bulk data.
 // The frame size was checked against MaxRequest at the "$LEN" header.
-func (g *guardConn) endBulk(c byte) {
+func (g *framer) endBulk(c byte) {
 	g.req++
 	g.args--
 	switch {
 	case g.hdr.bad || c != '\n':
 		g.st = gsDead
+		return
 	case g.args == 0:
-		g.st = gsFrame
+		g.endArg()
+		g.endFrame()
 	default:
+		g.endArg()
 		g.st = gsDollar
 	}
 }
 
 // count adds a header byte to the frame size.
-func (g *guardConn) count() error {
+func (g *framer) count() error {
 	if g.req++; g.req > g.lim.MaxRequest {
 		return g.limit(ErrRequestTooLarge, g.lim.MaxRequest, g.req)
 	}
@@ -393,18 +428,19 @@ func (g *guardConn) count() error {
 
 // inline consumes a byte of an inline command line. A '\r' counts as data
 // until the next byte shows it is not the one before '\n', which redcon drops.
-func (g *guardConn) inline(c byte) error {
+func (g *framer) inline(c byte) error {
 	l := &g.inl
 	if c == '\n' {
-		switch {
-		case l.bad || l.quote != 0:
+		if l.bad || l.quote != 0 {
 			g.st = gsDead
-		case l.word > 0:
-			g.st = gsFrame
-			return g.endWord()
-		default:
-			g.st = gsFrame
+			return nil
 		}
+		if l.word > 0 {
+			if err := g.endWord(); err != nil {
+				return err
+			}
+		}
+		g.endFrame()
 		return nil
 	}
 	if l.n++; l.n > g.lim.MaxInline && (l.n > g.lim.MaxInline+1 || c != '\r') {
@@ -423,8 +459,9 @@ func (g *guardConn) inline(c byte) error {
 
 // char splits inline data into words as redcon does: spaces separate words,
 // a word may be in double or single quotes and then must be followed by a space,
-// and a backslash inside quotes escapes the next byte.
-func (g *guardConn) char(c byte) error {
+// and a backslash inside quotes escapes the next byte: "\n", "\r" and "\t"
+// stand for control characters, and any other byte for itself.
+func (g *framer) char(c byte) error {
 	l := &g.inl
 	switch {
 	case l.bad:
@@ -442,16 +479,17 @@ func (g *guardConn) char(c byte) error {
 		l.bad = l.word > 0
 		l.quote = c
 	default:
-		return g.grow()
+		return g.grow(c)
 	}
 	return nil
 }
 
-func (g *guardConn) quoted(c byte) error {
+func (g *framer) quoted(c byte) error {
 	l := &g.inl
 	switch {
 	case l.esc:
 		l.esc = false
+		c = unescape(c)
 	case c == l.quote:
 		l.quote, l.closed, l.word = 0, true, 0
 		return g.endWord()
@@ -459,17 +497,32 @@ func (g *guardConn) quoted(c byte) error {
 		l.esc = true
 		return nil
 	}
-	return g.grow()
+	return g.grow(c)
 }
 
-func (g *guardConn) grow() error {
+func unescape(c byte) byte {
+	switch c {
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c
+}
+
+// grow adds c to the current word.
+func (g *framer) grow(c byte) error {
+	g.quitByte(c)
 	if g.inl.word++; g.inl.word > g.lim.MaxBulk {
 		return g.limit(ErrBulkTooLong, g.lim.MaxBulk, g.inl.word)
 	}
 	return nil
 }
 
-func (g *guardConn) endWord() error {
+func (g *framer) endWord() error {
+	g.endArg()
 	if g.inl.words++; g.inl.words > g.lim.MaxArgs {
 		return g.limit(ErrTooManyArgs, g.lim.MaxArgs, g.inl.words)
 	}
@@ -477,7 +530,7 @@ func (g *guardConn) endWord() error {
 }
 
 // limit records Redis's reply to a broken limit and returns the error.
-func (g *guardConn) limit(err error, limit, got int) error {
+func (g *framer) limit(err error, limit, got int) error {
 	switch {
 	case err == ErrBulkTooLong:
 		g.reply = replyBulkTooLong
@@ -493,4 +546,43 @@ func (g *guardConn) limit(err error, limit, got int) error {
 		g.reply = replyLengthTooLong
 	}
 	return &LimitError{Err: err, Limit: limit, Got: got}
+}
+
+// quitBytes matches bytes of the current frame's first argument against
+// "quit" in any letter case, as the command table does. It ignores the bytes
+// of later arguments, whose match is settled.
+func (g *framer) quitBytes(b []byte) {
+	for _, c := range b {
+		if g.qm < 0 || g.qm == qmYes {
+			return
+		}
+		g.quitByte(c)
+	}
+}
+
+func (g *framer) quitByte(c byte) {
+	switch {
+	case g.qm < 0 || g.qm == qmYes:
+	case g.qm < 4 && c|0x20 == "quit"[g.qm]: // | 0x20 lowers the case of letters, and only they can match
+		g.qm++
+	default:
+		g.qm = qmNo
+	}
+}
+
+// endArg settles the match when an argument ends: the first is "quit" or not.
+func (g *framer) endArg() {
+	switch {
+	case g.qm == 4:
+		g.qm = qmYes
+	case g.qm < 4:
+		g.qm = qmNo
+	}
+}
+
+// endFrame ends a well-formed frame, which is a QUIT command if its first
+// argument is "quit" (QUIT takes any arguments).
+func (g *framer) endFrame() {
+	g.st = gsFrame
+	g.quit = g.quit || g.qm == qmYes
 }
