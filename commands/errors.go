@@ -15,7 +15,6 @@ var (
 	errNotInteger = errors.New("ERR value is not an integer or out of range")
 	errEmptyKey   = errors.New("ERR invalid key: empty")
 	errEmptyToken = errors.New("ERR invalid token: empty")
-	errWaitLater  = errors.New("ERR WAIT is not supported yet: LOCK tries once; retry from the client")
 )
 
 // invalidExpire is Redis's error for a TTL that is not positive or overflows.
@@ -47,6 +46,8 @@ func replyError(key string, err error) string {
 		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
 	case errors.Is(err, engine.ErrShuttingDown):
 		return "ERR lockproxy is shutting down"
+	case errors.Is(err, engine.ErrTooManyWaiters):
+		return "ERR max number of waiters reached (limits.max_waiters)"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "TIMEOUT the lock backend did not answer in time; nothing was granted"
 	default:

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,14 +43,17 @@ func owner(c *resp.Conn) *engine.Owner { return c.State.(*engine.Owner) }
 // token, fencing token and validity in ms, or a null array if not acquired.
 func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 	a, err := h.limits.parseLock(args)
-	if err == nil && a.waits {
-		err = errWaitLater
-	}
 	if err != nil {
 		c.Error(err.Error())
 		return
 	}
-	g, err := h.engine.Lock(c.Context(), owner(c), a.key, engine.Hold{Token: a.token, TTL: a.ttl, Name: c.Name()})
+	hold := engine.Hold{Token: a.token, TTL: a.ttl, Name: c.Name()}
+	var g engine.Grant
+	if a.waits {
+		g, err = h.waitLock(c, a, hold)
+	} else {
+		g, err = h.engine.Lock(c.Context(), owner(c), a.key, hold)
+	}
 	switch {
 	case errors.Is(err, engine.ErrNotAcquired):
 		c.NullArray()
@@ -61,6 +65,33 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 		c.Int(g.Fence)
 		c.Int(g.Validity.Milliseconds())
 	}
+}
+
+// waitLock is LOCK ... WAIT ms: it blocks until the lock is granted, the
+// wait elapses (WAIT 0: no limit), or the client closes the connection or
+// sends QUIT. A wait that ends without the lock is ErrNotAcquired.
+func (h *Handler) waitLock(c *resp.Conn, a lockArgs, hold engine.Hold) (engine.Grant, error) {
+	ctx, cancel := context.WithCancel(c.Context())
+	defer cancel()
+	if a.wait > 0 {
+		var cancelWait context.CancelFunc
+		ctx, cancelWait = context.WithTimeout(ctx, a.wait)
+		defer cancelWait()
+	}
+	gone, stop := c.WatchClose()
+	defer stop()
+	go func() {
+		select {
+		case <-gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	g, err := h.engine.LockWait(ctx, owner(c), a.key, hold)
+	if err != nil && ctx.Err() != nil {
+		return g, engine.ErrNotAcquired // the wait ended, not the backend
+	}
+	return g, err
 }
 
 // unlock is UNLOCK key token: 1 released, 0 not held by that token.
@@ -126,7 +157,7 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 		c.BulkString("holder")
 		c.BulkString(hd.Name)
 		c.BulkString("waiters")
-		c.Int(0)
+		c.Int(int64(h.engine.Waiters(key)))
 	}
 }
 
@@ -153,8 +184,8 @@ func (h *Handler) Info(section string) string {
 	}
 	s := h.engine.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nwaiters:0\r\nbound_lease_ms:%d\r\n\r\n",
+	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nwaiters:%d\r\nbound_lease_ms:%d\r\n\r\n",
 		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(),
-		h.engine.Config().BoundLease/time.Millisecond)
+		h.engine.Waiters(""), h.engine.Config().BoundLease/time.Millisecond)
 	return b.String()
 }

@@ -22,6 +22,19 @@ type Hold struct {
 	TTL   time.Duration // the lease on the store; for Bound locks, the watchdog lease
 	Mode  Mode
 	Name  string // the holder's client name, shown by LOCKINFO; may be empty
+	// Waiter is set for a client that waits for the lock (LOCK ... WAIT): it
+	// keeps the client's place in the key's line, which every instance
+	// shares. Nil for a client that tries once.
+	Waiter *Waiter
+}
+
+// Waiter is a place in a key's line of waiters. Older waiters go first: a
+// free key is granted only to the first live waiter in line, or to anyone
+// when the line is empty.
+type Waiter struct {
+	ID    string        // names the place
+	Since time.Time     // when the client began to wait: orders the line
+	Keep  time.Duration // how long the place lasts unless the waiter tries again
 }
 
 // Grant is a lock the backend handed out.
@@ -53,6 +66,9 @@ type Backend interface {
 	Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error)
 	// Release frees key if token holds it; false means it did not.
 	Release(ctx context.Context, key, token string) (bool, error)
+	// Leave takes waiter out of key's line and announces that the next
+	// waiter may go. Best effort: a place that is not left expires.
+	Leave(ctx context.Context, key, waiter string) error
 	// Inspect reports the holder of key; ok is false when nobody holds it.
 	Inspect(ctx context.Context, key string) (h Holder, ok bool, err error)
 	// Close releases the backend's connections.

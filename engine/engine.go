@@ -27,6 +27,13 @@ type Config struct {
 	// OpTimeout caps one backend operation that has no deadline of its own,
 	// such as a renewal or a release on disconnect (default 5s).
 	OpTimeout time.Duration
+	// MaxWaiters bounds the clients waiting for locks in this instance
+	// (default 10000).
+	MaxWaiters int
+	// WaiterKeep is how long a waiter's place in a key's line lasts on the
+	// store unless it tries again; a waiting head tries at least every third
+	// of it (default 10s).
+	WaiterKeep time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -38,6 +45,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OpTimeout <= 0 {
 		c.OpTimeout = DefaultOpTimeout
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 10000
+	}
+	if c.WaiterKeep <= 0 {
+		c.WaiterKeep = 10 * time.Second
 	}
 	return c
 }
@@ -53,6 +66,8 @@ type Engine struct {
 	mu      sync.Mutex
 	bound   map[string]*bound // connection-bound locks held through this instance, by key
 	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
+	waiting map[string]queue  // clients waiting for each key, first come first
+	waiters int               // all of them
 	closing bool
 }
 
@@ -66,6 +81,7 @@ func New(backend Backend, cfg Config, log *zap.Logger) *Engine {
 		log:     log,
 		bound:   map[string]*bound{},
 		lost:    map[lockID]*Owner{},
+		waiting: map[string]queue{},
 	}
 }
 
@@ -117,6 +133,7 @@ func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
 	ok, err := e.backend.Release(ctx, key, token)
 	if ok {
 		e.stats.Releases.Add(1)
+		e.Released(key)
 	}
 	return ok, err
 }
@@ -160,6 +177,11 @@ func (e *Engine) BoundHeld() int {
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closing = true
+	for _, q := range e.waiting {
+		for _, w := range q {
+			w.signal() // each stops waiting with ErrShuttingDown
+		}
+	}
 	all := make([]*bound, 0, len(e.bound))
 	for _, b := range e.bound {
 		all = append(all, b)
@@ -198,6 +220,7 @@ func (e *Engine) release(ctx context.Context, key, token string) error {
 	ok, err := e.backend.Release(ctx, key, token)
 	if ok {
 		e.stats.Releases.Add(1)
+		e.Released(key)
 	}
 	if err != nil {
 		e.log.Warn("release of a connection-bound lock failed; it expires with its lease",

@@ -19,6 +19,7 @@ type memBackend struct {
 	extends   int
 	extendErr error
 	released  []string
+	busyFor   time.Duration // if set, a refused acquire says the holder's lease runs this long
 }
 
 func newMem() *memBackend { return &memBackend{held: map[string]string{}} }
@@ -27,6 +28,9 @@ func (m *memBackend) Acquire(_ context.Context, key string, h Hold) (Grant, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if t, ok := m.held[key]; ok && t != h.Token {
+		if m.busyFor > 0 {
+			return Grant{}, &BusyError{RetryAfter: m.busyFor}
+		}
 		return Grant{}, ErrNotAcquired
 	}
 	m.held[key] = h.Token
@@ -61,7 +65,8 @@ func (m *memBackend) Release(_ context.Context, key, token string) (bool, error)
 func (m *memBackend) Inspect(context.Context, string) (Holder, bool, error) {
 	return Holder{}, false, nil
 }
-func (m *memBackend) Close() error { return nil }
+func (m *memBackend) Leave(context.Context, string, string) error { return nil }
+func (m *memBackend) Close() error                                { return nil }
 
 func (m *memBackend) snapshot() (extends int, held int) {
 	m.mu.Lock()

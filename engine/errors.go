@@ -1,6 +1,10 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 var (
 	// ErrNotAcquired means another holder has the key.
@@ -14,4 +18,22 @@ var (
 	ErrLost = errors.New("lock was lost")
 	// ErrShuttingDown means the engine no longer takes new locks.
 	ErrShuttingDown = errors.New("lockproxy is shutting down")
+	// ErrTooManyWaiters means the instance's limit of waiting clients is
+	// reached (Config.MaxWaiters).
+	ErrTooManyWaiters = errors.New("max number of waiters reached")
 )
+
+// BusyError is the refusal of an acquire because another token holds the
+// key. It matches ErrNotAcquired (errors.Is).
+type BusyError struct {
+	// RetryAfter is how long the holder's lease still runs, at most: the
+	// key is free by then unless the holder renews it.
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v (its lease runs up to %v more)", ErrNotAcquired, e.RetryAfter)
+}
+
+// Unwrap makes a BusyError match ErrNotAcquired.
+func (e *BusyError) Unwrap() error { return ErrNotAcquired }

@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -53,7 +54,7 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence i
 			return t.decided()
 		})
 	if err == nil {
-		err = t.outcome("acquire", engine.ErrNotAcquired)
+		err = t.outcome("acquire", &engine.BusyError{RetryAfter: s.busy.freeAfter(r.quorum, t.n)})
 	}
 	if err != nil {
 		return 0, false, calls, err
@@ -64,17 +65,20 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence i
 
 // claimSummary gathers the phase-one replies that decide the fence.
 type claimSummary struct {
-	counter  int64 // the largest counter any node reported
-	mine     int   // nodes where the token already held the key
-	held     int64 // the largest fence recorded for the token where it held the key
-	acquired int   // nodes that took the key for the token
-	first    int64 // the fence the first of them recorded
-	split    bool  // whether those nodes recorded different fences
+	busy     heldTimes // the other holder's remaining lease on the nodes that refused
+	counter  int64     // the largest counter any node reported
+	mine     int       // nodes where the token already held the key
+	held     int64     // the largest fence recorded for the token where it held the key
+	acquired int       // nodes that took the key for the token
+	first    int64     // the fence the first of them recorded
+	split    bool      // whether those nodes recorded different fences
 }
 
 func (s *claimSummary) add(c Claim) {
 	s.counter = max(s.counter, c.Counter)
 	switch c.State {
+	case Taken:
+		s.busy = append(s.busy, c.Held)
 	case Mine:
 		s.mine++
 		s.held = max(s.held, c.Fence)
@@ -165,4 +169,33 @@ func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) 
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// heldTimes are the remaining leases of another holder on the nodes that
+// refused an acquire.
+type heldTimes []time.Duration
+
+// freeAfter is how long until a majority of n nodes is free of the other
+// holder, if it does not renew: the nodes not listed are free now.
+func (h heldTimes) freeAfter(quorum, n int) time.Duration {
+	free := n - len(h) // nodes free already (or that did not answer)
+	if free >= quorum {
+		return 0
+	}
+	slices.Sort(h)
+	return h[quorum-free-1]
+}
+
+// Leave takes waiter out of key's line on every node, waiting for them
+// all (each within the node timeout). A node that misses it lets the place
+// expire.
+func (r *Redlock) Leave(ctx context.Context, key, waiter string) error {
+	t := newTally(r.quorum, len(r.nodes))
+	calls, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpLeave, Key: key, Token: waiter},
+		func(rep Reply) bool { t.add(rep.OK, rep.Err); return false })
+	calls.Wait()
+	if err != nil {
+		return err
+	}
+	return errors.Join(t.errs...)
 }

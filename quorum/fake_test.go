@@ -111,6 +111,8 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Clai
 	case e.Token == h.Token:
 		e.ttl, e.expires = h.TTL, time.Now().Add(h.TTL)
 		c.State, c.Fence = Mine, e.Fence
+	default:
+		c.Held = time.Until(e.expires)
 	}
 	return c, nil
 }
@@ -192,6 +194,7 @@ func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 			r.OK, r.Err = f.Release(ctx, op.Key, op.Token)
 		case OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
+		case OpLeave: // the fake keeps no line
 		}
 		done <- r
 	}()

@@ -17,6 +17,9 @@ type Claim struct {
 	// Fence is the fence recorded for the token on this node: the raised
 	// counter when Acquired, the fence of the earlier grant when Mine.
 	Fence int64
+	// Held is, when Taken, how long the other holder's lease still runs on
+	// this node.
+	Held time.Duration
 }
 
 // ClaimState is the outcome of an acquire on one node.
@@ -57,6 +60,9 @@ const (
 	OpRelease
 	// OpInspect reads the entry of Key. Reply: Entry, OK (held).
 	OpInspect
+	// OpLeave takes the waiter named Token out of Key's line and announces
+	// it. Reply: OK (it was in line).
+	OpLeave
 )
 
 // Op is one operation, sent alike to every node of a fan-out. Nodes must
@@ -65,7 +71,7 @@ type Op struct {
 	Kind  OpKind
 	Key   string
 	Hold  engine.Hold   // OpAcquire
-	Token string        // OpCommit, OpExtend, OpRelease
+	Token string        // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave
 	Fence int64         // OpCommit
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend

@@ -382,3 +382,38 @@ func TestReleaseWaitsForStragglingAcquire(t *testing.T) {
 		waitCount(t, nodes, "k", tok, 0)
 	}
 }
+
+func TestFreeAfter(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		held heldTimes
+		n    int
+		want time.Duration
+	}{
+		{heldTimes{5 * s, 8 * s}, 3, 5 * s},        // one node free: one more must free up
+		{heldTimes{8 * s, 1 * s, 5 * s}, 3, 5 * s}, // all held: the second to expire frees a majority
+		{heldTimes{2 * s}, 3, 0},                   // a majority is free already
+		{heldTimes{4 * s, 3 * s, 9 * s, 1 * s}, 5, 3 * s},
+	} {
+		if got := tc.held.freeAfter(tc.n/2+1, tc.n); got != tc.want {
+			t.Errorf("%v of %d: %v, want %v", tc.held, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestRefusalSaysWhenTheKeyFreesUp: an acquire refused by a holder reports
+// how long that holder's lease still runs.
+func TestRefusalSaysWhenTheKeyFreesUp(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	if _, err := r.Acquire(ctx, "k", engine.Hold{Token: "a", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, nodes, "k", "a")
+	_, err := r.Acquire(ctx, "k", hold("b"))
+	var busy *engine.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, engine.ErrNotAcquired) || busy.RetryAfter <= 50*time.Second || busy.RetryAfter > time.Minute {
+		t.Fatalf("refusal %v", err)
+	}
+}

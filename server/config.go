@@ -55,6 +55,7 @@ type LocksConfig struct {
 	BoundLeaseMS int `toml:"bound_lease_ms"` // upstream lease of a connection-bound lock
 	RenewEveryMS int `toml:"renew_every_ms"` // watchdog period; 0 = bound_lease_ms/3
 	OpTimeoutMS  int `toml:"op_timeout_ms"`  // cap of a renewal or a release on disconnect
+	WaiterKeepMS int `toml:"waiter_keep_ms"` // life of a waiter's place in a key's line, refreshed by its tries
 }
 
 // LimitsConfig bounds what clients may send.
@@ -66,6 +67,7 @@ type LimitsConfig struct {
 	MaxArgs         int `toml:"max_args"`
 	MaxInlineBytes  int `toml:"max_inline_bytes"`
 	MaxRequestBytes int `toml:"max_request_bytes"`
+	MaxWaiters      int `toml:"max_waiters"`
 }
 
 // Default returns the configuration lockproxy runs with when nothing is
@@ -83,7 +85,7 @@ func Default() Config {
 			MaxBatch:      128,
 		},
 		Embedded: EmbeddedConfig{Nodes: 3},
-		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000},
+		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 10000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
 			MaxKeyBytes:     1024,
@@ -92,6 +94,7 @@ func Default() Config {
 			MaxArgs:         4096,
 			MaxInlineBytes:  64 << 10,
 			MaxRequestBytes: 4 << 20,
+			MaxWaiters:      10000,
 		},
 	}
 }

@@ -28,6 +28,7 @@ type Instance struct {
 	ln       net.Listener
 	metrics  *http.Server
 	closers  []func() // backend resources, closed last, in reverse order
+	nodes    []upstream.RedisOptions
 	served   chan error
 	shutdown chan struct{}
 }
@@ -51,7 +52,10 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 		BoundLease: ms(cfg.Locks.BoundLeaseMS),
 		RenewEvery: ms(cfg.Locks.RenewEveryMS),
 		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
+		MaxWaiters: cfg.Limits.MaxWaiters,
+		WaiterKeep: ms(cfg.Locks.WaiterKeepMS),
 	}, log)
+	in.subscribe()
 	if in.resp, err = in.respServer(); err != nil {
 		return nil, err
 	}
@@ -83,10 +87,12 @@ func (in *Instance) backend() (engine.Backend, error) {
 	rc := in.cfg.Redlock
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
-		n := upstream.NewRedisNode(upstream.RedisOptions{
+		opts := upstream.RedisOptions{
 			Addr: a, Password: rc.Password, Prefix: rc.KeyPrefix,
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
-		})
+		}
+		in.nodes = append(in.nodes, opts)
+		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
 		nodes[i] = n
 	}
@@ -98,6 +104,23 @@ func (in *Instance) backend() (engine.Backend, error) {
 		DriftFactor: rc.DriftFactor,
 		DriftFixed:  ms(rc.DriftFixedMS),
 	}), nil
+}
+
+// subscribe listens on every node for releases, through any instance, and
+// wakes this instance's waiters for the key. It waits briefly for the
+// subscriptions so that waiters are woken from the start; a node that is
+// down is subscribed to when it comes back.
+func (in *Instance) subscribe() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, opts := range in.nodes {
+		s := upstream.Subscribe(opts, in.engine.Released, in.log)
+		in.closers = append(in.closers, func() { _ = s.Close() })
+		if err := s.Ready(ctx); err != nil {
+			in.log.Warn("release notifications not yet subscribed; waiters fall back to lease expiry meanwhile",
+				zap.String("node", opts.Addr), zap.Error(err))
+		}
+	}
 }
 
 func (in *Instance) respServer() (*resp.Server, error) {

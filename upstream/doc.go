@@ -3,8 +3,11 @@
 // development mode on in-process miniredis servers, and later ZooKeeper.
 //
 // It owns the wire: key layout on the nodes, the Lua scripts, EVALSHA with
-// its NOSCRIPT fallback, connection pools and pipelining, and the conversion
-// of node replies into quorum types.
+// its NOSCRIPT fallback, connection pools and pipelining, the conversion
+// of node replies into quorum types, and release notifications (release.lua
+// publishes the released key on "<prefix>released"; Subscribe receives them).
+// Notifications are a hint to wake waiters sooner: they can be lost, and
+// expiries send none.
 //
 // It must not decide anything about locks: no quorum counting, no retries,
 // no validity or fencing arithmetic (quorum/ does that), and it knows nothing

@@ -8,7 +8,8 @@ import (
 )
 
 var (
-	// ErrClosed means the node was closed before or during the call.
+	// ErrClosed means the node was closed before or during the call, or
+	// the Subscription was closed.
 	ErrClosed = errors.New("upstream: node is closed")
 	// ErrNoScript means the node did not have a script in its cache (it
 	// restarted or ran SCRIPT FLUSH). RedisNode handles it by sending the

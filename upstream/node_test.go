@@ -14,6 +14,9 @@ func TestAcquire(t *testing.T) {
 		check := func(token string, want quorum.Claim) {
 			t.Helper()
 			got, err := n.Acquire(ctx, "k", hold(token, time.Minute))
+			if got.State == quorum.Taken && got.Held > 0 && got.Held <= time.Minute {
+				got.Held = 0 // TestAcquireTakenHeld checks it closely
+			}
 			if err != nil || got != want {
 				t.Fatalf("Acquire(%s) = %+v, %v; want %+v", token, got, err, want)
 			}
@@ -26,6 +29,36 @@ func TestAcquire(t *testing.T) {
 		}
 		check("a", quorum.Claim{State: quorum.Mine, Counter: 7, Fence: 7})
 		check("b", quorum.Claim{State: quorum.Taken, Counter: 7})
+	})
+}
+
+// TestAcquireTakenHeld: an acquire that finds the key taken reports how long
+// the holder's lease still runs on the node, and no fence.
+func TestAcquireTakenHeld(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		const ttl = 10 * time.Second
+		start := time.Now()
+		mustAcquire(t, n, "k", hold("a", ttl))
+		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		elapsed := time.Since(start)
+		if err != nil || c.State != quorum.Taken || c.Counter != 1 || c.Fence != 0 {
+			t.Fatalf("Acquire of a taken key = %+v, %v", c, err)
+		}
+		// PTTL counts down from ttl in whole ms: at most ttl, and no less
+		// than ttl minus the time since the acquire and a rounding ms.
+		if c.Held > ttl || c.Held < ttl-elapsed-time.Millisecond {
+			t.Errorf("Held = %v, want in [%v, %v]", c.Held, ttl-elapsed-time.Millisecond, ttl)
+		}
+		mustAcquire(t, n, "short", hold("a", 50*time.Millisecond))
+		eventually(t, 5*time.Second, "Held counts down", func() bool {
+			c, err := n.Acquire(ctx, "short", hold("b", time.Minute))
+			return err == nil && (c.State == quorum.Acquired || c.Held < 40*time.Millisecond)
+		})
+		// The holder's own acquire still reports its fence, not a PTTL.
+		if c, err := n.Acquire(ctx, "k", hold("a", ttl)); err != nil || c != (quorum.Claim{State: quorum.Mine, Counter: 1, Fence: 1}) {
+			t.Errorf("Acquire by the holder = %+v, %v", c, err)
+		}
 	})
 }
 

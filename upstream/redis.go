@@ -92,6 +92,7 @@ func (o RedisOptions) clientOptions() *redis.Options {
 type RedisNode struct {
 	addr     string
 	prefix   string
+	released string // channel of release notifications
 	maxBatch int
 	timeout  time.Duration
 	client   *redis.Client
@@ -115,6 +116,7 @@ func NewRedisNode(o RedisOptions) *RedisNode {
 	n := &RedisNode{
 		addr:     o.Addr,
 		prefix:   o.Prefix,
+		released: releasedChannel(o.Prefix),
 		maxBatch: o.MaxBatch,
 		timeout:  o.Timeout,
 		client:   redis.NewClient(o.clientOptions()),
@@ -209,8 +211,9 @@ func (n *RedisNode) Extend(ctx context.Context, key, token string, ttl time.Dura
 	return r.TTL, r.Err
 }
 
-// Release runs release.lua: delete key if token holds it. The fencing
-// counter stays.
+// Release runs release.lua: delete key if token holds it, and then publish
+// key on the node's release channel (see Subscribe). The fencing counter
+// stays.
 func (n *RedisNode) Release(ctx context.Context, key, token string) (bool, error) {
 	r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: key, Token: token})
 	return r.OK, r.Err
@@ -227,17 +230,34 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	lock := n.prefix + "lock:" + op.Key
 	switch op.Kind {
 	case quorum.OpAcquire:
-		h := op.Hold
-		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{h.Token, millis(h.TTL), string(h.Mode), h.Name}
+		return acquireScript, n.acquireKeys(op.Key), acquireArgs(op.Hold)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
 		return extendScript, []string{lock}, []any{op.Token, millis(op.TTL), string(op.Mode)}
 	case quorum.OpRelease:
-		return releaseScript, []string{lock}, []any{op.Token}
+		return releaseScript, []string{lock}, []any{op.Token, n.released, op.Key}
+	case quorum.OpLeave:
+		return leaveScript, n.acquireKeys(op.Key)[2:], []any{op.Token, n.released, op.Key}
 	default:
 		return inspectScript, []string{lock}, nil
 	}
+}
+
+// acquireKeys are the lock hash, the fencing counter, the waiting line and
+// its deadlines of key on the node.
+func (n *RedisNode) acquireKeys(key string) []string {
+	return []string{n.prefix + "lock:" + key, n.prefix + "fence:" + key, n.prefix + "line:" + key, n.prefix + "line-deadline:" + key}
+}
+
+// acquireArgs are acquire.lua's arguments for h. The line orders waiters by
+// arrival in microseconds: waiters a millisecond apart keep their order.
+func acquireArgs(h engine.Hold) []any {
+	id, since, keep := "", int64(0), int64(0)
+	if w := h.Waiter; w != nil {
+		id, since, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
+	}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep}
 }
 
 // wrap adds the node's address to err.
@@ -255,4 +275,10 @@ func millis(d time.Duration) int64 {
 		return 0 // extend.lua: reuse the lock's own ttl
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// leave runs leave.lua: take waiter out of key's line.
+func (n *RedisNode) leave(ctx context.Context, key, waiter string) (bool, error) {
+	r := n.do(ctx, &quorum.Op{Kind: quorum.OpLeave, Key: key, Token: waiter})
+	return r.OK, r.Err
 }

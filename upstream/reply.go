@@ -14,7 +14,10 @@ var claimStates = map[int64]quorum.ClaimState{
 	2: quorum.Mine,
 }
 
-// claim reads acquire.lua's reply {state, counter, fence}.
+// claim reads acquire.lua's reply {state, counter, fence}, whose last field
+// is instead the other holder's remaining PTTL in ms when the key is taken. A
+// lock without an expiry (pttl -1, which lockproxy never writes) reads as
+// Held 0.
 func claim(v any) (quorum.Claim, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 3 {
@@ -22,12 +25,15 @@ func claim(v any) (quorum.Claim, error) {
 	}
 	code, ok1 := a[0].(int64)
 	counter, ok2 := a[1].(int64)
-	fence, ok3 := a[2].(int64)
+	last, ok3 := a[2].(int64)
 	state, ok4 := claimStates[code]
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return quorum.Claim{}, badReply(acquireScript.name, v)
 	}
-	return quorum.Claim{State: state, Counter: counter, Fence: fence}, nil
+	if state == quorum.Taken {
+		return quorum.Claim{State: state, Counter: counter, Held: time.Duration(max(last, 0)) * time.Millisecond}, nil
+	}
+	return quorum.Claim{State: state, Counter: counter, Fence: last}, nil
 }
 
 // flag reads the 1 or 0 reply of commit and release.
@@ -73,6 +79,8 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 		r.TTL, err = applied(v)
 	case quorum.OpRelease:
 		r.OK, err = flag(releaseScript, v)
+	case quorum.OpLeave:
+		r.OK, err = flag(leaveScript, v)
 	case quorum.OpInspect:
 		r.Entry, r.OK, err = entry(v)
 	}

@@ -29,6 +29,8 @@ var (
 	releaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
 )
 
 var (
@@ -37,6 +39,7 @@ var (
 	extendScript  = newScript("extend", extendLua)
 	releaseScript = newScript("release", releaseLua)
 	inspectScript = newScript("inspect", inspectLua)
+	leaveScript   = newScript("leave", leaveLua)
 
-	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript}
+	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript}
 )

@@ -1,23 +1,54 @@
--- Take a lock if it is free, or reset its TTL if the token already holds it.
--- Taking a free lock raises the key's fencing counter by one and records the
--- new value as the lock's fence, in the same atomic step.
--- KEYS[1] lock hash, KEYS[2] fencing counter
--- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name
--- Returns {state, counter, fence}: state 1 acquired, 2 already mine, 0 taken;
--- counter as it stands after this step; fence recorded for the holder.
+-- Take a lock if it is free and no older waiter is in line for it, or reset
+-- its TTL if the token already holds it. Taking it raises the key's fencing
+-- counter by one and records the new value as the lock's fence, in the same
+-- atomic step. A waiter that is refused takes (or keeps) its place in line.
+-- KEYS[1] lock hash, KEYS[2] fencing counter,
+-- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
+-- KEYS[4] line deadlines (sorted set: waiter -> µs after which it is gone)
+-- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
+-- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
+-- arrival, ARGV[7] now, ARGV[8] how long its place is kept (all three in
+-- microseconds of the waiting instance's clock)
+-- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
+-- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
+-- holder's lease or the first waiter's place still runs).
 -- The hash keeps the ttl so that a renewal without one reuses it.
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0
 local holder = redis.call('HGET', KEYS[1], 'token')
-if not holder then
-  counter = counter + 1
-  redis.call('SET', KEYS[2], counter)
-  redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, counter, counter}
-end
+local waiter = ARGV[5]
 if holder == ARGV[1] then
   redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0}
 end
-return {0, counter, 0}
+local wait
+if holder then
+  wait = redis.call('PTTL', KEYS[1])
+else
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[7])
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[3], unpack(gone))
+    redis.call('ZREM', KEYS[4], unpack(gone))
+  end
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not first or first == waiter then
+    if first then
+      redis.call('ZREM', KEYS[3], waiter)
+      redis.call('ZREM', KEYS[4], waiter)
+    end
+    counter = counter + 1
+    redis.call('SET', KEYS[2], counter)
+    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, counter, counter}
+  end
+  wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - tonumber(ARGV[7])) / 1000)
+end
+if waiter ~= '' then
+  local keep = math.ceil(tonumber(ARGV[8]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[6], waiter)
+  redis.call('ZADD', KEYS[4], tonumber(ARGV[7]) + tonumber(ARGV[8]), waiter)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[4], keep)
+end
+return {0, counter, wait}

@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TestWaitersAreServedInArrivalOrder: 20 clients wait for a held key in
+// turn; each release hands the lock to the longest-waiting one.
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	ctx := context.Background()
+	holder, err := e.Lock(ctx, e.NewOwner(0), "k", Hold{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	granted := make(chan int, n)
+	tokens := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		tokens[i] = fmt.Sprint("w", i)
+		wg.Go(func() {
+			if _, err := e.LockWait(ctx, e.NewOwner(uint64(i+1)), "k", Hold{Token: tokens[i], TTL: time.Minute}); err != nil {
+				t.Error(err)
+				return
+			}
+			granted <- i
+		})
+		waitFor(t, "waiter queued", func() bool { return e.Waiters("k") == i+1 })
+	}
+	prev := holder.Token
+	for want := range n {
+		if ok, err := e.Unlock(ctx, "k", prev); !ok || err != nil {
+			t.Fatalf("unlock %s: %v %v", prev, ok, err)
+		}
+		if got := <-granted; got != want {
+			t.Fatalf("grant %d went to waiter %d", want, got)
+		}
+		prev = tokens[want]
+	}
+	wg.Wait()
+	if e.Waiters("") != 0 {
+		t.Fatalf("%d waiters left", e.Waiters(""))
+	}
+}
+
+// TestCancelledWaiterPassesTheTurn: the head of the queue gives up; the
+// next waiter becomes head and gets the lock on the next release.
+func TestCancelledWaiterPassesTheTurn(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	bg := context.Background()
+	h, _ := e.Lock(bg, e.NewOwner(0), "k", Hold{TTL: time.Minute})
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.LockWait(ctx, e.NewOwner(1), "k", Hold{Token: "a", TTL: time.Minute})
+		first <- err
+	}()
+	waitFor(t, "first waiter", func() bool { return e.Waiters("k") == 1 })
+	second := make(chan error, 1)
+	go func() {
+		_, err := e.LockWait(bg, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute})
+		second <- err
+	}()
+	waitFor(t, "second waiter", func() bool { return e.Waiters("k") == 2 })
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if e.Waiters("k") != 1 {
+		t.Fatalf("%d waiters after one left", e.Waiters("k"))
+	}
+	e.Unlock(bg, "k", h.Token)
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if m.held["k"] != "b" {
+		t.Fatalf("held by %q", m.held["k"])
+	}
+}
+
+// TestWaiterRetriesWhenTheLeaseRunsOut: with no release announced (the
+// holder's lease expired upstream), the head retries after the holder's
+// remaining lease and gets the lock.
+func TestWaiterRetriesWhenTheLeaseRunsOut(t *testing.T) {
+	m := newMem()
+	m.busyFor = 30 * time.Millisecond
+	e := newEngine(m)
+	bg := context.Background()
+	e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "old", TTL: time.Minute})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.LockWait(bg, e.NewOwner(1), "k", Hold{Token: "new", TTL: time.Minute})
+		done <- err
+	}()
+	waitFor(t, "waiter", func() bool { return e.Waiters("k") == 1 })
+	m.set(func(m *memBackend) { delete(m.held, "k") }) // expiry: nobody calls Released
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never retried")
+	}
+}
+
+func TestTooManyWaiters(t *testing.T) {
+	m := newMem()
+	e := New(m, Config{MaxWaiters: 1}, zap.NewNop())
+	bg := context.Background()
+	e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	go e.LockWait(ctx, e.NewOwner(1), "k", Hold{Token: "a", TTL: time.Minute})
+	waitFor(t, "waiter", func() bool { return e.Waiters("k") == 1 })
+	if _, err := e.LockWait(bg, e.NewOwner(2), "k2", Hold{Token: "b", TTL: time.Minute}); !errors.Is(err, ErrTooManyWaiters) {
+		t.Fatalf("second waiter: %v", err)
+	}
+}
+
+func TestShutdownEndsWaits(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	bg := context.Background()
+	e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := e.LockWait(bg, e.NewOwner(uint64(i+1)), "k", Hold{Token: fmt.Sprint(i), TTL: time.Minute})
+			errs <- err
+		}()
+	}
+	waitFor(t, "waiters", func() bool { return e.Waiters("k") == 2 })
+	e.Shutdown(bg)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrShuttingDown) {
+			t.Fatalf("waiter at shutdown: %v", err)
+		}
+	}
+}

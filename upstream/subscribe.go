@@ -1,0 +1,258 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Release notifications: release.lua publishes the key it deleted, as
+// clients name it (without the prefix), on the node's channel
+// "<prefix>released"; a Subscription hands them to a callback, so that lock
+// waiters wake without polling. Expiries publish nothing.
+
+// Health check and reconnection timing of a Subscription.
+const (
+	// DefaultPingAfter is how long a subscription waits on a quiet
+	// connection before it sends PING; a connection that then answers
+	// nothing within RedisOptions.Timeout is dropped and dialled again.
+	DefaultPingAfter = 3 * time.Second
+	minBackoff       = 50 * time.Millisecond // first wait after a failure
+	maxBackoff       = time.Second           // the wait doubles up to this
+)
+
+// releasedChannel is the channel release.lua publishes on for a key prefix.
+func releasedChannel(prefix string) string { return prefix + "released" }
+
+// Subscription receives a node's release notifications. See Subscribe.
+type Subscription struct {
+	addr      string
+	channel   string
+	client    *redis.Client
+	ps        *redis.PubSub
+	onRelease func(key string)
+	log       *zap.Logger
+	pingAfter time.Duration
+	pongWait  time.Duration
+
+	stop      context.CancelFunc
+	stopped   chan struct{} // closed when the receiving goroutine has ended
+	closeOnce sync.Once
+	closeErr  error
+
+	mu sync.Mutex
+	up chan struct{} // closed while the current connection is subscribed
+}
+
+// Subscribe listens on the node at o.Addr for release notifications and
+// calls onRelease with each released key, from one goroutine, in arrival
+// order. It reconnects by itself after a failure (go-redis PubSub does);
+// notifications published while it is disconnected are lost — callers must
+// not rely on every one arriving. Close stops it.
+//
+// The channel is o.Prefix + "released". A connection quiet for
+// DefaultPingAfter gets a PING; if nothing answers within o.Timeout (default
+// 5s) it counts as broken. Failed attempts are retried after a wait that
+// doubles from 50ms up to 1s. Outages and recoveries are logged at info
+// level, further failed attempts at debug; log may be nil.
+//
+// onRelease must return promptly (while it runs, notifications queue up on
+// the node, which drops a subscriber that falls far behind) and must not
+// call Close.
+func Subscribe(o RedisOptions, onRelease func(key string), log *zap.Logger) *Subscription {
+	return subscribe(o, onRelease, log, DefaultPingAfter)
+}
+
+func subscribe(o RedisOptions, onRelease func(key string), log *zap.Logger, pingAfter time.Duration) *Subscription {
+	o = o.withDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	client := redis.NewClient(o.clientOptions())
+	s := &Subscription{
+		addr:      o.Addr,
+		channel:   releasedChannel(o.Prefix),
+		client:    client,
+		ps:        client.Subscribe(ctx), // no channel yet: does not dial
+		onRelease: onRelease,
+		log:       log.With(zap.String("node", o.Addr), zap.String("channel", releasedChannel(o.Prefix))),
+		pingAfter: pingAfter,
+		pongWait:  o.Timeout,
+		stop:      stop,
+		stopped:   make(chan struct{}),
+		up:        make(chan struct{}),
+	}
+	go s.run(ctx)
+	return s
+}
+
+// Ready blocks until the subscription is established or ctx ends (for tests
+// and start-up): until the node confirmed SUBSCRIBE on the current
+// connection. While the subscription reconnects it waits again, though a
+// broken connection reads as established until the subscription noticed.
+// It returns ErrClosed once the subscription is closed.
+func (s *Subscription) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	select {
+	case <-up:
+		return nil
+	case <-s.stopped:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the subscription, waits for its goroutine to end (so
+// onRelease is not called after Close returns) and closes its connection.
+// Calling it again returns the first result.
+func (s *Subscription) Close() error {
+	s.closeOnce.Do(func() {
+		s.stop()            // aborts a dial or a backoff wait
+		err := s.ps.Close() // aborts a blocked read
+		<-s.stopped
+		s.closeErr = errors.Join(err, s.client.Close())
+	})
+	return s.closeErr
+}
+
+// health is the receiving goroutine's view of its connection.
+type health struct {
+	pinged  time.Time     // when a PING went out that nothing has answered yet
+	lostAt  time.Time     // when the current outage began; zero while subscribed
+	fails   int           // failed attempts in the current outage
+	backoff time.Duration // the wait before the next attempt
+}
+
+// run receives until Close. After a failure go-redis dials again and
+// subscribes on the next receive; run only waits in between.
+func (s *Subscription) run(ctx context.Context) {
+	defer close(s.stopped)
+	defer s.setUp(false) // Ready reports ErrClosed from now on
+	h := &health{lostAt: time.Now(), backoff: minBackoff}
+	err := s.ps.Subscribe(ctx, s.channel) // kept for resubscribing even if it fails
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.failed(h, err)
+			if !sleep(ctx, h.backoff) {
+				return
+			}
+			h.backoff = min(2*h.backoff, maxBackoff)
+		}
+		var msg any
+		if msg, err = s.receive(ctx, h); err == nil {
+			s.handle(h, msg)
+		}
+	}
+}
+
+// receive waits for the next message. A quiet connection gets a PING after
+// pingAfter; if nothing at all arrives within pongWait of it, the read fails
+// with a deadline, which go-redis treats as a broken connection: it dials
+// again and resubscribes. (A plain read timeout it would keep the connection
+// for.)
+func (s *Subscription) receive(ctx context.Context, h *health) (any, error) {
+	if h.pinged.IsZero() {
+		msg, err := s.ps.ReceiveTimeout(ctx, s.pingAfter)
+		if !isTimeout(err) {
+			return msg, err
+		}
+		h.pinged = time.Now()
+		if err := s.ps.Ping(ctx); err != nil {
+			return nil, err
+		}
+	}
+	dctx, cancel := context.WithDeadline(ctx, h.pinged.Add(s.pongWait))
+	defer cancel()
+	return s.ps.Receive(dctx)
+}
+
+// handle acts on one message from the node. Anything at all shows the
+// connection lives.
+func (s *Subscription) handle(h *health, msg any) {
+	h.pinged = time.Time{}
+	switch m := msg.(type) {
+	case *redis.Message:
+		if m.Channel == s.channel {
+			s.onRelease(m.Payload)
+		}
+	case *redis.Subscription:
+		if m.Kind == "subscribe" && m.Channel == s.channel {
+			s.subscribed(h)
+		}
+	}
+}
+
+// subscribed records that the node confirmed the subscription.
+func (s *Subscription) subscribed(h *health) {
+	switch {
+	case h.fails > 0:
+		s.log.Info("release notifications: subscribed again",
+			zap.Duration("outage", time.Since(h.lostAt)), zap.Int("failed_attempts", h.fails))
+	case !h.lostAt.IsZero():
+		s.log.Debug("release notifications: subscribed")
+	}
+	*h = health{backoff: minBackoff}
+	s.setUp(true)
+}
+
+// failed records a failed receive: the first of an outage at info level,
+// the next ones at debug.
+func (s *Subscription) failed(h *health, err error) {
+	s.setUp(false)
+	h.pinged = time.Time{}
+	if h.lostAt.IsZero() {
+		h.lostAt = time.Now()
+	}
+	h.fails++
+	if h.fails == 1 {
+		s.log.Info("release notifications: connection failed; reconnecting", zap.Error(err))
+		return
+	}
+	s.log.Debug("release notifications: reconnect failed", zap.Error(err), zap.Int("attempt", h.fails))
+}
+
+// setUp marks the current connection subscribed or not, for Ready.
+func (s *Subscription) setUp(up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.up:
+		if !up {
+			s.up = make(chan struct{})
+		}
+	default:
+		if up {
+			close(s.up)
+		}
+	}
+}
+
+// isTimeout tells a read deadline passing from a failure.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sleep waits for d, or returns false at once when ctx ends.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
