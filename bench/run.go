@@ -42,7 +42,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 // openTargets opens the implementations o asks for; px is nil unless
 // lockproxy is one of them.
 func openTargets(ctx context.Context, o options, dir string, nodes []string) ([]*target, *proxy, error) {
-	poolSize := max(2*slices.Max(o.conc), 10)
+	poolSize := max(2*slices.Max(append([]int{o.contended}, o.conc...)), 10)
 	var targets []*target
 	var px *proxy
 	for _, impl := range o.impls {
@@ -82,7 +82,8 @@ func writeHeader(w io.Writer, o options, redisVersion string, px *proxy) {
 }
 
 // measureAll runs every case, alternating which implementation goes first
-// from one concurrency to the next, then prints the table.
+// from one case to the next, then prints the tables: the uncontended cases
+// and their costs, then the contended case.
 func measureAll(ctx context.Context, o options, targets []*target, pr *probe, w io.Writer) error {
 	if o.cpuprofile != "" && !o.inprocess && slices.Contains(o.impls, "lockproxy") {
 		fmt.Fprintln(os.Stderr, "bench: -cpuprofile without -inprocess profiles the load generator only, not lockproxy")
@@ -91,19 +92,52 @@ func measureAll(ctx context.Context, o options, targets []*target, pr *probe, w 
 	if err != nil {
 		return err
 	}
+	results := measureUncontended(ctx, o, targets, pr)
+	contended := measureContendedCase(ctx, o, targets, pr)
+	stopProfile()
+	writeResults(w, o, results, contended)
+	return ctx.Err()
+}
+
+func measureUncontended(ctx context.Context, o options, targets []*target, pr *probe) []outcome {
 	var results []outcome
 	for i, conc := range o.conc {
 		for _, t := range caseOrder(targets, i) {
 			if ctx.Err() != nil {
-				break // interrupted: print what was measured
+				return results // interrupted: print what was measured
 			}
 			results = append(results, runCase(ctx, o, t, pr, conc))
 		}
 	}
-	stopProfile()
-	writeTable(w, results, o.conc)
-	writeCosts(w, results, o.conc, o.inprocess)
-	return ctx.Err()
+	return results
+}
+
+// measureContendedCase runs the contended case, after the uncontended ones,
+// continuing their alternation of which implementation goes first.
+func measureContendedCase(ctx context.Context, o options, targets []*target, pr *probe) []contendOutcome {
+	if o.contended == 0 {
+		return nil
+	}
+	var results []contendOutcome
+	for _, t := range caseOrder(targets, len(o.conc)) {
+		if ctx.Err() != nil {
+			break
+		}
+		results = append(results, runContended(ctx, o, t, pr))
+	}
+	return results
+}
+
+func writeResults(w io.Writer, o options, results []outcome, contended []contendOutcome) {
+	if len(o.conc) > 0 {
+		writeTable(w, results, o.conc)
+		writeCosts(w, results, o.conc, o.inprocess)
+		fmt.Fprintln(w)
+	}
+	if o.contended > 0 {
+		writeContended(w, contended, o.contended, o.hold)
+		writeContendedCosts(w, contended, o.inprocess)
+	}
 }
 
 // caseOrder is targets, reversed at every other concurrency.
@@ -128,6 +162,23 @@ func runCase(ctx context.Context, o options, t *target, pr *probe, conc int) out
 	res := measure(ctx, t, s)
 	res.cost = pr.read(ctx).sub(before)
 	fmt.Fprintf(os.Stderr, "bench: %s conc %d: %d cycles, %d errors in %v\n", t.name, conc, res.cycles, res.errors, res.elapsed.Round(1e6))
+	return res
+}
+
+// runContended warms the contended case of t up, then measures it.
+func runContended(ctx context.Context, o options, t *target, pr *probe) contendOutcome {
+	s := contendSpec{clients: o.contended, hold: o.hold, duration: o.warmup, attempts: o.cycles, timeout: o.timeout, phase: "warmup"}
+	if o.warmup > 0 {
+		if wu := measureContended(ctx, t, s); wu.errors > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %s contended warm-up: %d errors: %v\n", t.name, wu.errors, wu.errs.lines())
+		}
+	}
+	s.duration, s.phase = o.duration, "run"
+	before := pr.read(ctx)
+	res := measureContended(ctx, t, s)
+	res.cost = pr.read(ctx).sub(before)
+	fmt.Fprintf(os.Stderr, "bench: %s contended %d: %d grants, %d gave up, %d errors in %v\n",
+		t.name, o.contended, res.grants(), res.gaveUp, res.errors, res.elapsed.Round(1e6))
 	return res
 }
 

@@ -97,3 +97,99 @@ func (l errorLog) lines() []string {
 	}
 	return out
 }
+
+// waits are the times from asking for the lock to holding it, sorted.
+func waits(gs []grant) []time.Duration {
+	out := make([]time.Duration, len(gs))
+	for i, g := range gs {
+		out[i] = g.granted - g.asked
+	}
+	sortDurations(out)
+	return out
+}
+
+// helds are the times from holding the lock to hearing it was released
+// (the hold plus the release's round trip), sorted.
+func helds(gs []grant) []time.Duration {
+	out := make([]time.Duration, len(gs))
+	for i, g := range gs {
+		out[i] = g.released - g.granted
+	}
+	sortDurations(out)
+	return out
+}
+
+// handoffGaps are, for each grant but the first, how long the lock sat free
+// while a client waited for it, sorted: from the moment the previous holder
+// (the grant before it in time) heard its release was done, or the moment a
+// client that got the lock later first asked if that came after, to this
+// grant. A grant that arrived before the previous holder heard of its
+// release has a gap of 0.
+func handoffGaps(gs []grant) []time.Duration {
+	if len(gs) < 2 {
+		return nil
+	}
+	byTime := byGrant(gs)
+	firstAsked := suffixMinAsked(byTime)
+	gaps := make([]time.Duration, 0, len(byTime)-1)
+	for i := 1; i < len(byTime); i++ {
+		free := max(byTime[i-1].released, firstAsked[i])
+		gaps = append(gaps, max(byTime[i].granted-free, 0))
+	}
+	sortDurations(gaps)
+	return gaps
+}
+
+// waitsBehind are the waits of the grants that came after another client's
+// grant while they waited, sorted: the acquisitions that had to wait for
+// another holder, unlike a client that takes the lock again as soon as it
+// released it and nobody else got it meanwhile.
+func waitsBehind(gs []grant) []time.Duration {
+	byTime := byGrant(gs)
+	var out []time.Duration
+	for i := 1; i < len(byTime); i++ {
+		if byTime[i-1].granted > byTime[i].asked {
+			out = append(out, byTime[i].granted-byTime[i].asked)
+		}
+	}
+	sortDurations(out)
+	return out
+}
+
+// byGrant is a copy of gs in the order they were granted.
+func byGrant(gs []grant) []grant {
+	return slices.SortedFunc(slices.Values(gs), func(a, b grant) int { return cmp.Compare(a.granted, b.granted) })
+}
+
+// suffixMinAsked[i] is the earliest asked among gs[i:]: the first moment one
+// of the clients granted from gs[i] on was waiting.
+func suffixMinAsked(gs []grant) []time.Duration {
+	out := make([]time.Duration, len(gs))
+	for i := len(gs) - 1; i >= 0; i-- {
+		out[i] = gs[i].asked
+		if i+1 < len(gs) {
+			out[i] = min(out[i], out[i+1])
+		}
+	}
+	return out
+}
+
+// fairness is the fewest and the most grants a client had, and the largest
+// distance of a client's grants from the mean, in percent of the mean (0
+// when there were none).
+func fairness(perClient []int64) (fewest, most int64, maxDev float64) {
+	if len(perClient) == 0 {
+		return 0, 0, 0
+	}
+	fewest, most = slices.Min(perClient), slices.Max(perClient)
+	var sum int64
+	for _, n := range perClient {
+		sum += n
+	}
+	if sum == 0 {
+		return fewest, most, 0
+	}
+	mean := float64(sum) / float64(len(perClient))
+	maxDev = max(mean-float64(fewest), float64(most)-mean) / mean * 100
+	return fewest, most, maxDev
+}

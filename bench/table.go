@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
@@ -78,11 +79,7 @@ func writeErrors(w io.Writer, results []outcome) {
 // the commands the redis-servers ran, counting those called inside Lua
 // scripts; and their socket reads, about one per round trip unless pipelined.
 func writeCosts(w io.Writer, results []outcome, concs []int, inprocess bool) {
-	proxyCol := "lockproxy-cpu"
-	if inprocess {
-		proxyCol = "(in bench)"
-	}
-	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-14s %-10s %-11s %s\n", "bench-cpu", proxyCol, "redis-cpu", "redis-cmds", "redis-reads")
+	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-14s %-10s %-11s %s\n", "bench-cpu", proxyColumn(inprocess), "redis-cpu", "redis-cmds", "redis-reads")
 	for _, conc := range concs {
 		for _, impl := range allImpls {
 			if o, ok := find(results, impl, conc); ok {
@@ -93,8 +90,161 @@ func writeCosts(w io.Writer, results []outcome, concs []int, inprocess bool) {
 }
 
 func costRow(o outcome) string {
-	n := float64(max(o.cycles, 1))
+	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(o.cost, o.cycles))
+}
+
+// perUnit is c divided by n (cycles or grants), as costs columns.
+func perUnit(c costs, count int64) string {
+	n := float64(max(count, 1))
 	cpu := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())/n) }
-	return fmt.Sprintf("%-10s %-5d %-10s %-14s %-10s %-11.1f %.1f", o.impl, o.conc, cpu(o.cost.bench), cpu(o.cost.proxy),
-		cpu(o.cost.redis), float64(o.cost.cmds)/n, float64(o.cost.reads)/n)
+	return fmt.Sprintf("%-10s %-14s %-10s %-11.1f %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.redis),
+		float64(c.cmds)/n, float64(c.reads)/n)
+}
+
+// writeContendedCosts prints what one grant of the contended case cost, as
+// writeCosts does for a cycle.
+func writeContendedCosts(w io.Writer, results []contendOutcome, inprocess bool) {
+	fmt.Fprintf(w, "\nper grant  %-10s %-14s %-10s %-11s %s\n", "bench-cpu", proxyColumn(inprocess), "redis-cpu", "redis-cmds", "redis-reads")
+	for _, impl := range allImpls {
+		if o, ok := findContended(results, impl); ok {
+			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(o.cost, o.grants()))
+		}
+	}
+}
+
+func proxyColumn(inprocess bool) string {
+	if inprocess {
+		return "(in bench)"
+	}
+	return "lockproxy-cpu"
+}
+
+// The bar the contended case sets for lockproxy (the issue's).
+const (
+	barWaitP50  = 2 * time.Millisecond // lockproxy's median wait below this
+	barWaitGain = 50.0                 // redsync's median wait at least this many times lockproxy's
+	barMaxDev   = 20.0                 // every client's grants within this percent of the mean
+)
+
+// writeContended prints the contended case: one row per implementation,
+// the waits of the grants that waited for another client's, the ratio of
+// the median waits, the bar and the errors. A grant's wait runs from asking
+// to holding the lock; its gap from the previous holder hearing its
+// release was done (or a later grantee asking, if that came after) to the
+// grant; held from the grant to the release being done.
+func writeContended(w io.Writer, results []contendOutcome, clients int, hold time.Duration) {
+	fmt.Fprintf(w, "contended: %d clients, 1 key, hold %v; lockproxy LOCK PX %d WAIT %d, redsync Lock with its default retries\n",
+		clients, hold, lockTTL.Milliseconds(), waitBound.Milliseconds())
+	fmt.Fprintf(w, "%-10s %-7s %-9s %-10s %-10s %-10s %-10s %-10s %-7s %-7s %-8s %-8s %s\n", "impl", "grants", "grants/s",
+		"wait p50", "wait p99", "gap p50", "gap p99", "held p50", "fewest", "most", "max dev", "gave up", "errors")
+	for _, impl := range allImpls {
+		if o, ok := findContended(results, impl); ok {
+			fmt.Fprintln(w, contendedRow(o))
+		}
+	}
+	writeBehind(w, results)
+	lp, okLP := findContended(results, "lockproxy")
+	rs, okRS := findContended(results, "redsync")
+	if okLP && okRS && len(lp.wait) > 0 && len(rs.wait) > 0 {
+		fmt.Fprintf(w, "ratio wait p50 redsync/lockproxy: %sx%s\n", fmtRatio(waitGain(lp, rs)), behindGain(lp, rs))
+	}
+	if okLP {
+		fmt.Fprintln(w, barLine(lp, rs, okRS))
+	}
+	for _, o := range results {
+		for _, line := range o.errs.lines() {
+			fmt.Fprintf(w, "errors %s contended: %s\n", o.impl, line)
+		}
+	}
+}
+
+// writeBehind prints, for each implementation, the share and the waits of
+// the grants that had to wait for another client's grant.
+func writeBehind(w io.Writer, results []contendOutcome) {
+	var parts []string
+	for _, impl := range allImpls {
+		if o, ok := findContended(results, impl); ok && o.grants() > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f%% of grants, wait p50 %s p99 %s", impl,
+				100*float64(len(o.behind))/float64(o.grants()), fmtPercentile(o.behind, 0.50), fmtPercentile(o.behind, 0.99)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintln(w, "waited behind another client's grant: "+strings.Join(parts, "; "))
+	}
+}
+
+func contendedRow(o contendOutcome) string {
+	fewest, most, dev := fairness(o.perClient)
+	return fmt.Sprintf("%-10s %-7d %-9.0f %-10s %-10s %-10s %-10s %-10s %-7d %-7d %-8s %-8d %d", o.impl, o.grants(), o.rate(),
+		fmtPercentile(o.wait, 0.50), fmtPercentile(o.wait, 0.99), fmtPercentile(o.gap, 0.50), fmtPercentile(o.gap, 0.99),
+		fmtPercentile(o.held, 0.50), fewest, most, fmt.Sprintf("%.1f%%", dev), o.gaveUp, o.errors)
+}
+
+// fmtPercentile is the p-th percentile of sorted rounded to the
+// microsecond, "0s" included; "-" when there are no samples.
+func fmtPercentile(sorted []time.Duration, p float64) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	return percentile(sorted, p).Round(time.Microsecond).String()
+}
+
+// waitGain is how many times longer redsync's median wait is than
+// lockproxy's.
+func waitGain(lp, rs contendOutcome) float64 {
+	lpWait := percentile(lp.wait, 0.50)
+	if lpWait <= 0 {
+		return math.Inf(1)
+	}
+	return float64(percentile(rs.wait, 0.50)) / float64(lpWait)
+}
+
+// behindGain is the ratio of the median waits over the grants that waited
+// behind another client's only, as a note; "" when either has none.
+func behindGain(lp, rs contendOutcome) string {
+	lpWait, rsWait := percentile(lp.behind, 0.50), percentile(rs.behind, 0.50)
+	if lpWait <= 0 || rsWait <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (over the grants that waited behind another client's: %sx)", fmtRatio(float64(rsWait)/float64(lpWait)))
+}
+
+// barLine says whether lockproxy met each part of the bar; the ratio part
+// only when redsync ran too.
+func barLine(lp, rs contendOutcome, withRedsync bool) string {
+	p50 := percentile(lp.wait, 0.50)
+	_, _, dev := fairness(lp.perClient)
+	parts := []string{fmt.Sprintf("wait p50 %v < %v: %s", p50.Round(time.Microsecond), barWaitP50,
+		verdict(len(lp.wait) > 0 && p50 < barWaitP50))}
+	if withRedsync {
+		gain := waitGain(lp, rs)
+		parts = append(parts, fmt.Sprintf("redsync/lockproxy %sx >= %.0fx: %s", fmtRatio(gain), barWaitGain,
+			verdict(len(lp.wait) > 0 && gain >= barWaitGain)))
+	}
+	parts = append(parts, fmt.Sprintf("max dev %.1f%% <= %.0f%%: %s", dev, barMaxDev, verdict(lp.grants() > 0 && dev <= barMaxDev)))
+	return "bar for lockproxy: " + strings.Join(parts, "; ")
+}
+
+// fmtRatio shows a ratio below 10 with two decimals, others as integers.
+func fmtRatio(r float64) string {
+	if r < 10 {
+		return fmt.Sprintf("%.2f", r)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func findContended(results []contendOutcome, impl string) (contendOutcome, bool) {
+	for _, o := range results {
+		if o.impl == impl {
+			return o, true
+		}
+	}
+	return contendOutcome{}, false
 }

@@ -21,9 +21,10 @@ type cycleFunc func(ctx context.Context, key string) error
 
 // target is one implementation under test.
 type target struct {
-	name  string
-	cycle cycleFunc
-	close func() error
+	name    string
+	cycle   cycleFunc
+	contend func(key string) contender // a new client of the contended case
+	close   func() error
 }
 
 // newClient is a go-redis client whose pool is not the bottleneck and that
@@ -35,7 +36,8 @@ func newClient(addr string, poolSize int) *redis.Client {
 // newLockproxyTarget sends LOCK and UNLOCK to the lockproxy at addr.
 func newLockproxyTarget(addr string, poolSize int) *target {
 	c := newClient(addr, poolSize)
-	return &target{name: "lockproxy", cycle: lockproxyCycle(c), close: c.Close}
+	contend := func(key string) contender { return newLockproxyContender(addr, key) }
+	return &target{name: "lockproxy", cycle: lockproxyCycle(c), contend: contend, close: c.Close}
 }
 
 func lockproxyCycle(c *redis.Client) cycleFunc {
@@ -44,22 +46,17 @@ func lockproxyCycle(c *redis.Client) cycleFunc {
 		if err != nil {
 			return err
 		}
-		n, err := c.Do(ctx, "UNLOCK", key, token).Int64()
-		if err != nil {
-			return fmt.Errorf("UNLOCK: %w", err)
-		}
-		if n != 1 {
-			return fmt.Errorf("UNLOCK replied %d", n)
-		}
-		return nil
+		return lockproxyUnlock(ctx, c, key, token)
 	}
 }
 
-// lockproxyLock sends LOCK key PX 30000 and returns the token.
-func lockproxyLock(ctx context.Context, c *redis.Client, key string) (string, error) {
-	v, err := c.Do(ctx, "LOCK", key, "PX", lockTTL.Milliseconds()).Slice()
+// lockproxyLock sends LOCK key PX 30000, followed by extra arguments such
+// as WAIT ms, and returns the token. A null reply is errNotAcquired.
+func lockproxyLock(ctx context.Context, c *redis.Client, key string, extra ...any) (string, error) {
+	args := append([]any{"LOCK", key, "PX", lockTTL.Milliseconds()}, extra...)
+	v, err := c.Do(ctx, args...).Slice()
 	if errors.Is(err, redis.Nil) {
-		return "", errors.New("LOCK: not acquired (null reply)")
+		return "", fmt.Errorf("LOCK: %w (null reply)", errNotAcquired)
 	}
 	if err != nil {
 		return "", fmt.Errorf("LOCK: %w", err)
@@ -74,6 +71,18 @@ func lockproxyLock(ctx context.Context, c *redis.Client, key string) (string, er
 	return token, nil
 }
 
+// lockproxyUnlock sends UNLOCK key token and wants 1 back.
+func lockproxyUnlock(ctx context.Context, c *redis.Client, key, token string) error {
+	n, err := c.Do(ctx, "UNLOCK", key, token).Int64()
+	if err != nil {
+		return fmt.Errorf("UNLOCK: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("UNLOCK replied %d", n)
+	}
+	return nil
+}
+
 // newRedsyncTarget runs redsync over one go-redis client per node.
 func newRedsyncTarget(nodes []string, poolSize int) *target {
 	clients := make([]*redis.Client, len(nodes))
@@ -82,7 +91,9 @@ func newRedsyncTarget(nodes []string, poolSize int) *target {
 		clients[i] = newClient(addr, poolSize)
 		pools[i] = goredis.NewPool(clients[i])
 	}
-	return &target{name: "redsync", cycle: redsyncCycle(redsync.New(pools...)), close: closeClients(clients)}
+	rs := redsync.New(pools...)
+	contend := func(key string) contender { return newRedsyncContender(rs, key) }
+	return &target{name: "redsync", cycle: redsyncCycle(rs), contend: contend, close: closeClients(clients)}
 }
 
 func redsyncCycle(rs *redsync.Redsync) cycleFunc {
@@ -91,15 +102,19 @@ func redsyncCycle(rs *redsync.Redsync) cycleFunc {
 		if err := m.LockContext(ctx); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
-		ok, err := m.UnlockContext(ctx)
-		if err != nil {
-			return fmt.Errorf("unlock: %w", err)
-		}
-		if !ok {
-			return errors.New("unlock: not released on a quorum")
-		}
-		return nil
+		return redsyncUnlock(ctx, m)
 	}
+}
+
+func redsyncUnlock(ctx context.Context, m *redsync.Mutex) error {
+	ok, err := m.UnlockContext(ctx)
+	if err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	if !ok {
+		return errors.New("unlock: not released on a quorum")
+	}
+	return nil
 }
 
 func closeClients(clients []*redis.Client) func() error {
@@ -111,3 +126,89 @@ func closeClients(clients []*redis.Client) func() error {
 		return errors.Join(errs...)
 	}
 }
+
+// contender is one client of the contended case, on one key: it has its
+// own connection (lockproxy) or its own mutex (redsync).
+type contender interface {
+	// lock waits until it holds the key; errNotAcquired when the wait ended
+	// without it (lockproxy's WAIT elapsed, redsync ran out of tries).
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+	close() error
+}
+
+// errNotAcquired is a lock attempt that ended without the lock and without
+// a failure: the key was held by someone else.
+var errNotAcquired = errors.New("not acquired")
+
+// waitBound is how long a contended client waits for the lock: WAIT 30000
+// for lockproxy. redsync's default retries end well before it.
+const waitBound = 30 * time.Second
+
+// waitMargin lets lockproxy's reply to an elapsed WAIT arrive before the
+// client's own deadline.
+const waitMargin = 5 * time.Second
+
+// lockproxyContender sends LOCK key PX 30000 WAIT 30000 and UNLOCK on a
+// connection of its own.
+type lockproxyContender struct {
+	c     *redis.Client
+	key   string
+	token string
+}
+
+func newLockproxyContender(addr, key string) *lockproxyContender {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1,
+		ReadTimeout: waitBound + waitMargin, ContextTimeoutEnabled: true})
+	return &lockproxyContender{c: c, key: key}
+}
+
+func (l *lockproxyContender) lock(ctx context.Context) error {
+	token, err := lockproxyLock(ctx, l.c, l.key, "WAIT", waitBound.Milliseconds())
+	l.token = token
+	return err
+}
+
+func (l *lockproxyContender) unlock(ctx context.Context) error {
+	return lockproxyUnlock(ctx, l.c, l.key, l.token)
+}
+
+func (l *lockproxyContender) close() error { return l.c.Close() }
+
+// redsyncContender is one redsync mutex with the default retry policy: 32
+// tries, 50-250 ms apart.
+type redsyncContender struct{ m *redsync.Mutex }
+
+func newRedsyncContender(rs *redsync.Redsync, key string) *redsyncContender {
+	return &redsyncContender{m: rs.NewMutex(key, redsync.WithExpiry(lockTTL))}
+}
+
+// lock is Lock; running out of tries because the key stayed taken is
+// errNotAcquired.
+func (r *redsyncContender) lock(ctx context.Context) error {
+	err := r.m.LockContext(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case lostToHolder(err):
+		return fmt.Errorf("lock: %w (%w)", errNotAcquired, err)
+	default:
+		return fmt.Errorf("lock: %w", err)
+	}
+}
+
+// lostToHolder tells a redsync Lock that ran out of tries because the key
+// stayed taken from one that also failed to reach a node.
+func lostToHolder(err error) bool {
+	var redisErr *redsync.RedisError
+	if errors.As(err, &redisErr) {
+		return false
+	}
+	var taken *redsync.ErrTaken
+	var nodeTaken *redsync.ErrNodeTaken
+	return errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.As(err, &nodeTaken)
+}
+
+func (r *redsyncContender) unlock(ctx context.Context) error { return redsyncUnlock(ctx, r.m) }
+
+func (r *redsyncContender) close() error { return nil }
