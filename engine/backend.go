@@ -24,15 +24,19 @@ type Hold struct {
 	Name  string // the holder's client name, shown by LOCKINFO; may be empty
 	// Waiter is set for a client that waits for the lock (LOCK ... WAIT): it
 	// keeps the client's place in the key's line, which every instance
-	// shares. Nil for a client that tries once.
+	// shares. Its ID is Token. Nil for a client that tries once.
 	Waiter *Waiter
+	// Next, when set, is the waiter that comes after this one in this
+	// instance: it takes its place in the key's line when this acquire
+	// succeeds, in the same step.
+	Next *Waiter
 }
 
 // Waiter is a place in a key's line of waiters. Older waiters go first: a
 // free key is granted only to the first live waiter in line, or to anyone
 // when the line is empty.
 type Waiter struct {
-	ID    string        // names the place
+	ID    string        // names the place: the waiter's lock token
 	Since time.Time     // when the client began to wait: orders the line
 	Keep  time.Duration // how long the place lasts unless the waiter tries again
 }
@@ -73,4 +77,12 @@ type Backend interface {
 	Inspect(ctx context.Context, key string) (h Holder, ok bool, err error)
 	// Close releases the backend's connections.
 	Close() error
+}
+
+// EarlyReleaser is a Backend whose operations reach the store in the order
+// they are started: ReleaseThen runs sent once the release is on its way,
+// and an acquire started after sent sees the key released. The engine
+// wakes the next waiter then, overlapping its acquire with the release.
+type EarlyReleaser interface {
+	ReleaseThen(ctx context.Context, key, token string, sent func()) (bool, error)
 }

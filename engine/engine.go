@@ -67,6 +67,7 @@ type Engine struct {
 	bound   map[string]*bound // connection-bound locks held through this instance, by key
 	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
 	waiting map[string]queue  // clients waiting for each key, first come first
+	echoes  map[string]string // the token of the last release through this instance, by key
 	waiters int               // all of them
 	closing bool
 }
@@ -82,6 +83,7 @@ func New(backend Backend, cfg Config, log *zap.Logger) *Engine {
 		bound:   map[string]*bound{},
 		lost:    map[lockID]*Owner{},
 		waiting: map[string]queue{},
+		echoes:  map[string]string{},
 	}
 }
 
@@ -130,10 +132,25 @@ func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
 		return false, ErrLost
 	}
 	e.unwatch(key, token)
-	ok, err := e.backend.Release(ctx, key, token)
+	return e.free(ctx, key, token)
+}
+
+// free releases key for token and hands it to the key's next waiter: woken
+// as soon as the release is on its way when the backend keeps order
+// (EarlyReleaser), and woken again when the release is done if it is
+// still waiting (its early try came too soon).
+func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
+	var early *waiter
+	var ok bool
+	var err error
+	if b, isEarly := e.backend.(EarlyReleaser); isEarly {
+		ok, err = b.ReleaseThen(ctx, key, token, func() { early = e.wakeHead(key) })
+	} else {
+		ok, err = e.backend.Release(ctx, key, token)
+	}
 	if ok {
 		e.stats.Releases.Add(1)
-		e.Released(key)
+		e.releasedHere(key, token, early)
 	}
 	return ok, err
 }
@@ -217,11 +234,7 @@ func (e *Engine) releaseAll(ctx context.Context, locks []*bound) error {
 func (e *Engine) release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OpTimeout)
 	defer cancel()
-	ok, err := e.backend.Release(ctx, key, token)
-	if ok {
-		e.stats.Releases.Add(1)
-		e.Released(key)
-	}
+	_, err := e.free(ctx, key, token)
 	if err != nil {
 		e.log.Warn("release of a connection-bound lock failed; it expires with its lease",
 			zap.String("key", key), zap.Duration("lease", e.cfg.BoundLease), zap.Error(err))

@@ -20,6 +20,7 @@ type memBackend struct {
 	extendErr error
 	released  []string
 	busyFor   time.Duration // if set, a refused acquire says the holder's lease runs this long
+	acquires  int           // Acquire calls served
 }
 
 func newMem() *memBackend { return &memBackend{held: map[string]string{}} }
@@ -27,6 +28,7 @@ func newMem() *memBackend { return &memBackend{held: map[string]string{}} }
 func (m *memBackend) Acquire(_ context.Context, key string, h Hold) (Grant, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.acquires++
 	if t, ok := m.held[key]; ok && t != h.Token {
 		if m.busyFor > 0 {
 			return Grant{}, &BusyError{RetryAfter: m.busyFor}

@@ -13,7 +13,12 @@ const minRetry = 5 * time.Millisecond
 // waiter is one client waiting for a key in this instance. It costs no
 // goroutine: the waiting LOCK's own goroutine blocks on wake.
 type waiter struct {
-	wake chan struct{} // buffered 1: wakes coalesce
+	wake  chan struct{} // buffered 1: wakes coalesce
+	place Waiter        // its place in the key's line across instances
+	// promoted (guarded by Engine.mu) marks a wake that only says "you
+	// head the queue now": the grant that promoted it put it in line, and
+	// the key is held, so it arms its retry timer without trying.
+	promoted bool
 }
 
 // queue is the FIFO of one key's waiters in this instance; the head is the
@@ -28,54 +33,75 @@ type queue []*waiter
 // a place in the key's shared line (Hold.Waiter), and the oldest goes
 // first.
 func (e *Engine) LockWait(ctx context.Context, o *Owner, key string, h Hold) (Grant, error) {
-	w, err := e.enqueue(key)
+	if h.Token == "" {
+		h.Token = NewToken()
+	}
+	w, err := e.enqueue(key, Waiter{ID: h.Token, Since: time.Now(), Keep: e.cfg.WaiterKeep})
 	if err != nil {
 		return Grant{}, err
 	}
-	h.Waiter = &Waiter{ID: NewToken(), Since: time.Now(), Keep: e.cfg.WaiterKeep}
+	h.Waiter = &w.place
 	granted := false
 	defer func() {
-		e.dequeue(key, w)
+		e.dequeue(key, w, granted)
 		if !granted {
-			e.leave(ctx, key, h.Waiter.ID)
+			e.leave(ctx, key, w.place.ID)
 		}
 	}()
-	var retry *time.Timer
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	try := true // the first time, and after every wake
 	for {
 		if e.isClosing() {
 			return Grant{}, ErrShuttingDown
 		}
 		var after <-chan time.Time
-		if e.isHead(key, w) {
-			g, err := e.Lock(ctx, o, key, h)
-			var busy *BusyError
-			switch {
-			case err == nil:
-				granted = true
-				return g, nil
-			case errors.As(err, &busy):
-				// Try again when the lease runs out, and often enough to keep
-				// this waiter's place in line.
-				retry = resetTimer(retry, min(max(busy.RetryAfter, minRetry), e.cfg.WaiterKeep/3))
-			case errors.Is(err, ErrNotAcquired):
-				retry = resetTimer(retry, minRetry)
-			default:
-				return g, err
-			}
+		if next, head := e.position(key, w); head {
 			after = retry.C
+			if try {
+				h.Next = next
+				g, err := e.Lock(ctx, o, key, h)
+				if err == nil || !errors.Is(err, ErrNotAcquired) {
+					granted = err == nil
+					return g, err
+				}
+				retry.Reset(e.retryAfter(err))
+			} else {
+				// Head since a grant, not tried yet: the grant put it in line;
+				// try within a third of its keep, which keeps its place.
+				retry.Reset(e.cfg.WaiterKeep / 3)
+			}
 		}
 		select {
 		case <-w.wake:
+			try = !e.takePromoted(w)
 		case <-after:
+			try = true
 		case <-ctx.Done():
 			return Grant{}, ctx.Err()
 		}
 	}
+}
+
+// takePromoted reports and clears w's promoted mark.
+func (e *Engine) takePromoted(w *waiter) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := w.promoted
+	w.promoted = false
+	return p
+}
+
+// retryAfter is when a refused head tries again: when the holder's lease
+// runs out, and often enough to keep its place in line.
+func (e *Engine) retryAfter(err error) time.Duration {
+	d := minRetry
+	var busy *BusyError
+	if errors.As(err, &busy) {
+		d = max(busy.RetryAfter, minRetry)
+	}
+	return min(d, e.cfg.WaiterKeep/3)
 }
 
 // resetTimer arms t (creating it if nil) to fire after d.
@@ -90,12 +116,54 @@ func resetTimer(t *time.Timer, d time.Duration) *time.Timer {
 // Released announces that key may be free: the head of its queue tries.
 // Releases through any instance reach it (upstream notifications), and
 // those through this one call it directly.
-func (e *Engine) Released(key string) {
+func (e *Engine) Released(key string) { e.wakeHead(key) }
+
+// maxEchoes bounds the releases this instance remembers making, so that it
+// can tell their echoes from the nodes; past it, it forgets them all (an
+// unrecognised echo only wakes a waiter for nothing).
+const maxEchoes = 4096
+
+// Notified is the nodes' announcement that token released key (or, for a
+// waiter's token, gave up its place in key's line). The echo of a release
+// made through this instance is ignored: it woke its waiters already, and
+// waking them again would only make the next one try while the key is
+// held.
+func (e *Engine) Notified(key, token string) {
+	e.mu.Lock()
+	own := e.echoes[key] == token
+	e.mu.Unlock()
+	if !own {
+		e.Released(key)
+	}
+}
+
+// releasedHere records that token released key through this instance and
+// wakes the key's first waiter — unless early, the one woken when the
+// release was sent, has moved on (its early try got the lock).
+func (e *Engine) releasedHere(key, token string, early *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if q := e.waiting[key]; len(q) > 0 {
+	if len(e.echoes) >= maxEchoes {
+		clear(e.echoes)
+	}
+	e.echoes[key] = token
+	if q := e.waiting[key]; len(q) > 0 && (early == nil || q[0] == early) {
+		q[0].promoted = false
 		q[0].signal()
 	}
+}
+
+// wakeHead wakes key's first waiter to try, and returns it (nil if none).
+func (e *Engine) wakeHead(key string) *waiter {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.waiting[key]
+	if len(q) == 0 {
+		return nil
+	}
+	q[0].promoted = false
+	q[0].signal()
+	return q[0]
 }
 
 func (w *waiter) signal() {
@@ -106,7 +174,7 @@ func (w *waiter) signal() {
 }
 
 // enqueue adds a waiter at the tail of key's queue.
-func (e *Engine) enqueue(key string) (*waiter, error) {
+func (e *Engine) enqueue(key string, place Waiter) (*waiter, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
@@ -115,7 +183,7 @@ func (e *Engine) enqueue(key string) (*waiter, error) {
 	if e.waiters >= e.cfg.MaxWaiters {
 		return nil, ErrTooManyWaiters
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), place: place}
 	e.waiting[key] = append(e.waiting[key], w)
 	e.waiters++
 	return w, nil
@@ -130,9 +198,9 @@ func (e *Engine) leave(ctx context.Context, key, id string) {
 }
 
 // dequeue removes w from key's queue. When w was the head, the next waiter
-// becomes head and tries at once: for the lock if w left without it, for
-// its place in the line across instances if w got it.
-func (e *Engine) dequeue(key string, w *waiter) {
+// becomes head: it tries at once if w left without the lock; if w got it,
+// w's grant put the next one in line already, and it only arms its timer.
+func (e *Engine) dequeue(key string, w *waiter, granted bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	q := e.waiting[key]
@@ -148,17 +216,27 @@ func (e *Engine) dequeue(key string, w *waiter) {
 		}
 		e.waiting[key] = q
 		if i == 0 {
+			q[0].promoted = granted
 			q[0].signal()
 		}
 		return
 	}
 }
 
-func (e *Engine) isHead(key string, w *waiter) bool {
+// position reports whether w heads key's queue and, if so, the place of
+// the waiter after it (nil for none).
+func (e *Engine) position(key string, w *waiter) (next *Waiter, head bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	q := e.waiting[key]
-	return len(q) > 0 && q[0] == w
+	if len(q) == 0 || q[0] != w {
+		return nil, false
+	}
+	if len(q) > 1 {
+		p := q[1].place
+		return &p, true
+	}
+	return nil, true
 }
 
 // Waiters is the number of clients waiting for key in this instance, or

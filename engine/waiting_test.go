@@ -148,3 +148,63 @@ func TestShutdownEndsWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestPromotedHeadRetriesWithoutNotification: the waiter that heads the
+// queue after another's grant does not try at once (the key is held), but
+// tries within a third of its place's keep, so a lost release notification
+// or an expiry costs at most that.
+func TestPromotedHeadRetriesWithoutNotification(t *testing.T) {
+	m := newMem()
+	e := New(m, Config{BoundLease: 90 * time.Millisecond, WaiterKeep: 90 * time.Millisecond}, zap.NewNop())
+	bg := context.Background()
+	h, _ := e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := e.LockWait(bg, e.NewOwner(1), "k", Hold{Token: "a", TTL: time.Minute}); first <- err }()
+	waitFor(t, "first waiter", func() bool { return e.Waiters("k") == 1 })
+	go func() { _, err := e.LockWait(bg, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute}); second <- err }()
+	waitFor(t, "second waiter", func() bool { return e.Waiters("k") == 2 })
+	e.Unlock(bg, "k", h.Token)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	m.set(func(m *memBackend) { delete(m.held, "k") }) // a's lease expires: nobody announces it
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the promoted head never retried")
+	}
+}
+
+// TestOwnEchoDoesNotWake: the nodes' echo of a release made through this
+// instance does not make the next waiter try while the key is held again;
+// a release announced by another instance does.
+func TestOwnEchoDoesNotWake(t *testing.T) {
+	m := newMem()
+	m.busyFor = time.Minute
+	e := newEngine(m)
+	bg := context.Background()
+	h, _ := e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := e.LockWait(bg, e.NewOwner(1), "k", Hold{Token: "a", TTL: time.Minute}); first <- err }()
+	waitFor(t, "first waiter", func() bool { return e.Waiters("k") == 1 })
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	go func() { _, err := e.LockWait(ctx, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute}); second <- err }()
+	waitFor(t, "second waiter", func() bool { return e.Waiters("k") == 2 })
+	e.Unlock(bg, "k", h.Token)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	attempts := func() int { m.mu.Lock(); defer m.mu.Unlock(); return m.acquires }
+	before := attempts()
+	e.Notified("k", h.Token) // the echo of our own release
+	time.Sleep(50 * time.Millisecond)
+	if attempts() != before {
+		t.Fatalf("our own echo made the next waiter try (%d -> %d)", before, attempts())
+	}
+	e.Notified("k", "released-elsewhere")
+	waitFor(t, "a try after another instance's release", func() bool { return attempts() > before })
+}

@@ -115,8 +115,13 @@ func (r *Redlock) commit(ctx context.Context, key, token string, fence int64) er
 // count fans op out, counts the nodes whose reply is OK, and turns the
 // count into op's outcome (see tally.outcome).
 func (r *Redlock) count(ctx context.Context, op *Op, name string, no error) (*flight, error) {
+	return r.countThen(ctx, op, nil, name, no)
+}
+
+// countThen is count that runs sent once op is on its way to every node.
+func (r *Redlock) countThen(ctx context.Context, op *Op, sent func(), name string, no error) (*flight, error) {
 	t := newTally(r.quorum, len(r.nodes))
-	calls, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, op,
+	calls, err := fanoutThen(ctx, r.nodes, r.cfg.NodeTimeout, op, sent,
 		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.decided() })
 	if err != nil {
 		return calls, err
@@ -128,7 +133,7 @@ func (r *Redlock) count(ctx context.Context, op *Op, name string, no error) (*fl
 func (r *Redlock) rollback(ctx context.Context, key, token string) {
 	ctx, cancel := r.cleanup(ctx)
 	defer cancel()
-	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token},
+	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token, Rollback: true},
 		func(Reply) bool { return false })
 	calls.Wait()
 }
@@ -163,8 +168,18 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes key held by token on every node; it reports true when a
 // majority still held it for token.
 func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
+	return r.ReleaseThen(ctx, key, token, nil)
+}
+
+var _ engine.EarlyReleaser = (*Redlock)(nil)
+
+// ReleaseThen is Release that runs sent once the release is queued for
+// every node. A node runs what is queued for it in order (one pipeline per
+// node, the default), so an acquire started after sent lands behind the
+// release on every node — often in the same round trip.
+func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, sent func()) (bool, error) {
 	r.landed(key, token)
-	_, err := r.count(ctx, &Op{Kind: OpRelease, Key: key, Token: token}, "release", engine.ErrNotHeld)
+	_, err := r.countThen(ctx, &Op{Kind: OpRelease, Key: key, Token: token}, sent, "release", engine.ErrNotHeld)
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
 	}

@@ -25,11 +25,20 @@ type flight struct {
 // a release, a commit beyond the quorum) still reaches every node that
 // answers in time.
 func fanout(ctx context.Context, nodes []Node, timeout time.Duration, op *Op, decide func(Reply) bool) (*flight, error) {
+	return fanoutThen(ctx, nodes, timeout, op, nil, decide)
+}
+
+// fanoutThen is fanout that runs sent, if not nil, once op is on its way to
+// every node.
+func fanoutThen(ctx context.Context, nodes []Node, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
 	f := &flight{replies: make(chan Reply, len(nodes)), n: len(nodes)}
 	var cctx context.Context
 	cctx, f.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	for i, n := range nodes {
 		n.Do(cctx, op, i, f.replies)
+	}
+	if sent != nil {
+		sent()
 	}
 	for f.got < f.n {
 		select {

@@ -56,7 +56,8 @@ const (
 	// reuses the TTL the key was last given — and records Mode unless it is
 	// empty. Reply: TTL applied, 0 if Token does not hold the key.
 	OpExtend
-	// OpRelease deletes Key if Token holds it. Reply: OK (released).
+	// OpRelease deletes Key if Token holds it, and unless Rollback, takes
+	// Token's place out of the key's line. Reply: OK (released).
 	OpRelease
 	// OpInspect reads the entry of Key. Reply: Entry, OK (held).
 	OpInspect
@@ -72,6 +73,10 @@ type Op struct {
 	Key   string
 	Hold  engine.Hold   // OpAcquire
 	Token string        // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave
+	// Rollback marks an OpRelease that undoes a failed acquire: the token
+	// keeps its place in the key's line. A release by the holder gives up
+	// the token's place on every node.
+	Rollback bool
 	Fence int64         // OpCommit
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend

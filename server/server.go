@@ -114,7 +114,7 @@ func (in *Instance) subscribe() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, opts := range in.nodes {
-		s := upstream.Subscribe(opts, in.engine.Released, in.log)
+		s := upstream.Subscribe(opts, in.engine.Notified, in.log)
 		in.closers = append(in.closers, func() { _ = s.Close() })
 		if err := s.Ready(ctx); err != nil {
 			in.log.Warn("release notifications not yet subscribed; waiters fall back to lease expiry meanwhile",

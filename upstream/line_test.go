@@ -68,3 +68,55 @@ func TestLinePlaceExpires(t *testing.T) {
 		})
 	})
 }
+
+// TestGrantPlacesTheNextWaiter: a waiter's grant puts the next waiter of
+// its instance in line in the same step, ahead of later arrivals.
+func TestGrantPlacesTheNextWaiter(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		t0 := time.Now()
+		first := waiting("first", "first", t0)
+		first.Next = &engine.Waiter{ID: "second", Since: t0.Add(time.Millisecond), Keep: time.Minute}
+		if c, err := n.Acquire(ctx, "k", first); err != nil || c.State != quorum.Acquired {
+			t.Fatal(c, err)
+		}
+		// A later arrival elsewhere is refused and takes its place behind.
+		if c, err := n.Acquire(ctx, "k", waiting("later", "later", t0.Add(time.Second))); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		mustRelease(t, n, "k", "first", true)
+		if c, err := n.Acquire(ctx, "k", waiting("later", "later", t0.Add(time.Second))); err != nil || c.State != quorum.Taken {
+			t.Fatalf("the later arrival overtook the placed waiter: %+v %v", c, err)
+		}
+		if c, err := n.Acquire(ctx, "k", waiting("second", "second", t0.Add(time.Millisecond))); err != nil || c.State != quorum.Acquired {
+			t.Fatalf("the placed waiter: %+v %v", c, err)
+		}
+	})
+}
+
+// TestReleaseDropsTheHoldersPlace: a waiter refused on this node (placed in
+// line) but granted on others gives up its place here when it releases; a
+// rollback keeps the place.
+func TestReleaseDropsTheHoldersPlace(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		mustAcquire(t, n, "k", hold("old", time.Minute))
+		w := waiting("w", "w", time.Now())
+		if c, err := n.Acquire(ctx, "k", w); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		mustRelease(t, n, "k", "old", true)
+		rollback := make(chan quorum.Reply, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "w", Rollback: true}, 0, rollback)
+		if r := <-rollback; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if c, err := n.Acquire(ctx, "k", hold("passer-by", time.Minute)); err != nil || c.State != quorum.Taken {
+			t.Fatalf("a rollback gave up the place: %+v %v", c, err)
+		}
+		mustRelease(t, n, "k", "w", false) // w holds nothing here, but its place goes
+		if c, err := n.Acquire(ctx, "k", hold("passer-by", time.Minute)); err != nil || c.State != quorum.Acquired {
+			t.Fatalf("the released holder's place stayed: %+v %v", c, err)
+		}
+	})
+}

@@ -236,7 +236,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpExtend:
 		return extendScript, []string{lock}, []any{op.Token, millis(op.TTL), string(op.Mode)}
 	case quorum.OpRelease:
-		return releaseScript, []string{lock}, []any{op.Token, n.released, op.Key}
+		leave := "1"
+		if op.Rollback {
+			leave = "0"
+		}
+		return releaseScript, append([]string{lock}, n.acquireKeys(op.Key)[2:]...), []any{op.Token, n.released, op.Key, leave}
 	case quorum.OpLeave:
 		return leaveScript, n.acquireKeys(op.Key)[2:], []any{op.Token, n.released, op.Key}
 	default:
@@ -257,7 +261,11 @@ func acquireArgs(h engine.Hold) []any {
 	if w := h.Waiter; w != nil {
 		id, since, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep}
+	next, nextSince := "", int64(0)
+	if w := h.Next; w != nil {
+		next, nextSince, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
+	}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince}
 }
 
 // wrap adds the node's address to err.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +37,7 @@ type Subscription struct {
 	channel   string
 	client    *redis.Client
 	ps        *redis.PubSub
-	onRelease func(key string)
+	onRelease func(key, token string)
 	log       *zap.Logger
 	pingAfter time.Duration
 	pongWait  time.Duration
@@ -50,7 +52,8 @@ type Subscription struct {
 }
 
 // Subscribe listens on the node at o.Addr for release notifications and
-// calls onRelease with each released key, from one goroutine, in arrival
+// calls onRelease with each released key and the token that released it
+// (or the waiter that left the key's line), from one goroutine, in arrival
 // order. It reconnects by itself after a failure (go-redis PubSub does);
 // notifications published while it is disconnected are lost — callers must
 // not rely on every one arriving. Close stops it.
@@ -64,11 +67,11 @@ type Subscription struct {
 // onRelease must return promptly (while it runs, notifications queue up on
 // the node, which drops a subscriber that falls far behind) and must not
 // call Close.
-func Subscribe(o RedisOptions, onRelease func(key string), log *zap.Logger) *Subscription {
+func Subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logger) *Subscription {
 	return subscribe(o, onRelease, log, DefaultPingAfter)
 }
 
-func subscribe(o RedisOptions, onRelease func(key string), log *zap.Logger, pingAfter time.Duration) *Subscription {
+func subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logger, pingAfter time.Duration) *Subscription {
 	o = o.withDefaults()
 	if log == nil {
 		log = zap.NewNop()
@@ -184,8 +187,8 @@ func (s *Subscription) handle(h *health, msg any) {
 	h.pinged = time.Time{}
 	switch m := msg.(type) {
 	case *redis.Message:
-		if m.Channel == s.channel {
-			s.onRelease(m.Payload)
+		if key, token, ok := parseRelease(m.Payload); ok && m.Channel == s.channel {
+			s.onRelease(key, token)
 		}
 	case *redis.Subscription:
 		if m.Kind == "subscribe" && m.Channel == s.channel {
@@ -255,4 +258,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// parseRelease reads a release notification, '<length of token>:<token><key>'.
+func parseRelease(msg string) (key, token string, ok bool) {
+	n, rest, found := strings.Cut(msg, ":")
+	size, err := strconv.Atoi(n)
+	if !found || err != nil || size < 0 || size > len(rest) {
+		return "", "", false
+	}
+	return rest[size:], rest[:size], true
 }

@@ -38,7 +38,7 @@ func TestReleasePublishes(t *testing.T) {
 		if err := raw.Publish(ctx, defaultChannel, "end").Err(); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{defaultChannel + " " + key, "x/released k", defaultChannel + " end"} {
+		for _, want := range []string{defaultChannel + " 1:a" + key, "x/released 1:ak", defaultChannel + " end"} {
 			m, err := ps.ReceiveMessage(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -66,7 +66,7 @@ func TestSubscriptionDelivers(t *testing.T) {
 			mustAcquire(t, n, key, hold("a", time.Minute))
 			mustRelease(t, n, key, "a", true)
 		}
-		if err := rawClient(t, addr).Publish(testCtx(t), defaultChannel, "end").Err(); err != nil {
+		if err := rawClient(t, addr).Publish(testCtx(t), defaultChannel, "0:end").Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i := range keys {
@@ -211,7 +211,7 @@ func TestSubscriptionClose(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		baseline := runtime.NumGoroutine()
 		got := make(chan string, 10)
-		sub := Subscribe(RedisOptions{Addr: addr}, func(k string) { got <- k }, nil)
+		sub := Subscribe(RedisOptions{Addr: addr}, func(k, _ string) { got <- k }, nil)
 		mustReady(t, sub)
 		n := NewRedisNode(RedisOptions{Addr: addr})
 		releaseAndExpect(t, n, got, "k")
@@ -238,7 +238,7 @@ func TestSubscriptionCloseWhileDown(t *testing.T) {
 	}
 	baseline := runtime.NumGoroutine()
 	core, logs := observer.New(zapcore.DebugLevel)
-	sub := Subscribe(RedisOptions{Addr: s.Addr()}, func(string) { t.Error("notification from a dead node") }, zap.New(core))
+	sub := Subscribe(RedisOptions{Addr: s.Addr()}, func(string, string) { t.Error("notification from a dead node") }, zap.New(core))
 	eventually(t, testTimeout, "reconnects attempted", func() bool {
 		return logs.FilterMessageSnippet("failed").Len() >= 3
 	})
@@ -259,7 +259,7 @@ func TestSubscriptionCloseWhileDown(t *testing.T) {
 // and closes the subscription when the test ends.
 func newSubscription(t *testing.T, o RedisOptions, got chan<- string, log *zap.Logger, pingAfter time.Duration) *Subscription {
 	t.Helper()
-	sub := subscribe(o, func(k string) { got <- k }, log, pingAfter)
+	sub := subscribe(o, func(k, _ string) { got <- k }, log, pingAfter)
 	t.Cleanup(func() { sub.Close() })
 	return sub
 }
@@ -331,7 +331,7 @@ func deliversAgain(t *testing.T, raw *redis.Client, got <-chan string) {
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for i := 0; time.Now().Before(deadline); i++ {
-		raw.Publish(testCtx(t), defaultChannel, fmt.Sprint("again-", i)) // fails while the node is down
+		raw.Publish(testCtx(t), defaultChannel, fmt.Sprint("0:again-", i)) // fails while the node is down
 		select {
 		case k := <-got:
 			if !strings.HasPrefix(k, "again-") {
@@ -378,5 +378,26 @@ func checkNoGoroutines(t *testing.T, baseline int) {
 			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), baseline, stacks)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestParseRelease(t *testing.T) {
+	for _, tc := range []struct {
+		msg, key, token string
+		ok              bool
+	}{
+		{"3:abck", "k", "abc", true},
+		{"0:end", "end", "", true},
+		{"5:a:b:ckey:with:colons", "key:with:colons", "a:b:c", true},
+		{"2:ab", "", "ab", true},
+		{"9:short", "", "", false},
+		{"x:abc", "", "", false},
+		{"end", "", "", false},
+		{"-1:abc", "", "", false},
+	} {
+		key, token, ok := parseRelease(tc.msg)
+		if key != tc.key || token != tc.token || ok != tc.ok {
+			t.Errorf("%q: %q %q %v", tc.msg, key, token, ok)
+		}
 	}
 }

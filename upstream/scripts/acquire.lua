@@ -8,7 +8,9 @@
 -- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
 -- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
 -- arrival, ARGV[7] now, ARGV[8] how long its place is kept (all three in
--- microseconds of the waiting instance's clock)
+-- microseconds of the waiting instance's clock), ARGV[9] the next waiter
+-- of this instance ('' for none) and ARGV[10] its arrival: it takes its
+-- place in line when this acquire succeeds, with no round trip of its own
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
@@ -35,6 +37,13 @@ else
     if first then
       redis.call('ZREM', KEYS[3], waiter)
       redis.call('ZREM', KEYS[4], waiter)
+    end
+    if ARGV[9] ~= '' then
+      redis.call('ZADD', KEYS[3], 'NX', ARGV[10], ARGV[9])
+      redis.call('ZADD', KEYS[4], tonumber(ARGV[7]) + tonumber(ARGV[8]), ARGV[9])
+      local keep = math.ceil(tonumber(ARGV[8]) / 1000)
+      redis.call('PEXPIRE', KEYS[3], keep)
+      redis.call('PEXPIRE', KEYS[4], keep)
     end
     counter = counter + 1
     redis.call('SET', KEYS[2], counter)

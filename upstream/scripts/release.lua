@@ -1,12 +1,21 @@
 -- Delete a lock the token holds, and announce it to waiters. The fencing
--- counter stays.
--- KEYS[1] lock hash
+-- counter stays. Unless the release is a rollback, the token also gives up
+-- any place it held in the key's line (as a waiter, the token names its
+-- place): a waiter granted elsewhere may have been refused, and placed in
+-- line, on this node.
+-- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
--- clients name it (without the prefix)
--- Returns 1 if the token held the lock, else 0; publishes only on 1.
+-- clients name it (without the prefix), ARGV[4] '1' to leave the line
+-- Returns 1 if the token held the lock, else 0; publishes only on 1. The
+-- message is '<length of token>:<token><key>', so that the instance that
+-- released can tell its own release when it hears of it.
+if ARGV[4] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
 return 1
