@@ -161,7 +161,10 @@ func TestPromotedHeadRetriesWithoutNotification(t *testing.T) {
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := e.LockWait(bg, e.NewOwner(1), "k", Hold{Token: "a", TTL: time.Minute}); first <- err }()
 	waitFor(t, "first waiter", func() bool { return e.Waiters("k") == 1 })
-	go func() { _, err := e.LockWait(bg, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute}); second <- err }()
+	go func() {
+		_, err := e.LockWait(bg, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute})
+		second <- err
+	}()
 	waitFor(t, "second waiter", func() bool { return e.Waiters("k") == 2 })
 	e.Unlock(bg, "k", h.Token)
 	if err := <-first; err != nil {
@@ -192,7 +195,10 @@ func TestOwnEchoDoesNotWake(t *testing.T) {
 	waitFor(t, "first waiter", func() bool { return e.Waiters("k") == 1 })
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	go func() { _, err := e.LockWait(ctx, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute}); second <- err }()
+	go func() {
+		_, err := e.LockWait(ctx, e.NewOwner(2), "k", Hold{Token: "b", TTL: time.Minute})
+		second <- err
+	}()
 	waitFor(t, "second waiter", func() bool { return e.Waiters("k") == 2 })
 	e.Unlock(bg, "k", h.Token)
 	if err := <-first; err != nil {

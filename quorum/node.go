@@ -71,15 +71,15 @@ const (
 type Op struct {
 	Kind  OpKind
 	Key   string
-	Hold  engine.Hold   // OpAcquire
-	Token string        // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave
+	Hold  engine.Hold // OpAcquire
+	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave
 	// Rollback marks an OpRelease that undoes a failed acquire: the token
 	// keeps its place in the key's line. A release by the holder gives up
 	// the token's place on every node.
 	Rollback bool
-	Fence int64         // OpCommit
-	TTL   time.Duration // OpExtend
-	Mode  engine.Mode   // OpExtend
+	Fence    int64         // OpCommit
+	TTL      time.Duration // OpExtend
+	Mode     engine.Mode   // OpExtend
 }
 
 // Reply is one node's answer to an Op.
