@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lockproxy/lockproxy/quorum"
 	"runtime"
 	"strconv"
 	"strings"
@@ -28,13 +29,18 @@ func TestReleasePublishes(t *testing.T) {
 		ps := rawSubscribe(t, raw, defaultChannel, "x/released")
 		n, other := newNode(t, RedisOptions{Addr: addr}), newNode(t, RedisOptions{Addr: addr, Prefix: "x/"})
 		const key = "user:42 lock"
-		mustAcquire(t, n, key, hold("a", time.Minute))
-		mustRelease(t, n, key, "b", false) // wrong token
-		mustRelease(t, n, key, "a", true)
+		mustAcquire(t, n, "alone", hold("a", time.Minute))
+		mustRelease(t, n, "alone", "a", true) // nobody waits: nothing to announce
+		mustAcquire(t, n, "taken", hold("a", time.Minute))
+		w := waiting("w", "w", time.Now())
+		if c, err := n.Acquire(ctx, "taken", w); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		mustRelease(t, n, "taken", "b", false) // wrong token, while someone waits: nothing
+		releaseWhileWaited(t, n, key)
 		mustRelease(t, n, key, "a", false) // already free
 		mustRelease(t, n, "never-held", "a", false)
-		mustAcquire(t, other, "k", hold("a", time.Minute))
-		mustRelease(t, other, "k", "a", true)
+		releaseWhileWaited(t, other, "k")
 		if err := raw.Publish(ctx, defaultChannel, "end").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -58,13 +64,10 @@ func TestSubscriptionDelivers(t *testing.T) {
 		sub := newSubscription(t, RedisOptions{Addr: addr}, got, nil, DefaultPingAfter)
 		mustReady(t, sub)
 		n, other := newNode(t, RedisOptions{Addr: addr}), newNode(t, RedisOptions{Addr: addr, Prefix: "other:"})
-		mustAcquire(t, other, "ignored", hold("a", time.Minute))
-		mustRelease(t, other, "ignored", "a", true)
+		releaseWhileWaited(t, other, "ignored")
 		const keys = 100
 		for i := range keys {
-			key := fmt.Sprint("k", i)
-			mustAcquire(t, n, key, hold("a", time.Minute))
-			mustRelease(t, n, key, "a", true)
+			releaseWhileWaited(t, n, fmt.Sprint("k", i))
 		}
 		if err := rawClient(t, addr).Publish(testCtx(t), defaultChannel, "0:end").Err(); err != nil {
 			t.Fatal(err)
@@ -315,11 +318,27 @@ func next(t *testing.T, got <-chan string) string {
 // notification next.
 func releaseAndExpect(t *testing.T, n *RedisNode, got <-chan string, key string) {
 	t.Helper()
-	mustAcquire(t, n, key, hold("a", time.Minute))
-	mustRelease(t, n, key, "a", true)
+	releaseWhileWaited(t, n, key)
 	if k := next(t, got); k != key {
 		t.Fatalf("notification %q, want %q", k, key)
 	}
+}
+
+// releaseWhileWaited takes key for token "a", puts a waiter in line, and
+// releases it: a release publishes only while someone waits. The waiter
+// then takes and releases the key, with nobody in line: no second message.
+func releaseWhileWaited(t *testing.T, n *RedisNode, key string) {
+	t.Helper()
+	mustAcquire(t, n, key, hold("a", time.Minute))
+	w := waiting("w", "w", time.Now())
+	if c, err := n.Acquire(testCtx(t), key, w); err != nil || c.State != quorum.Taken {
+		t.Fatalf("waiter: %+v %v", c, err)
+	}
+	mustRelease(t, n, key, "a", true)
+	if c, err := n.Acquire(testCtx(t), key, w); err != nil || c.State != quorum.Acquired {
+		t.Fatalf("waiter after the release: %+v %v", c, err)
+	}
+	mustRelease(t, n, key, "w", true)
 }
 
 // deliversAgain publishes fresh keys until the subscription delivers one:

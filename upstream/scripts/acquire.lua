@@ -27,12 +27,15 @@ local wait
 if holder then
   wait = redis.call('PTTL', KEYS[1])
 else
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[7])
-  if #gone > 0 then
-    redis.call('ZREM', KEYS[3], unpack(gone))
-    redis.call('ZREM', KEYS[4], unpack(gone))
+  local first
+  if redis.call('EXISTS', KEYS[3]) == 1 then -- nobody waits: the common case costs one look
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[7])
+    if #gone > 0 then
+      redis.call('ZREM', KEYS[3], unpack(gone))
+      redis.call('ZREM', KEYS[4], unpack(gone))
+    end
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   end
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not first or first == waiter then
     if first then
       redis.call('ZREM', KEYS[3], waiter)

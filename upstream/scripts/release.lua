@@ -6,16 +6,20 @@
 -- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line
--- Returns 1 if the token held the lock, else 0; publishes only on 1. The
--- message is '<length of token>:<token><key>', so that the instance that
--- released can tell its own release when it hears of it.
-if ARGV[4] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
+-- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
+-- only while someone waits in the key's line: a waiter refused through any
+-- instance holds a place on the nodes that refused it, and its own instance
+-- wakes it directly. The message is '<length of token>:<token><key>', so
+-- that the instance that released can tell its own release when it hears
+-- of it.
+if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
+end
 return 1
