@@ -39,14 +39,13 @@ func holdAndHang(addr, key string) {
 	os.Exit(3)
 }
 
-// TestBoundLockReleasedWhenClientKilled: a client process holding a
-// connection-bound lock is killed with SIGKILL, without QUIT; another
-// client acquires the lock within the bound lease.
-func TestBoundLockReleasedWhenClientKilled(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	key := uniqueKey(t)
+// startHolder runs a client process (this test binary, see holdAndHang)
+// that takes a connection-bound lock on key and waits to be killed; it
+// returns once the lock is granted.
+func startHolder(t *testing.T, addr, key string) *exec.Cmd {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "LOCKPROXY_TEST_HOLDER_ADDR="+in.Addr(), "LOCKPROXY_TEST_HOLDER_KEY="+key)
+	child.Env = append(os.Environ(), "LOCKPROXY_TEST_HOLDER_ADDR="+addr, "LOCKPROXY_TEST_HOLDER_KEY="+key)
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +54,19 @@ func TestBoundLockReleasedWhenClientKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "granted") {
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "granted") {
 		t.Fatalf("child: %q %v", line, err)
 	}
+	return child
+}
+
+// TestBoundLockReleasedWhenClientKilled: a client process holding a
+// connection-bound lock is killed with SIGKILL, without QUIT; another
+// client acquires the lock within the bound lease.
+func TestBoundLockReleasedWhenClientKilled(t *testing.T) {
+	in, _ := startRedlock(t, 3)
+	key := uniqueKey(t)
+	child := startHolder(t, in.Addr(), key)
 	c := newClient(t, in.Addr(), 2)
 	if _, ok, _ := lock(context.Background(), c, key, "PX", 1000); ok {
 		t.Fatal("granted while the child holds the lock")

@@ -1,13 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -122,6 +118,13 @@ func TestWaitFIFO(t *testing.T) {
 	}
 	holder.Do(context.Background(), "UNLOCK", key, g.token)
 	wg.Wait()
+	inOrder(t, order, n)
+}
+
+// inOrder closes order, the waiters' numbers in the order they were
+// granted, and checks it is 0, 1, ..., n-1.
+func inOrder(t *testing.T, order chan int, n int) {
+	t.Helper()
 	close(order)
 	want := 0
 	for got := range order {
@@ -161,16 +164,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestWait0WakesWhenHolderIsKilled(t *testing.T) {
 	in, _ := startRedlock(t, 3)
 	key := uniqueKey(t)
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "LOCKPROXY_TEST_HOLDER_ADDR="+in.Addr(), "LOCKPROXY_TEST_HOLDER_KEY="+key)
-	out, _ := child.StdoutPipe()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "granted") {
-		t.Fatalf("child: %q %v", line, err)
-	}
+	child := startHolder(t, in.Addr(), key)
 	w := newClient(t, in.Addr(), 2)
 	got := waitLock(w, key, "PX", 5000, "WAIT", 0)
 	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, w, key) == 1 })
@@ -261,15 +255,5 @@ func TestWaitOrderAcrossInstances(t *testing.T) {
 	}
 	probe[0].Do(context.Background(), "UNLOCK", key, g.token)
 	wg.Wait()
-	close(order)
-	want := 0
-	for got := range order {
-		if got != want {
-			t.Fatalf("grant %d went to waiter %d", want, got)
-		}
-		want++
-	}
-	if want != n {
-		t.Fatalf("%d of %d granted", want, n)
-	}
+	inOrder(t, order, n)
 }
