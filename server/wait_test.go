@@ -105,20 +105,24 @@ func TestWaitFIFO(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		c := newClient(t, in.Addr(), 2)
-		wg.Go(func() {
-			r, ok, err := lock(context.Background(), c, key, "PX", 60000, "WAIT", 60000)
-			if !ok || err != nil {
-				t.Errorf("waiter %d: %v %v", i, ok, err)
-				return
-			}
-			order <- i
-			c.Do(context.Background(), "UNLOCK", key, r.token)
-		})
+		wg.Go(func() { waitInTurn(t, c, key, i, order) })
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, holder, key) == int64(i+1) })
 	}
 	holder.Do(context.Background(), "UNLOCK", key, g.token)
 	wg.Wait()
 	inOrder(t, order, n)
+}
+
+// waitInTurn is waiter i: it waits for key, reports its number on order
+// once granted, and releases the key.
+func waitInTurn(t *testing.T, c *redis.Client, key string, i int, order chan<- int) {
+	r, ok, err := lock(context.Background(), c, key, "PX", 60000, "WAIT", 60000)
+	if !ok || err != nil {
+		t.Errorf("waiter %d: %v %v", i, ok, err)
+		return
+	}
+	order <- i
+	c.Do(context.Background(), "UNLOCK", key, r.token)
 }
 
 // inOrder closes order, the waiters' numbers in the order they were
@@ -242,15 +246,7 @@ func TestWaitOrderAcrossInstances(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		c := newClient(t, ins[i%2], 2)
-		wg.Go(func() {
-			r, ok, err := lock(context.Background(), c, key, "PX", 60000, "WAIT", 60000)
-			if !ok || err != nil {
-				t.Errorf("waiter %d: %v %v", i, ok, err)
-				return
-			}
-			order <- i
-			c.Do(context.Background(), "UNLOCK", key, r.token)
-		})
+		wg.Go(func() { waitInTurn(t, c, key, i, order) })
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, probe[i%2], key) == int64(i/2+1) })
 	}
 	probe[0].Do(context.Background(), "UNLOCK", key, g.token)
