@@ -26,6 +26,7 @@ func (in *Instance) startMetrics() error {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", in.ready)
 	in.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	in.metricsAddr = ln.Addr().String()
 	go func() {
 		if err := in.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			in.log.Error("metrics listener stopped", zap.Error(err))
@@ -68,3 +69,6 @@ func (in *Instance) registry() *prometheus.Registry {
 	reg.MustRegister(prometheus.NewGoCollector())
 	return reg
 }
+
+// MetricsAddr is the metrics listener's address ("" when off).
+func (in *Instance) MetricsAddr() string { return in.metricsAddr }

@@ -21,16 +21,17 @@ var Version = "0.1.0-dev"
 
 // Instance is one running lockproxy.
 type Instance struct {
-	cfg      Config
-	log      *zap.Logger
-	engine   *engine.Engine
-	resp     *resp.Server
-	ln       net.Listener
-	metrics  *http.Server
-	closers  []func() // backend resources, closed last, in reverse order
-	nodes    []upstream.RedisOptions
-	served   chan error
-	shutdown chan struct{}
+	cfg         Config
+	log         *zap.Logger
+	engine      *engine.Engine
+	resp        *resp.Server
+	ln          net.Listener
+	metrics     *http.Server
+	metricsAddr string
+	closers     []func() // backend resources, closed last, in reverse order
+	nodes       []upstream.RedisOptions
+	served      chan error
+	shutdown    chan struct{}
 }
 
 // Start builds an instance from cfg and starts serving in the background.
