@@ -32,7 +32,8 @@ type Config struct {
 	MaxWaiters int
 	// WaiterKeep is how long a waiter's place in a key's line lasts on the
 	// store unless it tries again; a waiting head tries at least every third
-	// of it (default 10s).
+	// of it (default 2s). A node that was down may keep places of waiters
+	// served meanwhile, and refuse others, for up to this long.
 	WaiterKeep time.Duration
 }
 
@@ -50,7 +51,7 @@ func (c Config) withDefaults() Config {
 		c.MaxWaiters = 10000
 	}
 	if c.WaiterKeep <= 0 {
-		c.WaiterKeep = 10 * time.Second
+		c.WaiterKeep = 2 * time.Second
 	}
 	return c
 }

@@ -85,7 +85,7 @@ func Default() Config {
 			MaxBatch:      128,
 		},
 		Embedded: EmbeddedConfig{Nodes: 3},
-		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 10000},
+		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
 			MaxKeyBytes:     1024,
