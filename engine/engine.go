@@ -117,7 +117,7 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return g, err
 	}
 	e.stats.Grants.Add(1)
-	e.forgetLost(key, h.Token)
+	e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
 	} else if !e.watch(o, key, h.Token, g.Validity) {

@@ -104,15 +104,6 @@ func (e *Engine) retryAfter(err error) time.Duration {
 	return min(d, e.cfg.WaiterKeep/3)
 }
 
-// resetTimer arms t (creating it if nil) to fire after d.
-func resetTimer(t *time.Timer, d time.Duration) *time.Timer {
-	if t == nil {
-		return time.NewTimer(d)
-	}
-	t.Reset(d)
-	return t
-}
-
 // Released announces that key may be free: the head of its queue tries.
 // Releases through any instance reach it (upstream notifications), and
 // those through this one call it directly.

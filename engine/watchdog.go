@@ -119,8 +119,6 @@ func (e *Engine) takeLost(key, token string) bool {
 	return ok
 }
 
-func (e *Engine) forgetLost(key, token string) { e.takeLost(key, token) }
-
 // Owner is one client connection's stake in the engine: the
 // connection-bound locks it holds.
 type Owner struct {

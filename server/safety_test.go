@@ -120,12 +120,24 @@ func (g *grantChecker) count() int {
 // resumed, and a third is killed and restarted. No two holders at once;
 // every fence is larger than the one before.
 func TestFencingAcrossInstancesAndRestart(t *testing.T) {
+	check := grantUnderFaults(t, 1000, grantOnce)
+	t.Logf("%d grants, last fence %d, through 3 node faults", check.count(), check.last)
+}
+
+// grantUnderFaults starts three nodes (fsync always) and two instances,
+// runs six clients spread over them, each calling once in a loop, until
+// want grants are checked, while one node is killed and restarted, another
+// paused past the node timeout and resumed, and a third killed and
+// restarted, one fault per quarter of the grants. A client's error fails
+// the test.
+func grantUnderFaults(t *testing.T, want int,
+	once func(ctx context.Context, c *redis.Client, key string, check *grantChecker) error) *grantChecker {
+	t.Helper()
 	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
 	cfg := testConfig(nodes)
 	instances := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
 	key := uniqueKey(t)
-	const want = 1000
-	var check grantChecker
+	check := &grantChecker{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	errs := make(chan error, 8)
@@ -134,7 +146,7 @@ func TestFencingAcrossInstancesAndRestart(t *testing.T) {
 		c := newClient(t, instances[w%2], 2)
 		wg.Go(func() {
 			for ctx.Err() == nil && check.count() < want {
-				if err := grantOnce(ctx, c, key, &check); err != nil {
+				if err := once(ctx, c, key, check); err != nil {
 					errs <- err
 					cancel()
 					return
@@ -165,7 +177,7 @@ func TestFencingAcrossInstancesAndRestart(t *testing.T) {
 	if got := check.count(); got < want || done != len(faults) {
 		t.Fatalf("%d grants and %d of %d faults before the deadline", got, done, len(faults))
 	}
-	t.Logf("%d grants, last fence %d, through %d node faults", check.count(), check.last, done)
+	return check
 }
 
 // outage takes a node down, lets grants go on with two of three for longer

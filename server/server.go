@@ -145,9 +145,6 @@ func (in *Instance) respServer() (*resp.Server, error) {
 // Addr is the RESP listener's address.
 func (in *Instance) Addr() string { return in.ln.Addr().String() }
 
-// Engine is the instance's lock engine.
-func (in *Instance) Engine() *engine.Engine { return in.engine }
-
 // Served delivers the RESP server's exit, once.
 func (in *Instance) Served() <-chan error { return in.served }
 

@@ -259,52 +259,8 @@ func TestWaitOrderAcrossInstances(t *testing.T) {
 // restarted, another paused past the node timeout, and a third killed and
 // restarted: never two holders at once, every fence above the last.
 func TestWaitSafetyUnderFaults(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
-	cfg := testConfig(nodes)
-	instances := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
-	key := uniqueKey(t)
-	const want = 400
-	var check grantChecker
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	errs := make(chan error, 8)
-	var wg sync.WaitGroup
-	for w := range 6 {
-		c := newClient(t, instances[w%2], 2)
-		wg.Go(func() {
-			for ctx.Err() == nil && check.count() < want {
-				if err := waitGrantOnce(ctx, c, key, &check); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		})
-	}
-	faults := []func() error{
-		func() error { return outage(nodes[1].Kill, nodes[1].Restart) },
-		func() error { return outage(nodes[0].Pause, nodes[0].Resume) },
-		func() error { return outage(nodes[2].Kill, nodes[2].Restart) },
-	}
-	done := 0
-	for ctx.Err() == nil && check.count() < want {
-		if done < len(faults) && check.count() > (done+1)*want/4 {
-			if err := faults[done](); err != nil {
-				t.Fatal(err)
-			}
-			done++
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if got := check.count(); got < want || done != len(faults) {
-		t.Fatalf("%d grants and %d of %d faults before the deadline", got, done, len(faults))
-	}
-	t.Logf("%d waited grants, last fence %d, through %d node faults", check.count(), check.last, done)
+	check := grantUnderFaults(t, 400, waitGrantOnce)
+	t.Logf("%d waited grants, last fence %d, through 3 node faults", check.count(), check.last)
 }
 
 // waitGrantOnce waits for the lock (up to 2 s), checks the grant and

@@ -230,7 +230,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	lock := n.prefix + "lock:" + op.Key
 	switch op.Kind {
 	case quorum.OpAcquire:
-		return acquireScript, n.acquireKeys(op.Key), acquireArgs(op.Hold)
+		line, deadlines := n.lineKeys(op.Key)
+		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key, line, deadlines}, acquireArgs(op.Hold)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
@@ -240,18 +241,19 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 		if op.Rollback {
 			leave = "0"
 		}
-		return releaseScript, append([]string{lock}, n.acquireKeys(op.Key)[2:]...), []any{op.Token, n.released, op.Key, leave}
+		line, deadlines := n.lineKeys(op.Key)
+		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave}
 	case quorum.OpLeave:
-		return leaveScript, n.acquireKeys(op.Key)[2:], []any{op.Token, n.released, op.Key}
+		line, deadlines := n.lineKeys(op.Key)
+		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
 	default:
 		return inspectScript, []string{lock}, nil
 	}
 }
 
-// acquireKeys are the lock hash, the fencing counter, the waiting line and
-// its deadlines of key on the node.
-func (n *RedisNode) acquireKeys(key string) []string {
-	return []string{n.prefix + "lock:" + key, n.prefix + "fence:" + key, n.prefix + "line:" + key, n.prefix + "line-deadline:" + key}
+// lineKeys are key's waiting line and its deadlines on the node.
+func (n *RedisNode) lineKeys(key string) (line, deadlines string) {
+	return n.prefix + "line:" + key, n.prefix + "line-deadline:" + key
 }
 
 // acquireArgs are acquire.lua's arguments for h. The line orders waiters by
