@@ -30,6 +30,10 @@ type Hold struct {
 	// instance: it takes its place in the key's line when this acquire
 	// succeeds, in the same step.
 	Next *Waiter
+	// Fresh refuses the key even when Token already holds it, as SET NX
+	// does: legacy lock values need not be unique ("SETNX lock 1"), so
+	// the same value from another client must not count as a retry.
+	Fresh bool
 }
 
 // Waiter is a place in a key's line of waiters. Older waiters go first: a
@@ -48,8 +52,10 @@ type Grant struct {
 	Validity time.Duration // how long the grant is safe to use from now
 }
 
-// Holder describes who holds a key, without its token.
+// Holder describes who holds a key. LOCKINFO never shows Token; the legacy
+// GET does, as Redis shows a lock's value.
 type Holder struct {
+	Token    string
 	Fence    int64
 	Validity time.Duration
 	Mode     Mode

@@ -23,7 +23,11 @@ import (
 // tokens") explains why the fence strictly increases.
 func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
 	start := time.Now()
-	fence, agreed, claimed, err := r.claim(ctx, key, h)
+	attempt := ""
+	if h.Fresh {
+		attempt = engine.NewToken()
+	}
+	fence, agreed, claimed, err := r.claim(ctx, key, h, attempt)
 	if err == nil && !agreed {
 		err = r.commit(ctx, key, h.Token, fence)
 	}
@@ -35,17 +39,17 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 		err = engine.ErrNotAcquired
 	}
 	claimed.Wait() // an acquire still in flight must not land after the rollback
-	r.rollback(ctx, key, h.Token)
+	r.rollback(ctx, key, h.Token, attempt)
 	return engine.Grant{}, err
 }
 
 // claim runs phase one. It returns the fence, whether a majority of
 // holders recorded it already (agreed: no commit needed), and the flight of
 // its calls.
-func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold) (fence int64, agreed bool, calls *flight, err error) {
+func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt string) (fence int64, agreed bool, calls *flight, err error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var s claimSummary
-	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpAcquire, Key: key, Hold: h},
+	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpAcquire, Key: key, Hold: h, Attempt: attempt},
 		func(rep Reply) bool {
 			t.add(rep.Claim.State != Taken, rep.Err)
 			if rep.Err == nil {
@@ -129,11 +133,12 @@ func (r *Redlock) countThen(ctx context.Context, op *Op, sent func(), name strin
 	return calls, t.outcome(name, no)
 }
 
-// rollback releases token's key on every node, waiting for all of them.
-func (r *Redlock) rollback(ctx context.Context, key, token string) {
+// rollback releases token's key on every node, waiting for all of them;
+// for a fresh acquire, only where attempt took it.
+func (r *Redlock) rollback(ctx context.Context, key, token, attempt string) {
 	ctx, cancel := r.cleanup(ctx)
 	defer cancel()
-	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token, Rollback: true},
+	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token, Rollback: true, Attempt: attempt},
 		func(Reply) bool { return false })
 	calls.Wait()
 }

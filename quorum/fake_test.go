@@ -29,6 +29,7 @@ type fakeEntry struct {
 	Entry
 	ttl     time.Duration
 	expires time.Time
+	attempt string // the fresh acquire that took it
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -96,7 +97,7 @@ func (f *fakeNode) holds(key, token string) bool {
 	return e != nil && e.Token == token
 }
 
-func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Claim, error) {
+func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attempt string) (Claim, error) {
 	if err := f.enter(ctx); err != nil {
 		return Claim{}, err
 	}
@@ -106,9 +107,9 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold) (Clai
 	case e == nil:
 		f.counter[key]++
 		c.Counter = f.counter[key]
-		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL)}
+		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL), attempt}
 		c.State, c.Fence = Acquired, c.Counter
-	case e.Token == h.Token:
+	case e.Token == h.Token && attempt == "":
 		e.ttl, e.expires = h.TTL, time.Now().Add(h.TTL)
 		c.State, c.Fence = Mine, e.Fence
 	default:
@@ -152,13 +153,13 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	return ttl, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, key, token string) (bool, error) {
+func (f *fakeNode) Release(ctx context.Context, key, token, attempt string) (bool, error) {
 	if err := f.enter(ctx); err != nil {
 		return false, err
 	}
 	defer f.mu.Unlock()
 	e := f.live(key)
-	if e == nil || e.Token != token {
+	if e == nil || e.Token != token || attempt != "" && e.attempt != attempt {
 		return false, nil
 	}
 	delete(f.entries, key)
@@ -185,13 +186,13 @@ func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 		r := Reply{Tag: tag}
 		switch op.Kind {
 		case OpAcquire:
-			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold)
+			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
 		case OpCommit:
 			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Fence)
 		case OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
 		case OpRelease:
-			r.OK, r.Err = f.Release(ctx, op.Key, op.Token)
+			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt)
 		case OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
 		case OpLeave: // the fake keeps no line

@@ -42,7 +42,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 		}
 		return engine.Holder{}, false, in.t.noQuorum("inspect")
 	}
-	h := engine.Holder{Fence: held[0].Fence, Validity: held[0].TTL, Mode: held[0].Mode, Name: held[0].Name}
+	h := engine.Holder{Token: in.best, Fence: held[0].Fence, Validity: held[0].TTL, Mode: held[0].Mode, Name: held[0].Name}
 	for _, e := range held[1:] {
 		h.Fence = max(h.Fence, e.Fence)
 		h.Validity = min(h.Validity, e.TTL)

@@ -77,6 +77,10 @@ type Op struct {
 	// keeps its place in the key's line. A release by the holder gives up
 	// the token's place on every node.
 	Rollback bool
+	// Attempt names one fresh acquire (engine.Hold.Fresh) on every node, and
+	// its rollback: the rollback removes only holds that attempt took, not
+	// one the same token had before. Empty otherwise.
+	Attempt string
 	Fence    int64         // OpCommit
 	TTL      time.Duration // OpExtend
 	Mode     engine.Mode   // OpExtend

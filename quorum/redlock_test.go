@@ -417,3 +417,30 @@ func TestRefusalSaysWhenTheKeyFreesUp(t *testing.T) {
 		t.Fatalf("refusal %v", err)
 	}
 }
+
+// TestFreshAcquireRefusesSameToken: a fresh acquire (SET NX) is refused
+// when its token already holds the key — two legacy clients may lock with
+// the same value — and its rollback leaves the existing holder's nodes
+// alone, also where it did take the one node the holder lacked.
+func TestFreshAcquireRefusesSameToken(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	nodes[2].setDown(true)
+	if _, err := r.Acquire(ctx, "k", hold("1")); err != nil { // held on nodes 0 and 1
+		t.Fatal(err)
+	}
+	nodes[2].setDown(false)
+	fresh := hold("1")
+	fresh.Fresh = true
+	if _, err := r.Acquire(ctx, "k", fresh); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("fresh acquire with the holder's value: %v, want ErrNotAcquired", err)
+	}
+	waitCount(t, nodes, "k", "1", 2) // node 2 rolled back; 0 and 1 keep the first grant
+	if !nodes[0].holds("k", "1") || !nodes[1].holds("k", "1") {
+		t.Fatal("the rollback removed the earlier holder's nodes")
+	}
+	if _, err := r.Acquire(ctx, "k", hold("1")); err != nil { // a retry by the holder still works
+		t.Fatalf("retry: %v", err)
+	}
+}

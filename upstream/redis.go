@@ -231,7 +231,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key, line, deadlines}, acquireArgs(op.Hold)
+		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key, line, deadlines}, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
@@ -242,7 +242,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
-		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave}
+		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave, op.Attempt}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
@@ -258,7 +258,7 @@ func (n *RedisNode) lineKeys(key string) (line, deadlines string) {
 
 // acquireArgs are acquire.lua's arguments for h. The line orders waiters by
 // arrival in microseconds: waiters a millisecond apart keep their order.
-func acquireArgs(h engine.Hold) []any {
+func acquireArgs(h engine.Hold, attempt string) []any {
 	id, since, keep := "", int64(0), int64(0)
 	if w := h.Waiter; w != nil {
 		id, since, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
@@ -267,7 +267,7 @@ func acquireArgs(h engine.Hold) []any {
 	if w := h.Next; w != nil {
 		next, nextSince, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt}
 }
 
 // wrap adds the node's address to err.

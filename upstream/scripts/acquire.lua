@@ -10,7 +10,11 @@
 -- arrival, ARGV[7] now, ARGV[8] how long its place is kept (all three in
 -- microseconds of the waiting instance's clock), ARGV[9] the next waiter
 -- of this instance ('' for none) and ARGV[10] its arrival: it takes its
--- place in line when this acquire succeeds, with no round trip of its own
+-- place in line when this acquire succeeds, with no round trip of its own;
+-- ARGV[11] names this attempt for a fresh acquire (SET NX: refused even when
+-- the token already holds the key, since legacy values need not be unique),
+-- '' for an acquire that may be retried by the holder. A fresh acquire
+-- records it, so that its rollback removes only what it took.
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
@@ -18,7 +22,7 @@
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0
 local holder = redis.call('HGET', KEYS[1], 'token')
 local waiter = ARGV[5]
-if holder == ARGV[1] then
+if holder == ARGV[1] and ARGV[11] == '' then
   redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0}
@@ -51,6 +55,9 @@ else
     counter = counter + 1
     redis.call('SET', KEYS[2], counter)
     redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
+    if ARGV[11] ~= '' then
+      redis.call('HSET', KEYS[1], 'attempt', ARGV[11])
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, counter, counter}
   end

@@ -5,7 +5,9 @@
 -- line, on this node.
 -- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
--- clients name it (without the prefix), ARGV[4] '1' to leave the line
+-- clients name it (without the prefix), ARGV[4] '1' to leave the line,
+-- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
+-- rollback must not remove a hold the same token had before
 -- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
 -- only while someone waits in the key's line: a waiter refused through any
 -- instance holds a place on the nodes that refused it, and its own instance
@@ -16,6 +18,9 @@ if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+  return 0
+end
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[5] then
   return 0
 end
 redis.call('DEL', KEYS[1])
