@@ -72,7 +72,8 @@ type Backend interface {
 	// Extend resets the lease of key held by token to ttl — a zero ttl
 	// reuses the lease the lock was last given — and, when mode is not
 	// empty, records the new mode. It returns the new validity or
-	// ErrNotHeld.
+	// ErrNotHeld. Mode Bound is the watchdog's renewal: it fails with
+	// ErrNotBound where the lock has become a lease.
 	Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error)
 	// Release frees key if token holds it; false means it did not.
 	Release(ctx context.Context, key, token string) (bool, error)

@@ -16,6 +16,10 @@ var (
 	// and learned that it was lost (a renewal failed); another client may
 	// hold it now. It is reported once, on the holder's next RENEW or UNLOCK.
 	ErrLost = errors.New("lock was lost")
+	// ErrNotBound refuses a watchdog renewal of a connection-bound lock that
+	// became a lease (EXPIRE through any instance): the watchdog stops, and
+	// the lock lives as its lease says.
+	ErrNotBound = errors.New("lock is no longer connection-bound")
 	// ErrShuttingDown means the engine no longer takes new locks.
 	ErrShuttingDown = errors.New("lockproxy is shutting down")
 	// ErrTooManyWaiters means the instance's limit of waiting clients is

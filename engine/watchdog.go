@@ -74,7 +74,7 @@ func (e *Engine) renew(b *bound) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.OpTimeout, e.cfg.RenewEvery))
 	defer cancel()
-	v, err := e.backend.Extend(ctx, b.key, b.token, e.cfg.BoundLease, "")
+	v, err := e.backend.Extend(ctx, b.key, b.token, e.cfg.BoundLease, Bound)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.bound[b.key] != b {
@@ -85,6 +85,9 @@ func (e *Engine) renew(b *bound) {
 		e.stats.Renewals.Add(1)
 		b.validUntil = time.Now().Add(v)
 		b.timer.Reset(e.cfg.RenewEvery)
+	case errors.Is(err, ErrNotBound): // EXPIRE made it a lease, maybe through another instance
+		e.log.Info("connection-bound lock became a lease; no longer renewed", zap.String("key", b.key))
+		e.dropLocked(b)
 	case !errors.Is(err, ErrNotHeld) && time.Until(b.validUntil) > e.cfg.RenewEvery/3:
 		e.stats.RenewFailures.Add(1)
 		e.log.Warn("renewal failed; retrying while the lease lasts", zap.String("key", b.key), zap.Error(err))

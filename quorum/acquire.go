@@ -150,9 +150,11 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	start := time.Now()
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
+	leased := false // a node found a bound lock made a lease
 	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode},
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
+			leased = leased || rep.Err == nil && rep.TTL < 0
 			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
 				applied = rep.TTL
 			}
@@ -160,6 +162,9 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 		})
 	if err == nil {
 		err = t.outcome("extend", engine.ErrNotHeld)
+	}
+	if errors.Is(err, engine.ErrNotHeld) && leased {
+		err = engine.ErrNotBound
 	}
 	if err != nil {
 		return 0, err

@@ -142,6 +142,9 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	if e == nil || e.Token != token {
 		return 0, nil
 	}
+	if mode == engine.Bound && e.Mode == engine.Lease {
+		return -time.Millisecond, nil
+	}
 	if ttl == 0 {
 		ttl = e.ttl
 	}

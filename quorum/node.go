@@ -54,7 +54,8 @@ const (
 	OpCommit
 	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
 	// reuses the TTL the key was last given — and records Mode unless it is
-	// empty. Reply: TTL applied, 0 if Token does not hold the key.
+	// empty. Reply: TTL applied, 0 if Token does not hold the key, negative
+	// if Mode is Bound and the lock is a lease.
 	OpExtend
 	// OpRelease deletes Key if Token holds it, and unless Rollback, takes
 	// Token's place out of the key's line. Reply: OK (released).

@@ -105,7 +105,7 @@ func TestOperationsEveryFailureSubset(t *testing.T) {
 		withMask(nodes, mask)
 		majority := n-bits.OnesCount(mask) >= r.Quorum()
 
-		v, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Bound)
+		v, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Lease)
 		checkQuorum(t, "extend", mask, majority, err)
 		if majority && (v <= 30*time.Second || v > time.Minute) {
 			t.Fatalf("mask %05b: validity %v", mask, v)
@@ -442,5 +442,31 @@ func TestFreshAcquireRefusesSameToken(t *testing.T) {
 	}
 	if _, err := r.Acquire(ctx, "k", hold("1")); err != nil { // a retry by the holder still works
 		t.Fatalf("retry: %v", err)
+	}
+}
+
+// TestBoundRenewalOfALeaseIsNotBound: once EXPIRE made a connection-bound
+// lock a lease, the watchdog's renewal fails with ErrNotBound, not
+// ErrNotHeld (which would count the lock lost), and changes nothing.
+func TestBoundRenewalOfALeaseIsNotBound(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	h := hold("tok")
+	h.Mode = engine.Bound
+	if _, err := r.Acquire(ctx, "k", h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Bound); err != nil {
+		t.Fatalf("renewal while bound: %v", err)
+	}
+	if _, err := r.Extend(ctx, "k", "tok", 30*time.Second, engine.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Bound); !errors.Is(err, engine.ErrNotBound) {
+		t.Fatalf("renewal of a lease: %v, want ErrNotBound", err)
+	}
+	if e, _, _ := nodes[0].Inspect(ctx, "k"); e.TTL > 30*time.Second {
+		t.Fatalf("the refused renewal changed the lease: %v", e.TTL)
 	}
 }

@@ -131,12 +131,20 @@ func TestExtend(t *testing.T) {
 		if e := mustInspect(t, n, "k"); e.TTL > time.Second || e.Mode != engine.Lease {
 			t.Errorf("a stranger's extend changed the entry: %+v", e)
 		}
-		extend("a", engine.Bound, true)
-		if e := mustInspect(t, n, "k"); e.TTL <= time.Minute || e.Mode != engine.Bound {
+		// The watchdog's renewal (mode bound) of a lock that became a lease
+		// is refused, and changes nothing.
+		if ttl, err := n.Extend(ctx, "k", "a", time.Hour, engine.Bound); err != nil || ttl >= 0 {
+			t.Fatalf("bound renewal of a lease = %v, %v; want a negative ttl", ttl, err)
+		}
+		if e := mustInspect(t, n, "k"); e.TTL > time.Second || e.Mode != engine.Lease {
+			t.Errorf("a refused bound renewal changed the entry: %+v", e)
+		}
+		extend("a", engine.Lease, true)
+		if e := mustInspect(t, n, "k"); e.TTL <= time.Minute || e.Mode != engine.Lease {
 			t.Errorf("entry after extend = %+v", e)
 		}
 		extend("a", "", true) // an empty mode keeps the mode
-		if e := mustInspect(t, n, "k"); e.Mode != engine.Bound {
+		if e := mustInspect(t, n, "k"); e.Mode != engine.Lease {
 			t.Errorf("mode after extend without mode = %q", e.Mode)
 		}
 		if ttl, err := n.Extend(ctx, "free", "a", time.Hour, ""); err != nil || ttl != 0 {

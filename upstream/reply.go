@@ -90,7 +90,7 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 // applied reads extend.lua's reply: the TTL applied in ms, 0 if not held.
 func applied(v any) (time.Duration, error) {
 	ms, ok := v.(int64)
-	if !ok || ms < 0 {
+	if !ok || ms < -1 {
 		return 0, badReply(extendScript.name, v)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
