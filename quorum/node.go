@@ -82,9 +82,9 @@ type Op struct {
 	// its rollback: the rollback removes only holds that attempt took, not
 	// one the same token had before. Empty otherwise.
 	Attempt string
-	Fence    int64         // OpCommit
-	TTL      time.Duration // OpExtend
-	Mode     engine.Mode   // OpExtend
+	Fence   int64         // OpCommit
+	TTL     time.Duration // OpExtend
+	Mode    engine.Mode   // OpExtend
 }
 
 // Reply is one node's answer to an Op.
