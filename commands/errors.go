@@ -9,22 +9,28 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
-// Argument errors, with Redis's own texts where Redis has one.
+// argError is a bad argument; its text is the reply, in Redis's words
+// where Redis has them.
+type argError string
+
+func (e argError) Error() string { return string(e) }
+
+// Argument errors.
 var (
-	errSyntax     = errors.New("ERR syntax error")
-	errNotInteger = errors.New("ERR value is not an integer or out of range")
-	errEmptyKey   = errors.New("ERR invalid key: empty")
-	errEmptyToken = errors.New("ERR invalid token: empty")
+	errSyntax     error = argError("ERR syntax error")
+	errNotInteger error = argError("ERR value is not an integer or out of range")
+	errEmptyKey   error = argError("ERR invalid key: empty")
+	errEmptyToken error = argError("ERR invalid token: empty")
 )
 
 // invalidExpire is Redis's error for a TTL that is not positive or overflows.
 func invalidExpire(cmd string) error {
-	return fmt.Errorf("ERR invalid expire time in '%s' command", cmd)
+	return argError(fmt.Sprintf("ERR invalid expire time in '%s' command", cmd))
 }
 
 // tooLong rejects an argument over its configured limit.
 func tooLong(what string, limit int) error {
-	return fmt.Errorf("ERR invalid %s: longer than %d bytes (max_%s_bytes)", what, limit, what)
+	return argError(fmt.Sprintf("ERR invalid %s: longer than %d bytes (max_%s_bytes)", what, limit, what))
 }
 
 // noQuorumOutcome says what a NOQUORUM leaves behind, by operation.
@@ -39,7 +45,10 @@ var noQuorumOutcome = map[string]string{
 // errors become client-visible text.
 func replyError(key string, err error) string {
 	var nq *quorum.NoQuorumError
+	var arg argError
 	switch {
+	case errors.As(err, &arg):
+		return arg.Error()
 	case errors.As(err, &nq):
 		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
 	case errors.Is(err, engine.ErrLost):
@@ -56,4 +65,4 @@ func replyError(key string, err error) string {
 }
 
 // errTimeoutRange is Redis's error for a negative blocking timeout.
-var errTimeoutRange = errors.New("ERR timeout is negative")
+var errTimeoutRange error = argError("ERR timeout is negative")

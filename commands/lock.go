@@ -8,26 +8,54 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/luascript"
 	"github.com/lockproxy/lockproxy/resp"
 	"go.uber.org/zap"
 )
 
 // Handler holds what the lock commands need. It implements resp.Session.
 type Handler struct {
-	engine *engine.Engine
-	limits Limits
-	log    *zap.Logger
+	engine  *engine.Engine
+	limits  Limits
+	legacy  Legacy
+	scripts *luascript.Cache
+	log     *zap.Logger
 }
 
 var _ resp.Session = (*Handler)(nil)
 
-// New returns the lock command handler over e.
-func New(e *engine.Engine, limits Limits, log *zap.Logger) *Handler {
-	return &Handler{engine: e, limits: limits.withDefaults(), log: log}
+// Config configures the commands.
+type Config struct {
+	Limits Limits
+	Legacy Legacy
 }
 
-// Register adds the lock commands to t.
+// Legacy configures the legacy commands.
+type Legacy struct {
+	// DelFromAnyConnection lets DEL, UNLINK, DELEX without a condition,
+	// EXPIRE and PEXPIRE act on a lock whichever connection took it, as
+	// Redis does; pooled clients lock on one connection and unlock on
+	// another. Off, they act only on locks the same connection took.
+	DelFromAnyConnection bool
+	// MaxScripts bounds the SCRIPT cache (default 1000).
+	MaxScripts int
+}
+
+// New returns the lock command handler over e.
+func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
+	if cfg.Legacy.MaxScripts <= 0 {
+		cfg.Legacy.MaxScripts = 1000
+	}
+	return &Handler{engine: e, limits: cfg.Limits.withDefaults(), legacy: cfg.Legacy,
+		scripts: luascript.NewCache(cfg.Legacy.MaxScripts), log: log}
+}
+
+// Register adds the lock commands, native and legacy, to t.
 func (h *Handler) Register(t *resp.Table) error {
+	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t))
+}
+
+func (h *Handler) registerNative(t *resp.Table) error {
 	return t.Add(
 		resp.Command{Name: "lock", Arity: -2, Handler: h.lock},
 		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock},
@@ -35,9 +63,6 @@ func (h *Handler) Register(t *resp.Table) error {
 		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo},
 	)
 }
-
-// owner is the engine's view of c.
-func owner(c *resp.Conn) *engine.Owner { return c.State.(*engine.Owner) }
 
 // lock is LOCK key [PX ms | EX s] [WAIT ms] [TOKEN token]: an array of
 // token, fencing token and validity in ms, or a null array if not acquired.
@@ -60,6 +85,7 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 	case err != nil:
 		c.Error(replyError(a.key, err))
 	default:
+		session(c).took(a.key, g.Token)
 		c.Array(3)
 		c.BulkString(g.Token)
 		c.Int(g.Fence)
@@ -161,8 +187,10 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 	}
 }
 
-// Opened gives the new connection its engine owner.
-func (h *Handler) Opened(c *resp.Conn) { c.State = h.engine.NewOwner(c.ID()) }
+// Opened gives the new connection its session.
+func (h *Handler) Opened(c *resp.Conn) {
+	c.State = &connSession{owner: h.engine.NewOwner(c.ID()), trackTaken: !h.legacy.DelFromAnyConnection}
+}
 
 // Closed releases the connection-bound locks of a connection that is gone.
 func (h *Handler) Closed(c *resp.Conn) {

@@ -24,7 +24,17 @@ type Config struct {
 	ZooKeeper ZooKeeperConfig `toml:"zookeeper"`
 	Embedded  EmbeddedConfig  `toml:"embedded"`
 	Locks     LocksConfig     `toml:"locks"`
+	Legacy    LegacyConfig    `toml:"legacy"`
 	Limits    LimitsConfig    `toml:"limits"`
+}
+
+// LegacyConfig tunes the legacy commands (SET NX, DEL, EVAL, ...).
+type LegacyConfig struct {
+	// DelFromAnyConnection lets DEL, UNLINK, EXPIRE and PEXPIRE act on a lock
+	// whichever connection took it, as Redis does; off, only the connection
+	// that took it may.
+	DelFromAnyConnection bool `toml:"del_from_any_connection"`
+	MaxScripts           int  `toml:"max_scripts"` // scripts the SCRIPT cache keeps
 }
 
 // RedlockConfig configures the redlock backend.
@@ -86,6 +96,7 @@ func Default() Config {
 		},
 		Embedded: EmbeddedConfig{Nodes: 3},
 		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
+		Legacy:   LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
 			MaxKeyBytes:     1024,

@@ -126,7 +126,10 @@ func (in *Instance) subscribe() {
 
 func (in *Instance) respServer() (*resp.Server, error) {
 	l := in.cfg.Limits
-	h := commands.New(in.engine, commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes}, in.log)
+	h := commands.New(in.engine, commands.Config{
+		Limits: commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
+		Legacy: commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {
 		return nil, err

@@ -1,0 +1,172 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/luascript"
+	"github.com/lockproxy/lockproxy/resp"
+)
+
+// EVAL, EVALSHA and SCRIPT run the lock scripts that client libraries send,
+// recognised by content (package luascript), as lock operations.
+
+// Redis's errors for EVAL's arguments and scripts.
+var (
+	errNoScript       error = argError("NOSCRIPT No matching script. Please use EVAL.")
+	errNegativeKeys   error = argError("ERR Number of keys can't be negative")
+	errTooManyKeys    error = argError("ERR Number of keys can't be greater than number of args")
+	errFlushOption    error = argError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+	errScriptLoadArgs error = argError("ERR wrong number of arguments for 'script|load' command")
+)
+
+func (h *Handler) registerScripts(t *resp.Table) error {
+	return t.Add(
+		resp.Command{Name: "eval", Arity: -3, Handler: h.eval},
+		resp.Command{Name: "evalsha", Arity: -3, Handler: h.eval},
+		resp.Command{Name: "script", Arity: -2, Handler: h.script},
+	)
+}
+
+// eval is EVAL script numkeys [key ...] [arg ...], and EVALSHA sha1 ...:
+// a known lock script runs as lock operations and replies as the script
+// would on Redis.
+func (h *Handler) eval(c *resp.Conn, args [][]byte) {
+	keys, argv, err := scriptArgs(args)
+	if err != nil {
+		c.Error(err.Error())
+		return
+	}
+	var s *luascript.Script
+	if len(args[0]) == len("eval") {
+		_, s, err = h.scripts.Load(args[1]) // EVAL caches the script, as Redis does
+	} else if s, _ = h.scripts.Get(string(args[1])); s == nil {
+		err = errNoScript
+	}
+	if err != nil {
+		c.Error(scriptError(err))
+		return
+	}
+	r, err := s.Run(c.Context(), scriptLocks{h, c}, keys, argv)
+	if err != nil {
+		c.Error(scriptError(err))
+		return
+	}
+	writeReply(c, r)
+}
+
+// scriptArgs splits EVAL's arguments after the script into KEYS and ARGV.
+func scriptArgs(args [][]byte) (keys, argv [][]byte, err error) {
+	n, perr := strconv.ParseInt(string(args[2]), 10, 64)
+	switch {
+	case perr != nil:
+		return nil, nil, errNotInteger
+	case n < 0:
+		return nil, nil, errNegativeKeys
+	case n > int64(len(args)-3):
+		return nil, nil, errTooManyKeys
+	}
+	return args[3 : 3+n], args[3+n:], nil
+}
+
+// scriptError is the reply to a failed script: a recognition or argument
+// error as luascript words it, a lock error through replyError.
+func scriptError(err error) string {
+	var unknown *luascript.UnknownError
+	var arg luascript.ArgError
+	switch {
+	case errors.As(err, &unknown), errors.As(err, &arg):
+		return err.Error()
+	}
+	return replyError("", err)
+}
+
+// writeReply writes a script's reply.
+func writeReply(c *resp.Conn, r luascript.Reply) {
+	switch r.Kind {
+	case luascript.Null:
+		c.Null()
+	case luascript.Int:
+		c.Int(r.Int)
+	case luascript.Bulk:
+		c.BulkString(r.Str)
+	case luascript.Status:
+		c.Simple(r.Str)
+	case luascript.Array:
+		c.Array(len(r.Array))
+		for _, e := range r.Array {
+			writeReply(c, e)
+		}
+	}
+}
+
+// script is SCRIPT LOAD script, SCRIPT EXISTS sha1 [sha1 ...] and SCRIPT
+// FLUSH [ASYNC | SYNC]. LOAD takes only scripts lockproxy recognises.
+func (h *Handler) script(c *resp.Conn, args [][]byte) {
+	switch sub := upper(args[1]); {
+	case sub == "LOAD" && len(args) == 3:
+		sha, _, err := h.scripts.Load(args[2])
+		if err != nil {
+			c.Error(scriptError(err))
+			return
+		}
+		c.BulkString(sha)
+	case sub == "LOAD":
+		c.Error(errScriptLoadArgs.Error())
+	case sub == "EXISTS" && len(args) > 2:
+		c.Array(len(args) - 2)
+		for _, sha := range args[2:] {
+			c.Int(boolInt(h.scripts.Exists(string(sha))))
+		}
+	case sub == "EXISTS":
+		c.Error("ERR wrong number of arguments for 'script|exists' command")
+	case sub == "FLUSH" && (len(args) == 2 || len(args) == 3 && (upper(args[2]) == "ASYNC" || upper(args[2]) == "SYNC")):
+		h.scripts.Flush()
+		c.OK()
+	case sub == "FLUSH":
+		c.Error(errFlushOption.Error())
+	default:
+		c.Error("ERR unknown subcommand '" + strings.ReplaceAll(string(args[1]), "\n", " ") + "'. Try SCRIPT HELP.")
+	}
+}
+
+// scriptLocks runs a script's lock operations for connection c.
+type scriptLocks struct {
+	h *Handler
+	c *resp.Conn
+}
+
+var _ luascript.Locks = scriptLocks{}
+
+func (l scriptLocks) Get(ctx context.Context, key string) (string, int64, bool, error) {
+	if _, err := l.h.limits.key([]byte(key)); err != nil {
+		return "", 0, false, err
+	}
+	hd, held, err := l.h.engine.Info(ctx, key)
+	if err != nil || !held {
+		return "", -2, false, err
+	}
+	if hd.Mode == engine.Bound {
+		return hd.Token, -1, true, nil
+	}
+	return hd.Token, hd.Validity.Milliseconds(), true, nil
+}
+
+func (l scriptLocks) SetNX(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	if _, _, err := l.h.keyToken([][]byte{nil, []byte(key), []byte(token)}); err != nil {
+		return false, err
+	}
+	return l.h.take(l.c, key, token, ttl)
+}
+
+func (l scriptLocks) PExpire(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return l.h.setLease(ctx, key, token, ttl.Milliseconds())
+}
+
+func (l scriptLocks) Del(ctx context.Context, key, token string) (bool, error) {
+	return l.h.engine.Unlock(ctx, key, token)
+}

@@ -1,0 +1,38 @@
+package commands
+
+import (
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/resp"
+)
+
+// maxTaken bounds the locks a connection remembers taking. Beyond it a
+// lock is not remembered, and (with legacy.del_from_any_connection off)
+// its DEL from this connection counts nothing; its lease still ends it.
+const maxTaken = 1024
+
+// connSession is the commands' state of one connection.
+type connSession struct {
+	owner *engine.Owner
+	// taken maps keys this connection locked to their tokens, kept only
+	// when DEL is limited to the connection that took the lock.
+	taken      map[string]string
+	trackTaken bool
+}
+
+func session(c *resp.Conn) *connSession { return c.State.(*connSession) }
+
+// owner is the engine's view of c.
+func owner(c *resp.Conn) *engine.Owner { return session(c).owner }
+
+// took remembers that the connection locked key with token.
+func (s *connSession) took(key, token string) {
+	if !s.trackTaken {
+		return
+	}
+	if s.taken == nil {
+		s.taken = map[string]string{}
+	}
+	if _, ok := s.taken[key]; ok || len(s.taken) < maxTaken {
+		s.taken[key] = token
+	}
+}

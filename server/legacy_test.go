@@ -1,0 +1,185 @@
+package server_test
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+)
+
+// releaseScript is the compare-and-delete of the redis.io lock page.
+const releaseScript = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end`
+
+// legacyScenarios are command sequences whose replies must be exactly
+// Redis's: K is a key unique to the scenario; a: and b: name the
+// connection; a command starting with ~ replies a time, compared within a
+// tolerance.
+var legacyScenarios = map[string][]string{
+	"lease": {
+		"a: SET K tok NX PX 30000", "b: SET K other NX", "b: SET K tok NX", "b: SETNX K tok",
+		"b: GET K", "b: EXISTS K K K:none", "~b: PTTL K", "~b: TTL K",
+		"b: DEL K", "a: GET K", "a: EXISTS K", "a: PTTL K", "a: TTL K", "a: DEL K", "a: SET K again nx px 30000", "b: UNLINK K:none K",
+	},
+	"setnx then expire": {
+		"a: SETNX K tok", "b: SETNX K tok", "a: TTL K", "a: PTTL K",
+		"a: EXPIRE K 100 XX", "a: EXPIRE K 100 GT", "a: EXPIRE K 100 LT", "~a: TTL K",
+		"a: EXPIRE K 50 GT", "a: EXPIRE K 200 GT", "a: EXPIRE K 10 NX", "a: pexpire K 5000 xx", "~a: PTTL K",
+		"b: PEXPIRE K 0", "a: EXISTS K", "a: EXPIRE K 10", "a: SET K tok NX KEEPTTL", "a: TTL K", "a: EXPIRE K -1", "a: GET K",
+	},
+	"set options": {
+		"a: SET K v NX XX", "a: SET K v EX 1 PX 1", "a: SET K v EX", "a: SET K v PX 0", "a: SET K v PX abc",
+		"a: SET K v NX PX -5", "a: SET K v KEEPTTL EX 5", "a: SET K v GETT", "a: SET K v NX EX 9223372036854775",
+		"a: EXISTS K", "a: SET K v NX EX 10 EX 20", "~a: TTL K", "a: SET K v NX GET", "a: set K w GET NX", "a: DEL K K",
+		"a: SET K v NX GET", "a: DEL K", "a: SET K v NX PXAT 1000", "a: EXISTS K", "a: SET K v NX EXAT 1", "a: GET K",
+	},
+	"expire errors": {
+		"a: SET K v NX PX 30000", "a: EXPIRE K 10 NX XX", "a: EXPIRE K 10 GT LT", "a: EXPIRE K 10 FOO", "a: EXPIRE K abc",
+		"a: EXPIRE K:none 10", "a: EXPIRE K 9223372036854775807", "~a: PTTL K", "a: DEL K",
+	},
+	"scripts": {
+		"a: SET K tok NX PX 30000",
+		"a: EVAL " + releaseScript + " 1 K other", "a: GET K",
+		"a: SCRIPT LOAD " + releaseScript, "a: SCRIPT EXISTS SHA ffffffffffffffffffffffffffffffffffffffff",
+		"b: EVALSHA SHA 1 K tok", "b: EXISTS K", "b: EVALSHA SHA 1 K tok",
+		"a: EVAL " + releaseScript + " -1", "a: EVAL " + releaseScript + " 2 K", "a: EVAL " + releaseScript + " x",
+		"a: EVALSHA ffffffffffffffffffffffffffffffffffffffff 0", "a: SCRIPT FLUSH BOO", "a: SCRIPT FOO", "a: SCRIPT LOAD",
+		"a: SCRIPT FLUSH ASYNC", "a: SCRIPT EXISTS SHA", "a: EVALSHA SHA 1 K tok",
+	},
+}
+
+// TestLegacyRepliesMatchRedis runs every scenario on a plain redis-server
+// and on lockproxy, in RESP2 and RESP3, and compares the replies byte for
+// byte.
+func TestLegacyRepliesMatchRedis(t *testing.T) {
+	plain := redistest.Start(t, redistest.Options{})
+	in, _ := startRedlock(t, 3)
+	sha := sha1Hex(releaseScript)
+	for _, proto := range []int{2, 3} {
+		for name, steps := range legacyScenarios {
+			t.Run(fmt.Sprintf("%s/resp%d", name, proto), func(t *testing.T) {
+				key := uniqueKey(t)
+				want := runScenario(t, plain.Addr(), proto, steps, key, sha)
+				got := runScenario(t, in.Addr(), proto, steps, key, sha)
+				for i, step := range steps {
+					if !sameReply(step, got[i], want[i]) {
+						t.Errorf("%s: lockproxy %q, redis %q", step, got[i], want[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+// runScenario runs steps against addr and returns the raw replies.
+func runScenario(t *testing.T, addr string, proto int, steps []string, key, sha string) []string {
+	conns := map[string]*rawConn{}
+	out := make([]string, len(steps))
+	for i, step := range steps {
+		name, cmd, _ := strings.Cut(strings.TrimPrefix(step, "~"), ": ")
+		c := conns[name]
+		if c == nil {
+			c = dialRaw(t, addr)
+			if proto == 3 {
+				c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+				c.reply()
+			}
+			conns[name] = c
+		}
+		c.send(multibulk(scenarioArgs(cmd, key, sha)))
+		c.c.SetReadDeadline(deadline())
+		raw, err := readRaw(c.rd)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		out[i] = raw
+	}
+	return out
+}
+
+// scenarioArgs splits cmd into arguments, keeping a script whole and
+// naming the scenario's key and the script's SHA1.
+func scenarioArgs(cmd, key, sha string) []string {
+	var args []string
+	if rest, ok := strings.CutPrefix(cmd, "EVAL "+releaseScript); ok {
+		args, cmd = []string{"EVAL", releaseScript}, rest
+	} else if rest, ok := strings.CutPrefix(cmd, "SCRIPT LOAD "+releaseScript); ok {
+		args, cmd = []string{"SCRIPT", "LOAD", releaseScript}, rest
+	}
+	for _, f := range strings.Fields(cmd) {
+		f = strings.ReplaceAll(f, "SHA", sha)
+		if f == "K" || strings.HasPrefix(f, "K:") {
+			f = key + f[1:]
+		}
+		args = append(args, f)
+	}
+	return args
+}
+
+func multibulk(args []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b.String()
+}
+
+// sameReply compares two raw replies. A time (step starting with ~) may
+// be shorter by up to 100 ms plus the drift allowance (1% of the TTL, the
+// default drift_factor): lockproxy reports the validity, the time the lock
+// is sure to be held. TTL may round to 1 s less.
+func sameReply(step, got, want string) bool {
+	if !strings.HasPrefix(step, "~") || got == want {
+		return got == want
+	}
+	g, err1 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(got, ":")), 10, 64)
+	w, err2 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(want, ":")), 10, 64)
+	tolerance := 100 + w/100
+	if strings.Contains(step, " TTL ") {
+		tolerance = 1
+	}
+	return err1 == nil && err2 == nil && w >= 0 && g >= 0 && g <= w && w-g <= tolerance
+}
+
+// readRaw reads one reply and returns its exact bytes.
+func readRaw(rd *bufio.Reader) (string, error) {
+	line, err := rd.ReadString('\n')
+	if err != nil || len(line) < 3 {
+		return line, fmt.Errorf("reply line %q: %v", line, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+	switch line[0] {
+	case '$', '=', '!':
+		if n < 0 {
+			return line, nil
+		}
+		buf := make([]byte, n+2)
+		_, err := io.ReadFull(rd, buf)
+		return line + string(buf), err
+	case '*', '%', '~', '>':
+		if line[0] == '%' {
+			n *= 2
+		}
+		var b strings.Builder
+		b.WriteString(line)
+		for range max(n, 0) {
+			s, err := readRaw(rd)
+			b.WriteString(s)
+			if err != nil {
+				return b.String(), err
+			}
+		}
+		return b.String(), nil
+	}
+	return line, nil
+}
+
+func sha1Hex(s string) string { return fmt.Sprintf("%x", sha1.Sum([]byte(s))) }
+
+func deadline() time.Time { return time.Now().Add(10 * time.Second) }
