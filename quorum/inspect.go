@@ -1,7 +1,9 @@
 package quorum
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -10,10 +12,16 @@ import (
 // inspection gathers the entries that nodes report for one key.
 type inspection struct {
 	t     tally
+	r     *Redlock
 	votes map[string][]Entry // entries by token
 	best  string             // the token held on most nodes
 }
 
+// add counts one reply; it reports true once the answer is known: a
+// majority holds one token and agrees on its lease, or nobody is left to
+// answer. A majority that disagrees (a renewal or an EXPIRE that has not
+// landed on one of them yet) waits for the other nodes: the lock's lease
+// is what a majority holds, and the late node may be the stale one.
 func (in *inspection) add(rep Reply) bool {
 	in.t.add(rep.OK, rep.Err)
 	if rep.Err == nil && rep.OK {
@@ -23,15 +31,30 @@ func (in *inspection) add(rep Reply) bool {
 			in.best = e.Token
 		}
 	}
-	return len(in.votes[in.best]) >= in.t.q || in.t.pending() == 0
+	held := in.votes[in.best]
+	return len(held) >= in.t.q && in.agree(held) || in.t.pending() == 0
+}
+
+// agree reports whether entries show one lease: the same mode, and TTLs
+// within the drift allowance of each other.
+func (in *inspection) agree(entries []Entry) bool {
+	lo, hi := entries[0].TTL, entries[0].TTL
+	for _, e := range entries[1:] {
+		if e.Mode != entries[0].Mode {
+			return false
+		}
+		lo, hi = min(lo, e.TTL), max(hi, e.TTL)
+	}
+	return hi-lo <= in.r.drift(hi)
 }
 
 // Inspect reports who holds key: a token held on a majority of nodes. The
-// validity is the shortest remaining TTL among that majority, less drift
-// and the time the inspection took.
+// validity is how long a majority still holds it — the quorum-th longest
+// TTL among its holders — less drift and the time the inspection took; the
+// mode is the one most of them record.
 func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
 	start := time.Now()
-	in := &inspection{t: newTally(r.quorum, len(r.nodes)), votes: map[string][]Entry{}}
+	in := &inspection{t: newTally(r.quorum, len(r.nodes)), r: r, votes: map[string][]Entry{}}
 	if _, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpInspect, Key: key}, in.add); err != nil {
 		return engine.Holder{}, false, err
 	}
@@ -42,11 +65,25 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 		}
 		return engine.Holder{}, false, in.t.noQuorum("inspect")
 	}
-	h := engine.Holder{Token: in.best, Fence: held[0].Fence, Validity: held[0].TTL, Mode: held[0].Mode, Name: held[0].Name}
-	for _, e := range held[1:] {
-		h.Fence = max(h.Fence, e.Fence)
-		h.Validity = min(h.Validity, e.TTL)
-	}
+	h := holder(held, r.quorum)
 	h.Validity -= time.Since(start) + r.drift(h.Validity)
 	return h, h.Validity > 0, nil
+}
+
+// holder sums up the entries of the majority that holds one token.
+func holder(held []Entry, quorum int) engine.Holder {
+	slices.SortFunc(held, func(a, b Entry) int { return cmp.Compare(b.TTL, a.TTL) }) // longest first
+	h := engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name}
+	leases := 0
+	for _, e := range held {
+		h.Fence = max(h.Fence, e.Fence)
+		if e.Mode == engine.Lease {
+			leases++
+		}
+	}
+	h.Mode = engine.Bound
+	if 2*leases >= len(held) {
+		h.Mode = engine.Lease
+	}
+	return h
 }

@@ -470,3 +470,29 @@ func TestBoundRenewalOfALeaseIsNotBound(t *testing.T) {
 		t.Fatalf("the refused renewal changed the lease: %v", e.TTL)
 	}
 }
+
+// TestInspectSeesAnExtendAMajorityApplied: an extend acknowledged by a
+// majority, with the one node it missed among the first to answer an
+// inspection. The inspection must report the new lease (read your own
+// writes: PTTL right after PEXPIRE), not the stale node's.
+func TestInspectSeesAnExtendAMajorityApplied(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	r := New(asNodes(nodes), Config{})
+	if _, err := r.Acquire(ctx, "k", hold("tok")); err != nil { // a 10 s lease
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "tok", 3)
+	nodes[2].setDown(true)
+	if _, err := r.Extend(ctx, "k", "tok", time.Minute, engine.Lease); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].setDown(false)
+	nodes[1].mu.Lock()
+	nodes[1].delay = 20 * time.Millisecond // nodes 0 and 2 answer first
+	nodes[1].mu.Unlock()
+	h, ok, err := r.Inspect(ctx, "k")
+	if err != nil || !ok || h.Validity < 50*time.Second {
+		t.Fatalf("inspect after a majority extended to 1 min: %+v %v %v", h, ok, err)
+	}
+}
