@@ -40,7 +40,11 @@ var legacyScenarios = map[string][]string{
 	},
 	"expire errors": {
 		"a: SET K v NX PX 30000", "a: EXPIRE K 10 NX XX", "a: EXPIRE K 10 GT LT", "a: EXPIRE K 10 FOO", "a: EXPIRE K abc",
-		"a: EXPIRE K:none 10", "a: EXPIRE K 9223372036854775807", "~a: PTTL K", "a: DEL K",
+		"a: EXPIRE K:none 10", "a: EXPIRE K 9223372036854775807", "~a: PTTL K",
+		// bad input changes no lock
+		"b: SET K v2 NX XX", "b: SET K v2 NX PX 0", "b: SET K v2 NX EX 1 PX 1", "b: SET K v2 NX GET KEEPTTL EX 1",
+		"b: EVAL " + releaseScript + " 2 K", "b: EVAL " + releaseScript + " -1 K v", "b: PEXPIRE K 10 GT LT",
+		"~b: PTTL K", "b: GET K", "a: DEL K",
 	},
 	"scripts": {
 		"a: SET K tok NX PX 30000",
