@@ -91,5 +91,8 @@ type Backend interface {
 // and an acquire started after sent sees the key released. The engine
 // wakes the next waiter then, overlapping its acquire with the release.
 type EarlyReleaser interface {
-	ReleaseThen(ctx context.Context, key, token string, sent func()) (bool, error)
+	// next names this instance's first waiter for key ('' for none): the
+	// engine wakes it itself, so the store need not announce the release
+	// when nobody else is in line.
+	ReleaseThen(ctx context.Context, key, token, next string, sent func()) (bool, error)
 }

@@ -144,6 +144,16 @@ func (e *Engine) releasedHere(key, token string, early *waiter) {
 	}
 }
 
+// headID names key's first waiter in this instance, "" if none.
+func (e *Engine) headID(key string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if q := e.waiting[key]; len(q) > 0 {
+		return q[0].place.ID
+	}
+	return ""
+}
+
 // wakeHead wakes key's first waiter to try, and returns it (nil if none).
 func (e *Engine) wakeHead(key string) *waiter {
 	e.mu.Lock()

@@ -178,7 +178,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes key held by token on every node; it reports true when a
 // majority still held it for token.
 func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
-	return r.ReleaseThen(ctx, key, token, nil)
+	return r.ReleaseThen(ctx, key, token, "", nil)
 }
 
 var _ engine.EarlyReleaser = (*Redlock)(nil)
@@ -187,9 +187,9 @@ var _ engine.EarlyReleaser = (*Redlock)(nil)
 // every node. A node runs what is queued for it in order (one pipeline per
 // node, the default), so an acquire started after sent lands behind the
 // release on every node — often in the same round trip.
-func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, sent func()) (bool, error) {
+func (r *Redlock) ReleaseThen(ctx context.Context, key, token, next string, sent func()) (bool, error) {
 	r.landed(key, token)
-	_, err := r.countThen(ctx, &Op{Kind: OpRelease, Key: key, Token: token}, sent, "release", engine.ErrNotHeld)
+	_, err := r.countThen(ctx, &Op{Kind: OpRelease, Key: key, Token: token, Next: next}, sent, "release", engine.ErrNotHeld)
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
 	}

@@ -82,9 +82,13 @@ type Op struct {
 	// its rollback: the rollback removes only holds that attempt took, not
 	// one the same token had before. Empty otherwise.
 	Attempt string
-	Fence   int64         // OpCommit
-	TTL     time.Duration // OpExtend
-	Mode    engine.Mode   // OpExtend
+	// Next is, for an OpRelease, the releasing instance's first waiter for
+	// Key, which that instance wakes itself: a node need not announce the
+	// release when it is the only one in line.
+	Next  string
+	Fence int64         // OpCommit
+	TTL   time.Duration // OpExtend
+	Mode  engine.Mode   // OpExtend
 }
 
 // Reply is one node's answer to an Op.

@@ -242,7 +242,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
-		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave, op.Attempt}
+		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}

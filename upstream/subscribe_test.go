@@ -41,10 +41,24 @@ func TestReleasePublishes(t *testing.T) {
 		mustRelease(t, n, key, "a", false) // already free
 		mustRelease(t, n, "never-held", "a", false)
 		releaseWhileWaited(t, other, "k")
+		// The releasing instance wakes its own first waiter: when that is the
+		// only one in line, nothing is published; with another, it is.
+		for i, line := range [][]string{{"w1"}, {"w1", "w2"}} {
+			k := fmt.Sprint("local", i)
+			mustAcquire(t, n, k, hold("a", time.Minute))
+			for _, id := range line {
+				if c, err := n.Acquire(ctx, k, waiting(id, id, time.Now())); err != nil || c.State != quorum.Taken {
+					t.Fatal(c, err)
+				}
+			}
+			if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: k, Token: "a", Next: "w1"}); r.Err != nil || !r.OK {
+				t.Fatalf("release of %s: %+v", k, r)
+			}
+		}
 		if err := raw.Publish(ctx, defaultChannel, "end").Err(); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{defaultChannel + " 1:a" + key, "x/released 1:ak", defaultChannel + " end"} {
+		for _, want := range []string{defaultChannel + " 1:a" + key, "x/released 1:ak", defaultChannel + " 1:alocal1", defaultChannel + " end"} {
 			m, err := ps.ReceiveMessage(ctx)
 			if err != nil {
 				t.Fatal(err)

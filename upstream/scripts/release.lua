@@ -7,9 +7,11 @@
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
--- rollback must not remove a hold the same token had before
+-- rollback must not remove a hold the same token had before; ARGV[6] the
+-- releasing instance's first waiter ('' for none), which that instance
+-- wakes itself: when it is the only one in line, nobody needs the message
 -- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
--- only while someone waits in the key's line: a waiter refused through any
+-- only while someone other than ARGV[6] waits in the key's line: a waiter refused through any
 -- instance holds a place on the nodes that refused it, and its own instance
 -- wakes it directly. The message is '<length of token>:<token><key>', so
 -- that the instance that released can tell its own release when it hears
@@ -24,7 +26,8 @@ if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[5] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
+local waiting = redis.call('ZCARD', KEYS[2])
+if waiting > 1 or waiting == 1 and (ARGV[6] == '' or not redis.call('ZSCORE', KEYS[2], ARGV[6])) then
   redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
 end
 return 1
