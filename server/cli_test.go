@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lockproxy/lockproxy/server"
 )
 
 // redisCLI runs redis-cli against addr with script on its standard input
@@ -25,8 +27,9 @@ func redisCLI(t *testing.T, addr, script string, args ...string) []string {
 // TestRedisCLITranscript drives every native command through redis-cli and
 // checks the transcript line by line (patterns where values are random).
 func TestRedisCLITranscript(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	script := `PING
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		script := `PING
 CLIENT SETNAME cli-test
 LOCK orders:42 PX 30000 TOKEN t-1
 LOCK orders:42 PX 30000
@@ -42,30 +45,31 @@ UNLOCK orders:42 t-1
 LOCK orders:42 PX soon
 FROB orders:42
 `
-	want := []string{
-		`^PONG$`,
-		`^OK$`,
-		`^t-1$`, `^1$`, `^(29\d\d\d|30000)$`, // token, fence, validity
-		`^$`,                                 // not acquired: null
-		`^t-1$`, `^1$`, `^(29\d\d\d|30000)$`, // idempotent retry: same fence
-		`^fence$`, `^1$`, `^validity$`, `^\d+$`, `^mode$`, `^lease$`, `^holder$`, `^cli-test$`, `^waiters$`, `^0$`,
-		`^(59\d\d\d|60000)$`,
-		`^$`,
-		`^0$`,
-		`^1$`,
-		`^$`,
-		`^[0-9a-f]{32}$`, `^2$`, `^\d+$`, // connection-bound: random token, next fence
-		`^0$`,
-		`^ERR value is not an integer or out of range$`, `^$`, // redis-cli adds a blank line after an error
-		`^ERR unknown command 'FROB', with args beginning with: 'orders:42' $`,
-	}
-	got := redisCLI(t, in.Addr(), script)
-	if len(got) != len(want) {
-		t.Fatalf("transcript has %d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i, w := range want {
-		if !regexp.MustCompile(w).MatchString(got[i]) {
-			t.Errorf("line %d: %q does not match %s", i+1, got[i], w)
+		want := []string{
+			`^PONG$`,
+			`^OK$`,
+			`^t-1$`, `^\d+$`, `^(29\d\d\d|30000)$`, // token, fence, validity
+			`^$`,                                   // not acquired: null
+			`^t-1$`, `^\d+$`, `^(29\d\d\d|30000)$`, // idempotent retry
+			`^fence$`, `^\d+$`, `^validity$`, `^\d+$`, `^mode$`, `^lease$`, `^holder$`, `^cli-test$`, `^waiters$`, `^0$`,
+			`^(59\d\d\d|60000)$`,
+			`^$`,
+			`^0$`,
+			`^1$`,
+			`^$`,
+			`^[0-9a-f]{32}$`, `^\d+$`, `^\d+$`, // connection-bound: random token, fence
+			`^0$`,
+			`^ERR value is not an integer or out of range$`, `^$`, // redis-cli adds a blank line after an error
+			`^ERR unknown command 'FROB', with args beginning with: 'orders:42' $`,
 		}
-	}
+		got := redisCLI(t, in.Addr(), script)
+		if len(got) != len(want) {
+			t.Fatalf("transcript has %d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+		}
+		for i, w := range want {
+			if !regexp.MustCompile(w).MatchString(got[i]) {
+				t.Errorf("line %d: %q does not match %s", i+1, got[i], w)
+			}
+		}
+	})
 }

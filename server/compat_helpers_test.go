@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/server"
 )
 
 // The compat tests drive real lock libraries, unmodified, through their own
@@ -38,14 +39,13 @@ const (
 )
 
 // compatTargets runs check as "redis" (one plain redis-server) and as
-// "lockproxy" (lockproxy over three redis-servers).
+// "lockproxy" over each backend.
 func compatTargets(t *testing.T, check func(t *testing.T, addr string)) {
 	t.Run("redis", func(t *testing.T) {
 		check(t, redistest.Start(t, redistest.Options{}).Addr())
 	})
 	t.Run("lockproxy", func(t *testing.T) {
-		in, _ := startRedlock(t, 3)
-		check(t, in.Addr())
+		eachBackend(t, func(t *testing.T, cfg server.Config) { check(t, startInstance(t, cfg).Addr()) })
 	})
 }
 

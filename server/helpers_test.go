@@ -34,6 +34,28 @@ func testConfig(nodes []*redistest.Server) server.Config {
 	return cfg
 }
 
+// backendCase is one lock backend the conformance tests run against.
+type backendCase struct {
+	name string
+	// config starts the backend's servers for the test and returns the
+	// config of an instance over them; instances sharing it share locks.
+	config func(t *testing.T) server.Config
+}
+
+// backends are the backends every conformance test runs against — the
+// same test, the backend a parameter — so that their behaviour cannot
+// drift apart.
+var backends = []backendCase{
+	{"redlock", func(t *testing.T) server.Config { return testConfig(redistest.StartN(t, 3, redistest.Options{})) }},
+}
+
+// eachBackend runs test once per backend, as a subtest named after it.
+func eachBackend(t *testing.T, test func(t *testing.T, cfg server.Config)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { test(t, b.config(t)) })
+	}
+}
+
 // startInstance runs lockproxy in-process and drains it when the test ends.
 func startInstance(t *testing.T, cfg server.Config) *server.Instance {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/server"
 )
 
 // releaseScript is the compare-and-delete of the redis.io lock page.
@@ -61,23 +62,25 @@ var legacyScenarios = map[string][]string{
 // and on lockproxy, in RESP2 and RESP3, and compares the replies byte for
 // byte.
 func TestLegacyRepliesMatchRedis(t *testing.T) {
-	plain := redistest.Start(t, redistest.Options{})
-	in, _ := startRedlock(t, 3)
-	sha := sha1Hex(releaseScript)
-	for _, proto := range []int{2, 3} {
-		for name, steps := range legacyScenarios {
-			t.Run(fmt.Sprintf("%s/resp%d", name, proto), func(t *testing.T) {
-				key := uniqueKey(t)
-				want := runScenario(t, plain.Addr(), proto, steps, key, sha)
-				got := runScenario(t, in.Addr(), proto, steps, key, sha)
-				for i, step := range steps {
-					if !sameReply(step, got[i], want[i]) {
-						t.Errorf("%s: lockproxy %q, redis %q", step, got[i], want[i])
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		plain := redistest.Start(t, redistest.Options{})
+		in := startInstance(t, cfg)
+		sha := sha1Hex(releaseScript)
+		for _, proto := range []int{2, 3} {
+			for name, steps := range legacyScenarios {
+				t.Run(fmt.Sprintf("%s/resp%d", name, proto), func(t *testing.T) {
+					key := uniqueKey(t)
+					want := runScenario(t, plain.Addr(), proto, steps, key, sha)
+					got := runScenario(t, in.Addr(), proto, steps, key, sha)
+					for i, step := range steps {
+						if !sameReply(step, got[i], want[i]) {
+							t.Errorf("%s: lockproxy %q, redis %q", step, got[i], want[i])
+						}
 					}
-				}
-			})
+				})
+			}
 		}
-	}
+	})
 }
 
 // runScenario runs steps against addr and returns the raw replies.

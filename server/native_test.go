@@ -7,67 +7,70 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/server"
 	"github.com/redis/go-redis/v9"
 )
 
 // TestNativeCommands runs every native command through go-redis in RESP2
 // and RESP3 against lockproxy over three real redis-servers.
 func TestNativeCommands(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	for _, proto := range []int{2, 3} {
-		t.Run(map[int]string{2: "RESP2", 3: "RESP3"}[proto], func(t *testing.T) {
-			ctx := context.Background()
-			a, b := newClient(t, in.Addr(), proto), newClient(t, in.Addr(), proto)
-			key := uniqueKey(t)
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		for _, proto := range []int{2, 3} {
+			t.Run(map[int]string{2: "RESP2", 3: "RESP3"}[proto], func(t *testing.T) {
+				ctx := context.Background()
+				a, b := newClient(t, in.Addr(), proto), newClient(t, in.Addr(), proto)
+				key := uniqueKey(t)
 
-			g := mustLock(t, a, key, "PX", 5000)
-			if len(g.token) != 32 || g.fence != 1 || g.validity <= 4000 || g.validity > 5000 {
-				t.Fatalf("grant %+v", g)
-			}
-			if _, ok, err := lock(ctx, b, key, "PX", 5000); ok || err != nil {
-				t.Fatalf("second holder: granted=%v err=%v", ok, err)
-			}
-			again := mustLock(t, b, key, "PX", 5000, "TOKEN", g.token) // idempotent retry, any connection
-			if again.fence != g.fence || again.token != g.token {
-				t.Fatalf("retry %+v, first %+v", again, g)
-			}
-
-			info := lockInfo(t, b, key)
-			if info["fence"] != int64(1) || info["mode"] != "lease" || info["waiters"] != int64(0) || info["validity"].(int64) <= 0 {
-				t.Fatalf("LOCKINFO %v", info)
-			}
-			for _, v := range info {
-				if v == g.token {
-					t.Fatal("LOCKINFO revealed the token")
+				g := mustLock(t, a, key, "PX", 5000)
+				if len(g.token) != 32 || g.fence < 1 || g.validity <= 4000 || g.validity > 5000 {
+					t.Fatalf("grant %+v", g)
 				}
-			}
+				if _, ok, err := lock(ctx, b, key, "PX", 5000); ok || err != nil {
+					t.Fatalf("second holder: granted=%v err=%v", ok, err)
+				}
+				again := mustLock(t, b, key, "PX", 5000, "TOKEN", g.token) // idempotent retry, any connection
+				if again.fence != g.fence || again.token != g.token {
+					t.Fatalf("retry %+v, first %+v", again, g)
+				}
 
-			v, err := b.Do(ctx, "RENEW", key, g.token).Int64() // the lease's own TTL
-			if err != nil || v <= 4000 || v > 5000 {
-				t.Fatalf("RENEW without PX: %d %v", v, err)
-			}
-			v, err = b.Do(ctx, "RENEW", key, g.token, "PX", 20000).Int64()
-			if err != nil || v <= 19000 || v > 20000 {
-				t.Fatalf("RENEW: %d %v", v, err)
-			}
-			if err := b.Do(ctx, "RENEW", key, "not-the-token").Err(); err != redis.Nil {
-				t.Fatalf("RENEW by another token: %v", err)
-			}
-			if n, err := b.Do(ctx, "UNLOCK", key, "not-the-token").Int(); n != 0 || err != nil {
-				t.Fatalf("UNLOCK by another token: %d %v", n, err)
-			}
-			if n, err := b.Do(ctx, "UNLOCK", key, g.token).Int(); n != 1 || err != nil { // pooled: another connection
-				t.Fatalf("UNLOCK: %d %v", n, err)
-			}
-			if err := b.Do(ctx, "LOCKINFO", key).Err(); err != redis.Nil {
-				t.Fatalf("LOCKINFO of a free key: %v", err)
-			}
-			next := mustLock(t, b, key, "EX", 5, "TOKEN", "my-token")
-			if next.fence != 2 || next.token != "my-token" {
-				t.Fatalf("next grant %+v", next)
-			}
-		})
-	}
+				info := lockInfo(t, b, key)
+				if info["fence"] != g.fence || info["mode"] != "lease" || info["waiters"] != int64(0) || info["validity"].(int64) <= 0 {
+					t.Fatalf("LOCKINFO %v", info)
+				}
+				for _, v := range info {
+					if v == g.token {
+						t.Fatal("LOCKINFO revealed the token")
+					}
+				}
+
+				v, err := b.Do(ctx, "RENEW", key, g.token).Int64() // the lease's own TTL
+				if err != nil || v <= 4000 || v > 5000 {
+					t.Fatalf("RENEW without PX: %d %v", v, err)
+				}
+				v, err = b.Do(ctx, "RENEW", key, g.token, "PX", 20000).Int64()
+				if err != nil || v <= 19000 || v > 20000 {
+					t.Fatalf("RENEW: %d %v", v, err)
+				}
+				if err := b.Do(ctx, "RENEW", key, "not-the-token").Err(); err != redis.Nil {
+					t.Fatalf("RENEW by another token: %v", err)
+				}
+				if n, err := b.Do(ctx, "UNLOCK", key, "not-the-token").Int(); n != 0 || err != nil {
+					t.Fatalf("UNLOCK by another token: %d %v", n, err)
+				}
+				if n, err := b.Do(ctx, "UNLOCK", key, g.token).Int(); n != 1 || err != nil { // pooled: another connection
+					t.Fatalf("UNLOCK: %d %v", n, err)
+				}
+				if err := b.Do(ctx, "LOCKINFO", key).Err(); err != redis.Nil {
+					t.Fatalf("LOCKINFO of a free key: %v", err)
+				}
+				next := mustLock(t, b, key, "EX", 5, "TOKEN", "my-token")
+				if next.fence <= g.fence || next.token != "my-token" {
+					t.Fatalf("next grant %+v", next)
+				}
+			})
+		}
+	})
 }
 
 // lockInfo returns LOCKINFO's map whatever the protocol.
@@ -95,51 +98,55 @@ func lockInfo(t *testing.T, c *redis.Client, key string) map[string]any {
 // while the connection lives, shows as bound, and is released when the
 // connection closes.
 func TestBoundLockRenewedAndReleased(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	ctx := context.Background()
-	holder, other := newClient(t, in.Addr(), 3), newClient(t, in.Addr(), 3)
-	if err := holder.Do(ctx, "CLIENT", "SETNAME", "worker-7").Err(); err != nil {
-		t.Fatal(err)
-	}
-	key := uniqueKey(t)
-	g := mustLock(t, holder, key)
-	if g.validity <= 0 || g.validity > 1500 {
-		t.Fatalf("bound grant %+v", g)
-	}
-	time.Sleep(3 * time.Second) // two bound leases: only the watchdog keeps it
-	if _, ok, _ := lock(ctx, other, key, "PX", 1000); ok {
-		t.Fatal("bound lock expired while its connection lived")
-	}
-	info := lockInfo(t, other, key)
-	if info["mode"] != "bound" || info["holder"] != "worker-7" {
-		t.Fatalf("LOCKINFO %v", info)
-	}
-	holder.Close()
-	eventually(t, time.Second, "lock released on disconnect", func() bool {
-		_, ok, _ := lock(ctx, other, key, "PX", 1000)
-		return ok
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		ctx := context.Background()
+		holder, other := newClient(t, in.Addr(), 3), newClient(t, in.Addr(), 3)
+		if err := holder.Do(ctx, "CLIENT", "SETNAME", "worker-7").Err(); err != nil {
+			t.Fatal(err)
+		}
+		key := uniqueKey(t)
+		g := mustLock(t, holder, key)
+		if g.validity <= 0 || g.validity > 1500 {
+			t.Fatalf("bound grant %+v", g)
+		}
+		time.Sleep(3 * time.Second) // two bound leases: only the watchdog keeps it
+		if _, ok, _ := lock(ctx, other, key, "PX", 1000); ok {
+			t.Fatal("bound lock expired while its connection lived")
+		}
+		info := lockInfo(t, other, key)
+		if info["mode"] != "bound" || info["holder"] != "worker-7" {
+			t.Fatalf("LOCKINFO %v", info)
+		}
+		holder.Close()
+		eventually(t, time.Second, "lock released on disconnect", func() bool {
+			_, ok, _ := lock(ctx, other, key, "PX", 1000)
+			return ok
+		})
 	})
 }
 
 // TestRenewTurnsBoundIntoLease: RENEW PX makes a bound lock a lease that
 // survives its connection.
 func TestRenewTurnsBoundIntoLease(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	ctx := context.Background()
-	holder, other := newClient(t, in.Addr(), 2), newClient(t, in.Addr(), 2)
-	key := uniqueKey(t)
-	g := mustLock(t, holder, key)
-	if err := holder.Do(ctx, "RENEW", key, g.token, "PX", 10000).Err(); err != nil {
-		t.Fatal(err)
-	}
-	holder.Close()
-	time.Sleep(200 * time.Millisecond)
-	if _, ok, _ := lock(ctx, other, key, "PX", 1000); ok {
-		t.Fatal("a lease was released with its connection")
-	}
-	if info := lockInfo(t, other, key); info["mode"] != "lease" {
-		t.Fatalf("LOCKINFO %v", info)
-	}
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		ctx := context.Background()
+		holder, other := newClient(t, in.Addr(), 2), newClient(t, in.Addr(), 2)
+		key := uniqueKey(t)
+		g := mustLock(t, holder, key)
+		if err := holder.Do(ctx, "RENEW", key, g.token, "PX", 10000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		holder.Close()
+		time.Sleep(200 * time.Millisecond)
+		if _, ok, _ := lock(ctx, other, key, "PX", 1000); ok {
+			t.Fatal("a lease was released with its connection")
+		}
+		if info := lockInfo(t, other, key); info["mode"] != "lease" {
+			t.Fatalf("LOCKINFO %v", info)
+		}
+	})
 }
 
 // TestQuorumWithKilledNodes: one of three nodes killed still grants; two

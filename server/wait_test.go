@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/server"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -71,46 +72,49 @@ func recv(t *testing.T, ch <-chan lockResult, d time.Duration, what string) lock
 // it, long before the holder's lease would have run out — through one
 // instance, and when holder and waiter use two different instances.
 func TestWaitHandoff(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	one, two := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
-	for _, tc := range []struct {
-		name            string
-		holder, waiting string
-	}{{"one instance", one.Addr(), one.Addr()}, {"two instances", one.Addr(), two.Addr()}} {
-		t.Run(tc.name, func(t *testing.T) {
-			h, w := newClient(t, tc.holder, 2), newClient(t, tc.waiting, 2)
-			key := uniqueKey(t)
-			g := mustLock(t, h, key, "PX", 60000)
-			got := waitLock(w, key, "PX", 5000, "WAIT", 30000)
-			eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, w, key) == 1 })
-			if _, err := h.Do(context.Background(), "UNLOCK", key, g.token).Result(); err != nil {
-				t.Fatal(err)
-			}
-			if r := recv(t, got, 5*time.Second, "handoff"); r.fence <= g.fence { // a failed attempt may skip numbers
-				t.Fatalf("fence %d after %d", r.fence, g.fence)
-			}
-		})
-	}
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		one, two := startInstance(t, cfg), startInstance(t, cfg)
+		for _, tc := range []struct {
+			name            string
+			holder, waiting string
+		}{{"one instance", one.Addr(), one.Addr()}, {"two instances", one.Addr(), two.Addr()}} {
+			t.Run(tc.name, func(t *testing.T) {
+				h, w := newClient(t, tc.holder, 2), newClient(t, tc.waiting, 2)
+				key := uniqueKey(t)
+				g := mustLock(t, h, key, "PX", 60000)
+				got := waitLock(w, key, "PX", 5000, "WAIT", 30000)
+				eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, w, key) == 1 })
+				if _, err := h.Do(context.Background(), "UNLOCK", key, g.token).Result(); err != nil {
+					t.Fatal(err)
+				}
+				if r := recv(t, got, 5*time.Second, "handoff"); r.fence <= g.fence { // a failed attempt may skip numbers
+					t.Fatalf("fence %d after %d", r.fence, g.fence)
+				}
+			})
+		}
+	})
 }
 
 // TestWaitFIFO: 20 clients of one instance wait in turn; each release goes
 // to the one that waited longest.
 func TestWaitFIFO(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	key := uniqueKey(t)
-	holder := newClient(t, in.Addr(), 2)
-	g := mustLock(t, holder, key, "PX", 60000)
-	const n = 20
-	order := make(chan int, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		c := newClient(t, in.Addr(), 2)
-		wg.Go(func() { waitInTurn(t, c, key, i, order) })
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, holder, key) == int64(i+1) })
-	}
-	holder.Do(context.Background(), "UNLOCK", key, g.token)
-	wg.Wait()
-	inOrder(t, order, n)
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		key := uniqueKey(t)
+		holder := newClient(t, in.Addr(), 2)
+		g := mustLock(t, holder, key, "PX", 60000)
+		const n = 20
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			c := newClient(t, in.Addr(), 2)
+			wg.Go(func() { waitInTurn(t, c, key, i, order) })
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, holder, key) == int64(i+1) })
+		}
+		holder.Do(context.Background(), "UNLOCK", key, g.token)
+		wg.Wait()
+		inOrder(t, order, n)
+	})
 }
 
 // waitInTurn is waiter i: it waits for key, reports its number on order
@@ -145,56 +149,62 @@ func inOrder(t *testing.T, order chan int, n int) {
 // TestWaitTimeout: a WAIT that elapses answers null, on time, and leaves
 // no waiter behind.
 func TestWaitTimeout(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	c := newClient(t, in.Addr(), 3)
-	key := uniqueKey(t)
-	mustLock(t, c, key, "PX", 60000)
-	other := newClient(t, in.Addr(), 3)
-	start := time.Now()
-	_, ok, err := lock(context.Background(), other, key, "PX", 1000, "WAIT", 300)
-	if ok || err != nil {
-		t.Fatalf("granted=%v err=%v", ok, err)
-	}
-	if took := time.Since(start); took < 300*time.Millisecond {
-		t.Fatalf("WAIT 300 answered after %v", took)
-	}
-	if n := waiters(t, c, key); n != 0 {
-		t.Fatalf("%d waiters left", n)
-	}
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		c := newClient(t, in.Addr(), 3)
+		key := uniqueKey(t)
+		mustLock(t, c, key, "PX", 60000)
+		other := newClient(t, in.Addr(), 3)
+		start := time.Now()
+		_, ok, err := lock(context.Background(), other, key, "PX", 1000, "WAIT", 300)
+		if ok || err != nil {
+			t.Fatalf("granted=%v err=%v", ok, err)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond {
+			t.Fatalf("WAIT 300 answered after %v", took)
+		}
+		if n := waiters(t, c, key); n != 0 {
+			t.Fatalf("%d waiters left", n)
+		}
+	})
 }
 
 // TestWait0WakesWhenHolderIsKilled: WAIT 0 blocks until the holder's
 // connection-bound lock is released because its client process was killed.
 func TestWait0WakesWhenHolderIsKilled(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	key := uniqueKey(t)
-	child := startHolder(t, in.Addr(), key)
-	w := newClient(t, in.Addr(), 2)
-	got := waitLock(w, key, "PX", 5000, "WAIT", 0)
-	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, w, key) == 1 })
-	child.Process.Signal(syscall.SIGKILL)
-	recv(t, got, 5*time.Second, "WAIT 0 after the holder was killed")
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		key := uniqueKey(t)
+		child := startHolder(t, in.Addr(), key)
+		w := newClient(t, in.Addr(), 2)
+		got := waitLock(w, key, "PX", 5000, "WAIT", 0)
+		eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, w, key) == 1 })
+		child.Process.Signal(syscall.SIGKILL)
+		recv(t, got, 5*time.Second, "WAIT 0 after the holder was killed")
+	})
 }
 
 // TestWaiterKilled: a waiter whose connection dies stops waiting at once;
 // the next waiter gets the lock; no goroutine is left behind.
 func TestWaiterKilled(t *testing.T) {
-	in, _ := startRedlock(t, 3)
-	key := uniqueKey(t)
-	h := newClient(t, in.Addr(), 2)
-	g := mustLock(t, h, key, "PX", 60000)
-	base := runtime.NumGoroutine()
-	doomed := dialRaw(t, in.Addr())
-	doomed.send(fmt.Sprintf("*6\r\n$4\r\nLOCK\r\n$%d\r\n%s\r\n$2\r\nPX\r\n$4\r\n5000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n", len(key), key))
-	eventually(t, 5*time.Second, "first waiter queued", func() bool { return waiters(t, h, key) == 1 })
-	next := newClient(t, in.Addr(), 2)
-	got := waitLock(next, key, "PX", 5000, "WAIT", 30000)
-	eventually(t, 5*time.Second, "second waiter queued", func() bool { return waiters(t, h, key) == 2 })
-	doomed.c.Close()
-	eventually(t, 5*time.Second, "the dead waiter leaves the queue", func() bool { return waiters(t, h, key) == 1 })
-	h.Do(context.Background(), "UNLOCK", key, g.token)
-	recv(t, got, 5*time.Second, "the next waiter")
-	eventually(t, 5*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base+2 })
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		in := startInstance(t, cfg)
+		key := uniqueKey(t)
+		h := newClient(t, in.Addr(), 2)
+		g := mustLock(t, h, key, "PX", 60000)
+		base := runtime.NumGoroutine()
+		doomed := dialRaw(t, in.Addr())
+		doomed.send(fmt.Sprintf("*6\r\n$4\r\nLOCK\r\n$%d\r\n%s\r\n$2\r\nPX\r\n$4\r\n5000\r\n$4\r\nWAIT\r\n$1\r\n0\r\n", len(key), key))
+		eventually(t, 5*time.Second, "first waiter queued", func() bool { return waiters(t, h, key) == 1 })
+		next := newClient(t, in.Addr(), 2)
+		got := waitLock(next, key, "PX", 5000, "WAIT", 30000)
+		eventually(t, 5*time.Second, "second waiter queued", func() bool { return waiters(t, h, key) == 2 })
+		doomed.c.Close()
+		eventually(t, 5*time.Second, "the dead waiter leaves the queue", func() bool { return waiters(t, h, key) == 1 })
+		h.Do(context.Background(), "UNLOCK", key, g.token)
+		recv(t, got, 5*time.Second, "the next waiter")
+		eventually(t, 5*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= base+2 })
+	})
 }
 
 // TestWaitWithoutNotifications: with the nodes' subscription connections
@@ -236,22 +246,23 @@ func TestWaitWithoutNotifications(t *testing.T) {
 // each release goes to the waiter that arrived first, whichever instance it
 // waits in.
 func TestWaitOrderAcrossInstances(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	ins := []string{startInstance(t, testConfig(nodes)).Addr(), startInstance(t, testConfig(nodes)).Addr()}
-	key := uniqueKey(t)
-	probe := []*redis.Client{newClient(t, ins[0], 2), newClient(t, ins[1], 2)}
-	g := mustLock(t, probe[0], key, "PX", 60000)
-	const n = 10
-	order := make(chan int, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		c := newClient(t, ins[i%2], 2)
-		wg.Go(func() { waitInTurn(t, c, key, i, order) })
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, probe[i%2], key) == int64(i/2+1) })
-	}
-	probe[0].Do(context.Background(), "UNLOCK", key, g.token)
-	wg.Wait()
-	inOrder(t, order, n)
+	eachBackend(t, func(t *testing.T, cfg server.Config) {
+		ins := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
+		key := uniqueKey(t)
+		probe := []*redis.Client{newClient(t, ins[0], 2), newClient(t, ins[1], 2)}
+		g := mustLock(t, probe[0], key, "PX", 60000)
+		const n = 10
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			c := newClient(t, ins[i%2], 2)
+			wg.Go(func() { waitInTurn(t, c, key, i, order) })
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, probe[i%2], key) == int64(i/2+1) })
+		}
+		probe[0].Do(context.Background(), "UNLOCK", key, g.token)
+		wg.Wait()
+		inOrder(t, order, n)
+	})
 }
 
 // TestWaitSafetyUnderFaults: 400 grants of one key taken by waiting
