@@ -53,6 +53,8 @@ func replyError(key string, err error) string {
 		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
 	case errors.Is(err, engine.ErrLost):
 		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
+	case errors.Is(err, engine.ErrUnavailable):
+		return "UNAVAILABLE the lock backend cannot be reached right now; nothing was granted, try again: " + err.Error()
 	case errors.Is(err, engine.ErrShuttingDown):
 		return "ERR lockproxy is shutting down"
 	case errors.Is(err, engine.ErrTooManyWaiters):

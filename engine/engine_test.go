@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ type memBackend struct {
 	released  []string
 	busyFor   time.Duration // if set, a refused acquire says the holder's lease runs this long
 	acquires  int           // Acquire calls served
+	down      int           // the next this many acquires fail with ErrUnavailable
 }
 
 func newMem() *memBackend { return &memBackend{held: map[string]string{}} }
@@ -29,6 +31,10 @@ func (m *memBackend) Acquire(_ context.Context, key string, h Hold) (Grant, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.acquires++
+	if m.down > 0 {
+		m.down--
+		return Grant{}, fmt.Errorf("%w: connection lost", ErrUnavailable)
+	}
 	if t, ok := m.held[key]; ok && t != h.Token {
 		if m.busyFor > 0 {
 			return Grant{}, &BusyError{RetryAfter: m.busyFor}

@@ -20,6 +20,10 @@ var (
 	// became a lease (EXPIRE through any instance): the watchdog stops, and
 	// the lock lives as its lease says.
 	ErrNotBound = errors.New("lock is no longer connection-bound")
+	// ErrUnavailable marks a backend error that is expected to pass (a
+	// ZooKeeper connection lost while its session lives, a leader
+	// election): nothing was granted, and a waiter tries again.
+	ErrUnavailable = errors.New("lock backend unavailable")
 	// ErrShuttingDown means the engine no longer takes new locks.
 	ErrShuttingDown = errors.New("lockproxy is shutting down")
 	// ErrTooManyWaiters means the instance's limit of waiting clients is

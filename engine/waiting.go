@@ -10,6 +10,10 @@ import (
 // the holder's lease runs (the attempt lost a race with no holder to name).
 const minRetry = 5 * time.Millisecond
 
+// unavailableRetry is how often a waiter tries while the backend is
+// unavailable (ErrUnavailable).
+const unavailableRetry = 50 * time.Millisecond
+
 // waiter is one client waiting for a key in this instance. It costs no
 // goroutine: the waiting LOCK's own goroutine blocks on wake.
 type waiter struct {
@@ -62,11 +66,15 @@ func (e *Engine) LockWait(ctx context.Context, o *Owner, key string, h Hold) (Gr
 			if try {
 				h.Next = next
 				g, err := e.Lock(ctx, o, key, h)
-				if err == nil || !errors.Is(err, ErrNotAcquired) {
+				switch {
+				case errors.Is(err, ErrUnavailable): // the wait outlasts a passing outage
+					retry.Reset(unavailableRetry)
+				case err == nil || !errors.Is(err, ErrNotAcquired):
 					granted = err == nil
 					return g, err
+				default:
+					retry.Reset(e.retryAfter(err))
 				}
-				retry.Reset(e.retryAfter(err))
 			} else {
 				// Head since a grant, not tried yet: the grant put it in line;
 				// try within a third of its keep, which keeps its place.

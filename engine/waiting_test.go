@@ -214,3 +214,24 @@ func TestOwnEchoDoesNotWake(t *testing.T) {
 	e.Notified("k", "released-elsewhere")
 	waitFor(t, "a try after another instance's release", func() bool { return attempts() > before })
 }
+
+// TestWaitOutlastsUnavailableBackend: a waiter keeps waiting through
+// ErrUnavailable (a ZooKeeper leader change) and gets the lock after it;
+// a client that tries once gets the error.
+func TestWaitOutlastsUnavailableBackend(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	m.down = 3
+	if _, err := e.Lock(context.Background(), e.NewOwner(1), "k", Hold{TTL: time.Second}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("try once while unavailable: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g, err := e.LockWait(ctx, e.NewOwner(2), "k", Hold{TTL: time.Second})
+	if err != nil || g.Fence != 1 {
+		t.Fatalf("wait through an outage: %+v %v", g, err)
+	}
+	if m.acquires != 4 {
+		t.Fatalf("%d acquires, want 1 that failed + 2 retried through the outage + 1 granted", m.acquires)
+	}
+}

@@ -50,9 +50,14 @@ type RedlockConfig struct {
 	MaxBatch      int      `toml:"max_batch"`       // most scripts in one pipeline
 }
 
-// ZooKeeperConfig configures the zookeeper backend (not built yet).
+// ZooKeeperConfig configures the zookeeper backend.
 type ZooKeeperConfig struct {
-	Servers []string `toml:"servers"` // host:port of each ensemble member
+	Servers          []string `toml:"servers"`            // host:port of each ensemble member
+	Root             string   `toml:"root"`               // parent of every lock's node; created if missing
+	SessionTimeoutMS int      `toml:"session_timeout_ms"` // how long the ensemble keeps lockproxy's locks after it vanishes
+	// ACLDigest, "user:password", makes lock nodes readable and writable
+	// only by that identity (ZooKeeper digest ACL); empty: open to all.
+	ACLDigest string `toml:"acl_digest"`
 }
 
 // EmbeddedConfig configures the embedded development backend.
@@ -94,9 +99,10 @@ func Default() Config {
 			Pipelines:     1,
 			MaxBatch:      128,
 		},
-		Embedded: EmbeddedConfig{Nodes: 3},
-		Locks:    LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
-		Legacy:   LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
+		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000},
+		Embedded:  EmbeddedConfig{Nodes: 3},
+		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
+		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
 			MaxKeyBytes:     1024,
@@ -130,7 +136,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("backend redlock needs redlock.nodes (or --nodes)")
 		}
 	case "zookeeper":
-		return fmt.Errorf("backend zookeeper is not built yet; use redlock or embedded")
+		if len(c.ZooKeeper.Servers) == 0 {
+			return fmt.Errorf("backend zookeeper needs zookeeper.servers (or --zk)")
+		}
+		if c.ZooKeeper.ACLDigest != "" {
+			return fmt.Errorf("zookeeper.acl_digest is not supported yet")
+		}
 	default:
 		return fmt.Errorf("backend %q: want redlock, zookeeper or embedded", c.Backend)
 	}

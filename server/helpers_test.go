@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/internal/zktest"
 	"github.com/lockproxy/lockproxy/server"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -47,6 +48,17 @@ type backendCase struct {
 // drift apart.
 var backends = []backendCase{
 	{"redlock", func(t *testing.T) server.Config { return testConfig(redistest.StartN(t, 3, redistest.Options{})) }},
+	{"zookeeper", func(t *testing.T) server.Config { return zkConfig(zktest.Start(t)) }},
+}
+
+// zkConfig is a zookeeper config over zk with the short bound lease of
+// testConfig.
+func zkConfig(zk *zktest.Server) server.Config {
+	cfg := testConfig(nil)
+	cfg.Backend = "zookeeper"
+	cfg.ZooKeeper.Servers = []string{zk.Addr()}
+	cfg.ZooKeeper.SessionTimeoutMS = 2000
+	return cfg
 }
 
 // eachBackend runs test once per backend, as a subtest named after it.

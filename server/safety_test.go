@@ -18,6 +18,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if zk := os.Getenv("LOCKPROXY_TEST_SERVE_ZK"); zk != "" {
+		serveZK(zk) // the lockproxy that TestZooKeeperLockproxyKilled kills
+		return
+	}
 	if addr := os.Getenv("LOCKPROXY_TEST_HOLDER_ADDR"); addr != "" {
 		holdAndHang(addr, os.Getenv("LOCKPROXY_TEST_HOLDER_KEY"))
 		return

@@ -74,6 +74,9 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 
 // backend builds the lock backend and registers what must be closed.
 func (in *Instance) backend() (engine.Backend, error) {
+	if in.cfg.BackendName() == "zookeeper" {
+		return in.zookeeper()
+	}
 	addrs := in.cfg.Redlock.Nodes
 	if in.cfg.BackendName() == "embedded" {
 		emb, err := upstream.StartEmbedded(in.cfg.Embedded.Nodes)
@@ -105,6 +108,33 @@ func (in *Instance) backend() (engine.Backend, error) {
 		DriftFactor: rc.DriftFactor,
 		DriftFixed:  ms(rc.DriftFixedMS),
 	}), nil
+}
+
+// zookeeper builds the zookeeper backend. A watched predecessor's release
+// wakes this instance's waiter for the key.
+func (in *Instance) zookeeper() (engine.Backend, error) {
+	zc := in.cfg.ZooKeeper
+	z, err := upstream.NewZooKeeper(upstream.ZKOptions{
+		Servers:        zc.Servers,
+		Root:           zc.Root,
+		SessionTimeout: ms(zc.SessionTimeoutMS),
+		OnRelease:      func(key string) { in.engine.Released(key) },
+		Lost:           func(n int) { in.engine.Stats().Lost.Add(int64(n)) },
+	}, in.log)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper backend: %w", err)
+	}
+	in.closers = append(in.closers, func() { _ = z.Close() })
+	// Serve once the session is up, so that the first clients are not
+	// refused; an ensemble that is down is waited for in the background.
+	deadline := time.Now().Add(5 * time.Second)
+	for !z.Connected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !z.Connected() {
+		in.log.Warn("no ZooKeeper session yet; locks are refused until there is one", zap.Strings("servers", zc.Servers))
+	}
+	return z, nil
 }
 
 // subscribe listens on every node for releases, through any instance, and

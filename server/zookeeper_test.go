@@ -1,0 +1,264 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/zktest"
+	"github.com/lockproxy/lockproxy/server"
+	"go.uber.org/zap"
+)
+
+// The zookeeper backend's own guarantees, beyond the conformance suite:
+// a leader change, lockproxy killed, and a session that expires.
+
+// TestZooKeeperLeaderKilled: over a 3-server ensemble, a held lock and a
+// waiter survive the loss of the leader; the waiter gets the lock when the
+// holder releases it; fences keep increasing across the leader change.
+func TestZooKeeperLeaderKilled(t *testing.T) {
+	ens := zktest.StartEnsemble(t, 3)
+	cfg := zkConfig(ens.Servers()[0])
+	cfg.ZooKeeper.Servers = ens.Addrs()
+	cfg.ZooKeeper.SessionTimeoutMS = 4000 // the longest the ensemble allows: outlives the election
+	in := startInstance(t, cfg)
+	holder, waiter := dialRaw(t, in.Addr()), newClient(t, in.Addr(), 2)
+	key := uniqueKey(t)
+	fences := grantSeries(t, in.Addr(), key+":series", 20)
+
+	held := parseGrant(t, holder.do("LOCK", key, "PX", "60000", "TOKEN", "held"))
+	got := waitLock(waiter, key, "PX", "60000", "WAIT", "20000")
+	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, waiter, key) == 1 })
+
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ens.Leader(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the lock still held after the leader change", func() bool {
+		return holder.do("GET", key) == "held"
+	})
+	if r := holder.do("UNLOCK", key, "held"); r != ":1" {
+		t.Fatalf("UNLOCK after the leader change: %s", r)
+	}
+	if r := recv(t, got, 10*time.Second, "handoff after the leader change"); r.fence <= held.fence {
+		t.Fatalf("waiter's fence %d after the holder's %d", r.fence, held.fence)
+	}
+	after := grantSeries(t, in.Addr(), key+":series", 20)
+	all := append(fences, after...)
+	for i := 1; i < len(all); i++ {
+		if all[i] <= all[i-1] {
+			t.Fatalf("fence %d after %d across the leader change (grant %d)", all[i], all[i-1], i)
+		}
+	}
+}
+
+// grantSeries takes and releases key n times and returns the fences.
+func grantSeries(t *testing.T, addr, key string, n int) []int64 {
+	t.Helper()
+	c := dialRaw(t, addr)
+	var fences []int64
+	for range n {
+		g := parseGrant(t, c.do("LOCK", key, "PX", "10000", "TOKEN", "series"))
+		fences = append(fences, g.fence)
+		if r := c.do("UNLOCK", key, "series"); r != ":1" {
+			t.Fatalf("UNLOCK: %s", r)
+		}
+	}
+	return fences
+}
+
+// parseGrant reads LOCK's reply as rendered by rawConn: "[token :fence :validity]".
+func parseGrant(t *testing.T, reply string) lockReply {
+	t.Helper()
+	var g lockReply
+	if _, err := fmt.Sscanf(reply, "[%s :%d :%d]", &g.token, &g.fence, &g.validity); err != nil {
+		t.Fatalf("LOCK reply %q: %v", reply, err)
+	}
+	return g
+}
+
+// TestZooKeeperLockproxyKilled: lockproxy SIGKILLed while it holds a lease
+// and a connection-bound lock. Another instance gets them once the
+// ensemble expires the dead instance's session, not before.
+func TestZooKeeperLockproxyKilled(t *testing.T) {
+	zk := zktest.Start(t)
+	child, addr := startZKChild(t, zk.Addr())
+	c := dialRaw(t, addr)
+	key := uniqueKey(t)
+	parseGrant(t, c.do("LOCK", key+":lease", "PX", "60000"))
+	parseGrant(t, c.do("LOCK", key+":bound"))
+
+	other := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = child.Wait()
+	time.Sleep(time.Second) // half the 2 s session timeout
+	for _, k := range []string{key + ":lease", key + ":bound"} {
+		if r := other.do("LOCK", k, "PX", "10000"); r != "(nil)" {
+			t.Fatalf("%s granted %v after the kill, before the session timeout: %s", k, time.Since(killed), r)
+		}
+	}
+	for _, k := range []string{key + ":lease", key + ":bound"} {
+		r := other.do("LOCK", k, "PX", "10000", "WAIT", "10000")
+		if !strings.HasPrefix(r, "[") {
+			t.Fatalf("%s not granted within 10 s of the wait: %s", k, r)
+		}
+		t.Logf("%s granted %v after the kill (session timeout 2 s)", k, time.Since(killed).Round(time.Millisecond))
+	}
+}
+
+// startZKChild runs lockproxy over zk in a child process (this test binary,
+// see TestMain) and returns it and its address.
+func startZKChild(t *testing.T, zkAddr string) (*exec.Cmd, string) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "LOCKPROXY_TEST_SERVE_ZK="+zkAddr)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	return child, addr
+}
+
+// serveZK is the child process of startZKChild: lockproxy over the
+// ZooKeeper at zkAddr, until killed (bounded: a minute).
+func serveZK(zkAddr string) {
+	cfg := server.Default()
+	cfg.Listen, cfg.Backend, cfg.MetricsListen = "127.0.0.1:0", "zookeeper", ""
+	cfg.ZooKeeper.Servers, cfg.ZooKeeper.SessionTimeoutMS = []string{zkAddr}, 2000
+	cfg.Locks.BoundLeaseMS = 1500
+	in, err := server.Start(cfg, zap.NewNop())
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("listening", in.Addr())
+	time.Sleep(time.Minute)
+	os.Exit(3)
+}
+
+// TestZooKeeperSessionExpiry: the instance holding locks is cut off from
+// ZooKeeper past the session timeout. lockproxy gives up its
+// connection-bound lock (counts it lost) before the ensemble can grant it
+// to another client; once reconnected, the holders of both locks hear of
+// the loss on their next RENEW or UNLOCK.
+func TestZooKeeperSessionExpiry(t *testing.T) {
+	zk := zktest.Start(t)
+	proxy := startTCPProxy(t, zk.Addr())
+	cfgA := zkConfig(zk)
+	cfgA.ZooKeeper.Servers = []string{proxy.addr()}
+	a := startInstance(t, cfgA)
+	b := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
+	key := uniqueKey(t)
+	holder := dialRaw(t, a.Addr())
+	lease := parseGrant(t, holder.do("LOCK", key+":lease", "PX", "60000"))
+	bound := parseGrant(t, holder.do("LOCK", key+":bound"))
+	info := dialRaw(t, a.Addr())
+
+	proxy.cut()
+	r := b.do("LOCK", key+":bound", "PX", "10000", "WAIT", "10000")
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("the other instance never got the bound lock: %s", r)
+	}
+	if lost := info.do("INFO", "locks"); !strings.Contains(lost, "locks_lost:1") {
+		t.Fatalf("lockproxy still vouched for the bound lock when another client got it:\n%s", lost)
+	}
+	proxy.restore()
+	eventually(t, 10*time.Second, "the holder hears of the lost lease", func() bool {
+		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), "-LOCKLOST")
+	})
+	if r := holder.do("UNLOCK", key+":bound", bound.token); !strings.HasPrefix(r, "-LOCKLOST") {
+		t.Fatalf("UNLOCK of the lost bound lock: %s", r)
+	}
+	eventually(t, 10*time.Second, "a grant through the new session", func() bool {
+		return strings.HasPrefix(holder.do("LOCK", key+":again", "PX", "1000"), "[")
+	})
+}
+
+// tcpProxy forwards connections to a target; cut drops every connection
+// and refuses new ones until restore.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		go func() { io.Copy(up, c); up.Close() }()
+		go func() { io.Copy(c, up); c.Close() }()
+	}
+}
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}

@@ -1,0 +1,135 @@
+package upstream
+
+import (
+	"cmp"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// errNotEncodedKey means a path segment is not the encoding of a lock key.
+var errNotEncodedKey = errors.New("upstream: not an encoded lock key")
+
+const upperHex = "0123456789ABCDEF"
+
+// encodeKey turns a lock key — any bytes — into one ZooKeeper path segment:
+// ASCII letters, digits, '_' and '-' stay as they are, and every other byte
+// (including '%', '.', '/', control and non-ASCII bytes) becomes %XX in
+// upper-case hex. The segment holds no '/' and no '.', so it is never "."
+// or "..", and only printable ASCII, which ZooKeeper accepts in a path. It
+// is up to three times as long as the key. decodeKey reverses it.
+func encodeKey(key string) string {
+	var b strings.Builder
+	b.Grow(len(key))
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if keptByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(upperHex[c>>4])
+		b.WriteByte(upperHex[c&0x0f])
+	}
+	return b.String()
+}
+
+// keptByte reports whether encodeKey keeps c as it is.
+func keptByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+// decodeKey is the key that encodeKey turned into seg. It accepts only what
+// encodeKey writes (upper-case hex, no escaped byte that could stay as it
+// is), so every key has exactly one encoding.
+func decodeKey(seg string) (string, error) {
+	if seg == "" {
+		return "", errNotEncodedKey
+	}
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if keptByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		if c != '%' || i+2 >= len(seg) {
+			return "", errNotEncodedKey
+		}
+		hi, lo := strings.IndexByte(upperHex, seg[i+1]), strings.IndexByte(upperHex, seg[i+2])
+		if hi < 0 || lo < 0 || keptByte(byte(hi<<4|lo)) {
+			return "", errNotEncodedKey
+		}
+		b.WriteByte(byte(hi<<4 | lo))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// seqDigits is the width of the sequence number ZooKeeper appends to the
+// name of a sequential node.
+const seqDigits = 10
+
+// Kinds of lock node: the letter after the token id in a node's name.
+const (
+	kindTry   = 't' // an acquire that tries once, and the lock it may become
+	kindPlace = 'w' // a waiter's place in line, and the lock it may become
+)
+
+// tokenID names a token's nodes: 16 hex digits of its SHA-256. A node is
+// found by name without reading every child's data, and the token, a
+// secret, never appears in a path.
+func tokenID(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
+}
+
+// nodePrefix is a lock node's name before ZooKeeper's sequence number:
+// "<tokenID>-<kind><nonce>-". The nonce, 8 hex digits fresh for each create,
+// lets a create whose outcome is unknown find its node, and only its node.
+func nodePrefix(token string, kind byte) string {
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return tokenID(token) + "-" + string(kind) + hex.EncodeToString(nonce[:]) + "-"
+}
+
+// placePrefix starts the names of the places of the waiter named id.
+func placePrefix(id string) string { return tokenID(id) + "-" + string(kindPlace) }
+
+// child is a lock node of a key: its name and sequence number.
+type child struct {
+	name string
+	seq  int64
+}
+
+// parseChildren keeps the names that end in a sequence number, lowest
+// first. The lowest holds the lock.
+func parseChildren(names []string) []child {
+	kids := make([]child, 0, len(names))
+	for _, name := range names {
+		if len(name) <= seqDigits {
+			continue
+		}
+		seq, err := strconv.ParseInt(name[len(name)-seqDigits:], 10, 64)
+		if err == nil {
+			kids = append(kids, child{name: name, seq: seq})
+		}
+	}
+	slices.SortFunc(kids, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
+	return kids
+}
+
+// indexOf is the position of the child named name in kids, or -1.
+func indexOf(kids []child, name string) int {
+	return slices.IndexFunc(kids, func(c child) bool { return c.name == name })
+}
+
+// firstWithPrefix is the position of the lowest child whose name starts
+// with prefix, or -1.
+func firstWithPrefix(kids []child, prefix string) int {
+	return slices.IndexFunc(kids, func(c child) bool { return strings.HasPrefix(c.name, prefix) })
+}

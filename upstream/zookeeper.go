@@ -1,0 +1,332 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+var _ engine.Backend = (*ZooKeeper)(nil)
+
+// Defaults for the zero values of ZKOptions.
+const (
+	DefaultZKRoot           = "/lockproxy"
+	DefaultZKSessionTimeout = 10 * time.Second
+)
+
+var (
+	// ErrZKNotConnected refuses a call while the ZooKeeper session is not
+	// connected: a session that may have expired never grants a lock. It
+	// matches engine.ErrUnavailable.
+	ErrZKNotConnected error = unavailable{errors.New("upstream: ZooKeeper session is not connected")}
+	// ErrZKBadNode means a lock node holds data lockproxy did not write.
+	ErrZKBadNode = errors.New("upstream: unexpected data in a ZooKeeper lock node")
+)
+
+// unavailable is a ZooKeeper error expected to pass — the connection was
+// lost, a leader is being elected, the session expired and a new one is
+// on its way — after which a call may be tried again. It matches
+// engine.ErrUnavailable as well as the error itself.
+type unavailable struct{ err error }
+
+func (u unavailable) Error() string   { return u.err.Error() }
+func (u unavailable) Unwrap() []error { return []error{engine.ErrUnavailable, u.err} }
+
+// ZKOptions configure a ZooKeeper backend. Zero values take the defaults
+// noted.
+type ZKOptions struct {
+	Servers []string // host:port of each server of the ensemble
+	// Root is the node under which lock nodes live; default "/lockproxy".
+	// It is created, with its parents, when missing.
+	Root string
+	// SessionTimeout is how long the session outlives a lost connection;
+	// default 10s. Locks held through a session end with it. The ensemble
+	// may grant another (between 2 and 20 of its ticks).
+	SessionTimeout time.Duration
+	// ACL is given to every node lockproxy creates; default
+	// zk.WorldACL(zk.PermAll).
+	ACL []zk.ACL
+	// OnRelease is called with a key when a lock node that a waiter of this
+	// instance watches goes away, or when this instance ends an expired
+	// lease: the engine wakes its waiter (engine.Released). Optional; it
+	// must not block.
+	OnRelease func(key string)
+	// Lost is called with the number of locks held through this instance
+	// that were lost when its session expired (for metrics). Optional; it
+	// must not block.
+	Lost func(n int)
+}
+
+func (o ZKOptions) withDefaults() ZKOptions {
+	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultZKRoot), "/")
+	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultZKSessionTimeout)
+	if len(o.ACL) == 0 {
+		o.ACL = zk.WorldACL(zk.PermAll)
+	}
+	return o
+}
+
+func (o ZKOptions) validate() error {
+	if len(o.Servers) == 0 {
+		return errors.New("upstream: ZooKeeper needs at least one server")
+	}
+	if !strings.HasPrefix(o.Root, "/") || strings.Contains(o.Root, "//") {
+		return fmt.Errorf("upstream: ZooKeeper root %q is not an absolute path such as /lockproxy", o.Root)
+	}
+	return nil
+}
+
+// ZooKeeper is an engine.Backend over a ZooKeeper ensemble, after
+// ZooKeeper's lock recipe.
+//
+// Layout: each key is a container node <Root>/<encodeKey(key)>, which
+// ZooKeeper deletes once it is empty. Each acquire, and each waiter's place
+// in line, is an ephemeral sequential child named
+// "<tokenID>-<kind><nonce>-<sequence>" (zkkey.go) holding JSON: the token,
+// mode, ttl_ms, expires_at (unix ms) and the holder's name; a waiter's
+// place holds no mode until it becomes the lock. The child with the lowest
+// sequence holds the lock.
+//
+// Why the guarantees hold:
+//   - Mutual exclusion: ZooKeeper numbers a parent's sequential children in
+//     the order it commits them. A server that lists a node has applied
+//     every create before it, so a node lowest in such a list has no older
+//     rival left, and none can come: later nodes number higher, and the
+//     container, whose counter restarts, is only deleted when empty.
+//   - Fencing: the fence is the lock node's creation zxid (Stat.Czxid).
+//     Zxids grow strictly with every transaction of the ensemble, across
+//     leader changes (the epoch is their high half), and a later grant is
+//     always a younger node, even after the container was deleted.
+//   - Crash: nodes are ephemeral. If lockproxy dies, its session expires
+//     and ZooKeeper deletes its nodes, releasing its locks and places.
+//   - Leases and bound locks: ZooKeeper has no TTL for ephemeral nodes, so
+//     the instance that created a lock node deletes it at expires_at, after
+//     re-reading it (another instance may have extended it); deletes are
+//     version-checked. Bound locks get the same deadline, which the
+//     engine's watchdog pushes back (Extend), so a lock the watchdog gave
+//     up on cannot stay held while the session lives.
+//   - Waiting: a waiter keeps one place across its calls and watches only
+//     the node just before it, so a release wakes one waiter, not all.
+//
+// Limits: instances that extend each other's leases compare expires_at
+// with their own wall clocks, which must agree to well within a lease. A
+// lease whose owner is cut off from ZooKeeper outlives expires_at until
+// the owner's session expires. A lease released through another instance
+// stays on its owner's books until its deadline: should the owner's
+// session expire first, it is counted lost too.
+type ZooKeeper struct {
+	conn *zk.Conn
+	opts ZKOptions
+	log  *zap.Logger
+	done chan struct{} // closed by Close
+
+	// Test hooks, set before first use. createReturned runs on the
+	// request's goroutine when a create succeeded, before the caller hears
+	// of it; afterCreate runs on the caller's once it has.
+	createReturned, afterCreate func(path string)
+
+	mu        sync.Mutex
+	closed    bool
+	own       map[string]*ownNode // lock nodes and places created through the session, by path
+	watched   map[string]int      // watches on a predecessor in flight, by its path
+	lost      map[zkLock]struct{} // locks lost with a session, until their holder hears of it
+	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
+	closeOnce sync.Once
+}
+
+// zkLock names a lock: a key and its holder's token.
+type zkLock struct{ key, token string }
+
+// maxLost bounds the lost locks remembered for their holders; past it, the
+// older ones are forgotten (their holders see ErrNotHeld instead).
+const maxLost = 4096
+
+// NewZooKeeper connects to the ensemble in the background and returns at
+// once; calls are refused (ErrZKNotConnected) until a session is
+// established. go-zookeeper reconnects by itself, with a new session after
+// one expired. Close ends the session.
+func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	z := &ZooKeeper{
+		opts:    opts,
+		log:     log,
+		done:    make(chan struct{}),
+		own:     map[string]*ownNode{},
+		watched: map[string]int{},
+		lost:    map[zkLock]struct{}{},
+	}
+	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
+		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
+	if err != nil {
+		return nil, fmt.Errorf("upstream: zookeeper: %w", err)
+	}
+	z.conn = conn
+	return z, nil
+}
+
+// Connected reports whether the session is established, that is whether
+// the backend takes new locks (for health checks).
+func (z *ZooKeeper) Connected() bool { return z.conn.State() == zk.StateHasSession }
+
+// Close ends the session, which frees its ephemeral nodes (every lock and
+// place taken through this instance), and waits for background work.
+func (z *ZooKeeper) Close() error {
+	z.closeOnce.Do(func() {
+		z.mu.Lock()
+		z.closed = true
+		for _, n := range z.own {
+			n.timer.Stop()
+		}
+		clear(z.own)
+		z.mu.Unlock()
+		close(z.done)
+		z.conn.Close()
+		z.bg.Wait()
+	})
+	return nil
+}
+
+// usable refuses calls on a closed backend, an empty key, or without a
+// session.
+func (z *ZooKeeper) usable(key string) error {
+	switch {
+	case z.isClosed():
+		return ErrClosed
+	case key == "":
+		return errors.New("upstream: empty lock key")
+	case !z.Connected():
+		return ErrZKNotConnected
+	}
+	return nil
+}
+
+func (z *ZooKeeper) isClosed() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.closed
+}
+
+// dir is key's container node.
+func (z *ZooKeeper) dir(key string) string { return z.opts.Root + "/" + encodeKey(key) }
+
+// event follows the session. It runs on go-zookeeper's connection loop and
+// must not block or call ZooKeeper.
+func (z *ZooKeeper) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateHasSession:
+		z.log.Info("ZooKeeper session established", zap.String("server", ev.Server))
+	case zk.StateDisconnected:
+		if !z.isClosed() {
+			z.log.Warn("ZooKeeper connection lost: locks are kept while the session lasts; new ones are refused",
+				zap.String("server", ev.Server))
+		}
+	case zk.StateExpired:
+		z.sessionExpired()
+	}
+}
+
+// sessionExpired records that every lock held through the expired session
+// is lost — ZooKeeper deleted its nodes — logs each once and reports their
+// number (Lost). Its places in line are gone too.
+func (z *ZooKeeper) sessionExpired() {
+	lost := z.dropSession()
+	z.log.Warn("ZooKeeper session expired; a new one is being established", zap.Int("locks_lost", len(lost)))
+	for _, l := range lost {
+		z.log.Error("lock lost: the ZooKeeper session it was held through expired; its holder learns it on its next RENEW or UNLOCK",
+			zap.String("key", l.key))
+	}
+	if len(lost) > 0 && z.opts.Lost != nil {
+		z.opts.Lost(len(lost))
+	}
+}
+
+// dropSession forgets the nodes of the expired session and remembers its
+// locks as lost, until their holders hear of it.
+func (z *ZooKeeper) dropSession() []zkLock {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	var lost []zkLock
+	for _, n := range z.own {
+		n.timer.Stop()
+		if n.held {
+			lost = append(lost, zkLock{n.key, n.token})
+		}
+	}
+	clear(z.own)
+	if len(z.lost)+len(lost) > maxLost {
+		clear(z.lost)
+	}
+	for _, l := range lost {
+		z.lost[l] = struct{}{}
+	}
+	return lost
+}
+
+// takeLost reports once that token's lock on key was lost with a session.
+func (z *ZooKeeper) takeLost(key, token string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	l := zkLock{key, token}
+	_, ok := z.lost[l]
+	delete(z.lost, l)
+	return ok
+}
+
+// spawn runs f in the background unless the backend is closed; Close waits
+// for it.
+func (z *ZooKeeper) spawn(f func()) {
+	if !z.enterBG() {
+		return
+	}
+	go func() {
+		defer z.bg.Done()
+		f()
+	}()
+}
+
+// inBG runs f now, counted as background work, unless the backend is closed.
+func (z *ZooKeeper) inBG(f func()) {
+	if !z.enterBG() {
+		return
+	}
+	defer z.bg.Done()
+	f()
+}
+
+func (z *ZooKeeper) enterBG() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed {
+		return false
+	}
+	z.bg.Add(1)
+	return true
+}
+
+// announce tells the engine that key may be free.
+func (z *ZooKeeper) announce(key string) {
+	if z.opts.OnRelease != nil && !z.isClosed() {
+		z.opts.OnRelease(key)
+	}
+}
+
+// zkLogger sends go-zookeeper's log lines to zap at debug level; the
+// backend logs what matters (session established, lost, expired).
+type zkLogger struct{ log *zap.Logger }
+
+func (l zkLogger) Printf(format string, v ...any) {
+	l.log.Debug("go-zookeeper: " + fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,276 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+// zkData is the JSON a lock node holds.
+type zkData struct {
+	Token     string      `json:"token"`
+	Mode      engine.Mode `json:"mode,omitempty"`       // empty: a waiter's place, not a lock yet
+	TTL       int64       `json:"ttl_ms,omitempty"`     // the lease, in ms
+	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms; its creator deletes the node then
+	Name      string      `json:"name,omitempty"`       // the holder's client name
+}
+
+func (d zkData) waiting() bool            { return d.Mode == "" }
+func (d zkData) heldBy(token string) bool { return !d.waiting() && d.Token == token }
+func (d zkData) ttl() time.Duration       { return time.Duration(d.TTL) * time.Millisecond }
+func (d zkData) expiry() time.Time        { return time.UnixMilli(d.ExpiresAt) }
+func (d zkData) left() time.Duration      { return time.Until(d.expiry()) }
+func (d zkData) encode() []byte           { b, _ := json.Marshal(d); return b }
+func (d zkData) lasts(ttl time.Duration) zkData { // the lease ttl from now
+	d.TTL, d.ExpiresAt = millis(ttl), time.Now().Add(ttl).UnixMilli()
+	return d
+}
+
+// lockNode is a lock node as read: its path, data and stat.
+type lockNode struct {
+	path string
+	data zkData
+	stat *zk.Stat
+}
+
+// view is a key's lock nodes, lowest first, and the lowest one's content.
+type view struct {
+	kids []child
+	top  lockNode // valid when kids is not empty
+}
+
+// held reports whether some token holds the key: the lowest node is a
+// lock, not a waiter's place that has not taken it yet.
+func (v view) held() bool { return len(v.kids) > 0 && !v.top.data.waiting() }
+
+// maxRounds bounds the re-reads of a call that races with other changes
+// to the same key.
+const maxRounds = 5
+
+// errContended ends a call whose key changed under it maxRounds times.
+var errContended = errors.New("upstream: zookeeper: the lock nodes kept changing; try again")
+
+// zkCall runs f — a go-zookeeper request, which takes no context — and waits
+// for it or for ctx. A request left behind finishes on its own: the
+// connection answers or fails each one within its receive timeout (2/3 of
+// the session timeout), and Close fails them all.
+func zkCall[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// zkErr names the operation and node of a ZooKeeper error; errors.Is still
+// sees go-zookeeper's sentinels. A connection error is marked unavailable.
+func zkErr(op, p string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	err = fmt.Errorf("upstream: zookeeper %s %s: %w", op, p, err)
+	if passing(err) {
+		return unavailable{err}
+	}
+	return err
+}
+
+// passing reports whether err is go-zookeeper's word for a connection or
+// session that is going away, which reconnection ends.
+func passing(err error) bool {
+	for _, e := range []error{zk.ErrConnectionClosed, zk.ErrNoServer, zk.ErrSessionExpired, zk.ErrSessionMoved} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// children lists dir's lock nodes, lowest first; none if dir is missing.
+func (z *ZooKeeper) children(ctx context.Context, dir string) ([]child, error) {
+	names, err := zkCall(ctx, func() ([]string, error) {
+		names, _, err := z.conn.Children(dir)
+		return names, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	return parseChildren(names), zkErr("children", dir, err)
+}
+
+// get reads a lock node.
+func (z *ZooKeeper) get(ctx context.Context, p string) (lockNode, error) {
+	n := lockNode{path: p}
+	b, err := zkCall(ctx, func() ([]byte, error) {
+		b, stat, err := z.conn.Get(p)
+		n.stat = stat
+		return b, err
+	})
+	if err != nil {
+		return lockNode{}, zkErr("get", p, err)
+	}
+	if err := json.Unmarshal(b, &n.data); err != nil || n.data.Token == "" {
+		return lockNode{}, fmt.Errorf("%w: %s", ErrZKBadNode, p)
+	}
+	return n, nil
+}
+
+// set writes a lock node's data if its version is version (-1: any).
+func (z *ZooKeeper) set(ctx context.Context, p string, d zkData, version int32) (*zk.Stat, error) {
+	stat, err := zkCall(ctx, func() (*zk.Stat, error) { return z.conn.Set(p, d.encode(), version) })
+	return stat, zkErr("set", p, err)
+}
+
+// delete deletes a node if its version is version (-1: any).
+func (z *ZooKeeper) delete(ctx context.Context, p string, version int32) error {
+	_, err := zkCall(ctx, func() (struct{}, error) { return struct{}{}, z.conn.Delete(p, version) })
+	return zkErr("delete", p, err)
+}
+
+// read lists key's lock nodes in dir and reads the lowest one.
+func (z *ZooKeeper) read(ctx context.Context, dir string) (view, error) {
+	for range maxRounds {
+		kids, err := z.children(ctx, dir)
+		if err != nil || len(kids) == 0 {
+			return view{}, err
+		}
+		top, err := z.get(ctx, dir+"/"+kids[0].name)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile
+		}
+		return view{kids: kids, top: top}, err
+	}
+	return view{}, errContended
+}
+
+// holder reads key's lock, which token must hold, else ErrNotHeld (with
+// the nodes read). Another session may read from a server that lags: a
+// "not held" is confirmed after a sync with the leader.
+func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error) {
+	dir := z.dir(key)
+	v, err := z.read(ctx, dir)
+	if err == nil && !v.top.data.heldBy(token) {
+		if err = z.sync(ctx, dir); err == nil {
+			v, err = z.read(ctx, dir)
+		}
+	}
+	switch {
+	case err != nil:
+		return view{}, err
+	case !v.held() || !v.top.data.heldBy(token):
+		return v, engine.ErrNotHeld
+	}
+	return v, nil
+}
+
+// sync makes the server this session reads from catch up with the leader.
+func (z *ZooKeeper) sync(ctx context.Context, p string) error {
+	_, err := zkCall(ctx, func() (string, error) { return z.conn.Sync(p) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return zkErr("sync", p, err)
+}
+
+// createSeq creates an ephemeral sequential node named prefix + sequence.
+// A node whose creation the caller does not learn of — ctx ended, or the
+// connection failed before the answer — is deleted in the background.
+func (z *ZooKeeper) createSeq(ctx context.Context, prefix string, d zkData) (string, error) {
+	done := make(chan created, 1)
+	go func() {
+		p, err := z.conn.Create(prefix, d.encode(), zk.FlagEphemeral|zk.FlagSequence, z.opts.ACL)
+		if err == nil && z.createReturned != nil {
+			z.createReturned(p)
+		}
+		done <- created{p, err}
+	}()
+	select {
+	case r := <-done:
+		if unknownOutcome(r.err) {
+			z.spawn(func() { z.sweep(prefix) })
+		}
+		return r.path, zkErr("create", prefix, r.err)
+	case <-ctx.Done():
+		z.spawn(func() { z.abandon(<-done, prefix) })
+		return "", ctx.Err()
+	}
+}
+
+// created is the outcome of a create.
+type created struct {
+	path string
+	err  error
+}
+
+// abandon deletes the node a create left behind, if it made one.
+func (z *ZooKeeper) abandon(r created, prefix string) {
+	switch {
+	case r.err == nil:
+		z.discard(r.path)
+	case unknownOutcome(r.err):
+		z.sweep(prefix)
+	}
+}
+
+// unknownOutcome reports whether a failed request may have been carried
+// out: the connection broke after it was sent.
+func unknownOutcome(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed)
+}
+
+// makeDir creates key's container node dir, and the root if missing.
+func (z *ZooKeeper) makeDir(ctx context.Context, dir string) error {
+	err := z.createContainer(ctx, dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err = z.makeRoot(ctx); err == nil {
+			err = z.createContainer(ctx, dir)
+		}
+	}
+	return err
+}
+
+// createContainer creates a container node unless it exists.
+func (z *ZooKeeper) createContainer(ctx context.Context, dir string) error {
+	_, err := zkCall(ctx, func() (string, error) {
+		return z.conn.CreateContainer(dir, nil, zk.FlagContainer, z.opts.ACL)
+	})
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return zkErr("create container", dir, err)
+}
+
+// makeRoot creates the root node and its parents, as persistent nodes.
+func (z *ZooKeeper) makeRoot(ctx context.Context) error {
+	p := ""
+	for _, part := range strings.Split(strings.TrimPrefix(z.opts.Root, "/"), "/") {
+		p = path.Join("/", p, part)
+		_, err := zkCall(ctx, func() (string, error) { return z.conn.Create(p, nil, 0, z.opts.ACL) })
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return zkErr("create", p, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,293 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+)
+
+// ownNode is a lock node or a waiter's place that this instance created
+// and still answers for: its timer deletes it when its lease, or the
+// place's keep, runs out. Fields are guarded by ZooKeeper.mu.
+type ownNode struct {
+	key, token string
+	held       bool      // a lock; false: a waiter's place
+	until      time.Time // a place's end, unless its waiter calls again
+	timer      *time.Timer
+}
+
+// node is the record of own node p, made if missing; z.mu is held.
+func (z *ZooKeeper) node(p, key, token string) *ownNode {
+	n := z.own[p]
+	if n == nil {
+		n = &ownNode{key: key, token: token}
+		n.timer = time.AfterFunc(time.Hour, func() { z.inBG(func() { z.expire(p, n) }) })
+		z.own[p] = n
+	}
+	return n
+}
+
+// track arms the timer that ends the lease of lock node p when this
+// session owns it. It reports false when the node belongs to another
+// session: another instance's, or this instance's previous one, which has
+// expired.
+func (z *ZooKeeper) track(key, token, p string, stat *zk.Stat, d zkData) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed || stat.EphemeralOwner != z.conn.SessionID() {
+		return false
+	}
+	n := z.node(p, key, token)
+	n.held, n.token = true, token
+	n.timer.Reset(max(d.left(), 0))
+	return true
+}
+
+// keepPlace (re)starts the keep of waiter id's place p: unless the waiter
+// calls again within keep, the place is deleted. Zero keep: no limit.
+func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration) {
+	if keep <= 0 {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed {
+		return
+	}
+	if n := z.node(p, key, id); !n.held {
+		n.until = time.Now().Add(keep)
+		n.timer.Reset(keep)
+	}
+}
+
+// forget drops the record of own node p.
+func (z *ZooKeeper) forget(p string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if n := z.own[p]; n != nil {
+		n.timer.Stop()
+		delete(z.own, p)
+	}
+}
+
+// rearm runs n's timer again after d, if n is still the record of p.
+func (z *ZooKeeper) rearm(p string, n *ownNode, d time.Duration) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.own[p] == n {
+		n.timer.Reset(d)
+	}
+}
+
+// expire runs on n's timer: it ends p's lease or place if its time is up.
+func (z *ZooKeeper) expire(p string, n *ownNode) {
+	z.mu.Lock()
+	current, held, until := z.own[p] == n, n.held, n.until
+	z.mu.Unlock()
+	switch {
+	case !current:
+	case !z.Connected():
+		z.rearm(p, n, z.retryDelay())
+	case held:
+		z.endLease(p, n)
+	default:
+		z.endPlace(p, n, until)
+	}
+}
+
+// retryDelay is how soon a timer that failed to reach ZooKeeper tries
+// again: a tenth of the session timeout, at least 50ms.
+func (z *ZooKeeper) retryDelay() time.Duration {
+	return max(z.opts.SessionTimeout/10, 50*time.Millisecond)
+}
+
+// endLease deletes lock node p once its expires_at has passed, re-reading
+// it first: another instance may have extended it. The delete is
+// version-checked, so an extension that lands meanwhile wins.
+func (z *ZooKeeper) endLease(p string, n *ownNode) {
+	ctx, cancel := z.cleanupCtx(context.Background())
+	defer cancel()
+	ln, err := z.get(ctx, p)
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrZKBadNode):
+		z.forget(p)
+		return
+	case err != nil:
+		z.rearm(p, n, z.retryDelay())
+		return
+	case ln.data.left() > 0:
+		z.rearm(p, n, ln.data.left())
+		return
+	}
+	switch err := z.delete(ctx, p, ln.stat.Version); {
+	case err == nil:
+		z.forget(p)
+		z.log.Debug("lease ran out; lock deleted", zap.String("key", n.key))
+		z.announce(n.key)
+	case errors.Is(err, zk.ErrNoNode):
+		z.forget(p)
+	case errors.Is(err, zk.ErrBadVersion):
+		z.rearm(p, n, 0) // extended since the read: read again
+	default:
+		z.rearm(p, n, z.retryDelay())
+	}
+}
+
+// endPlace deletes waiter place p once its keep has run out. The delete
+// expects version 0, the place as created: a place that became a lock
+// (written since) stays, and its lease timer takes over.
+func (z *ZooKeeper) endPlace(p string, n *ownNode, until time.Time) {
+	if wait := time.Until(until); wait > 0 {
+		z.rearm(p, n, wait)
+		return
+	}
+	ctx, cancel := z.cleanupCtx(context.Background())
+	defer cancel()
+	switch err := z.delete(ctx, p, 0); {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		z.mu.Lock()
+		if z.own[p] == n && !n.held {
+			n.timer.Stop()
+			delete(z.own, p)
+		}
+		z.mu.Unlock()
+	case errors.Is(err, zk.ErrBadVersion):
+	default:
+		z.rearm(p, n, z.retryDelay())
+	}
+}
+
+// cleanupCtx bounds one cleanup step by the session timeout, whatever
+// ctx's own deadline or cancellation: the client may be gone.
+func (z *ZooKeeper) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), z.opts.SessionTimeout)
+}
+
+// dropWithin bounds the first, synchronous, attempt to delete a node a
+// call leaves behind; the background carries on after it.
+const dropWithin = 2 * time.Second
+
+// drop deletes node p, which a call created and does not keep: once now,
+// and if that fails, in the background for as long as the session lives.
+func (z *ZooKeeper) drop(ctx context.Context, p string) {
+	z.forget(p)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(dropWithin, z.opts.SessionTimeout))
+	defer cancel()
+	if err := z.delete(ctx, p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		z.spawn(func() { z.discard(p) })
+	}
+}
+
+// discard deletes node p, retrying while the session that made it lives.
+func (z *ZooKeeper) discard(p string) {
+	z.forget(p)
+	z.retry(func(ctx context.Context) error {
+		if err := z.delete(ctx, p, -1); !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		return nil
+	})
+}
+
+// sweep deletes the nodes whose names start with prefix — the node of a
+// create whose outcome is unknown — retrying while the session lives.
+func (z *ZooKeeper) sweep(prefix string) {
+	dir, name := path.Split(prefix)
+	dir = strings.TrimSuffix(dir, "/")
+	z.retry(func(ctx context.Context) error {
+		kids, err := z.children(ctx, dir)
+		if err != nil {
+			return err
+		}
+		for _, c := range kids {
+			if !strings.HasPrefix(c.name, name) {
+				continue
+			}
+			p := dir + "/" + c.name
+			z.forget(p)
+			if err := z.delete(ctx, p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// retry runs step until it succeeds, the backend closes, or the session
+// changes (the ephemeral nodes step deals with ended with the old one),
+// waiting 50ms, then twice as long each time up to 2s.
+func (z *ZooKeeper) retry(step func(ctx context.Context) error) {
+	session := z.conn.SessionID()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		ctx, cancel := z.cleanupCtx(context.Background())
+		err := step(ctx)
+		cancel()
+		if err == nil || z.conn.SessionID() != session {
+			return
+		}
+		select {
+		case <-z.done:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// watch sets a watch on lock node p, which stands just before a waiter of
+// key in line: its deletion announces key (OnRelease). It reports false
+// when p is gone already. A node watched already is not watched twice.
+func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
+	if z.watching(p) {
+		return true, nil
+	}
+	return zkCall(ctx, func() (bool, error) { return z.setWatch(key, p) })
+}
+
+// setWatch sets a data watch on p and listens for it. GetW, unlike
+// ExistsW, leaves no watch behind when the node is gone.
+func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
+	_, _, ch, err := z.conn.GetW(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, zkErr("watch", p, err)
+	}
+	z.mu.Lock()
+	z.watched[p]++
+	z.mu.Unlock()
+	z.spawn(func() { z.listen(key, p, ch) })
+	return true, nil
+}
+
+// listen waits for the watch on p. A deletion announces key; a change of
+// data (an extension) only renews the watch. A watch that ends with the
+// session or the backend announces nothing: the waiter's place went too,
+// and its next try says so.
+func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
+	ev := <-ch
+	z.mu.Lock()
+	if z.watched[p]--; z.watched[p] <= 0 {
+		delete(z.watched, p)
+	}
+	z.mu.Unlock()
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		z.announce(key)
+	case zk.EventNodeDataChanged:
+		if ok, err := z.setWatch(key, p); err == nil && !ok {
+			z.announce(key)
+		}
+	}
+}
+
+func (z *ZooKeeper) watching(p string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.watched[p] > 0
+}

@@ -1,0 +1,176 @@
+package upstream
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/zktest"
+)
+
+func countGoroutines() int { return runtime.NumGoroutine() }
+
+// goroutineDump is every goroutine's stack.
+func goroutineDump() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// TestZooKeeperBriefDisconnect: while the connection is down, acquires are
+// refused at once; when it returns within the session timeout, the session
+// and its locks are intact and nothing is reported lost.
+func TestZooKeeperBriefDisconnect(t *testing.T) {
+	srv := zktest.Start(t)
+	proxy := newZKProxy(t, srv.Addr())
+	var lost atomic.Int64
+	a := newZK(t, []string{proxy.Addr()}, ZKOptions{SessionTimeout: 4 * time.Second, Lost: func(n int) { lost.Add(int64(n)) }})
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx := testCtx(t)
+	g := mustGrant(t, a, "brief", hold("t1", time.Minute))
+
+	proxy.Cut()
+	eventually(t, 5*time.Second, "disconnected", func() bool { return !a.Connected() })
+	start := time.Now()
+	if _, err := a.Acquire(ctx, "other", hold("t2", time.Second)); !errors.Is(err, ErrZKNotConnected) || !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("acquire while disconnected: %v, want ErrZKNotConnected, an engine.ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("refusal took %v", d)
+	}
+	proxy.Restore()
+	eventually(t, 5*time.Second, "reconnected", a.Connected)
+	if h, ok, err := b.Inspect(ctx, "brief"); !ok || err != nil || h.Fence != g.Fence {
+		t.Fatalf("lock after a brief disconnect: %+v, %v, %v", h, ok, err)
+	}
+	if _, err := a.Extend(ctx, "brief", "t1", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if lost.Load() != 0 {
+		t.Fatalf("%d locks reported lost", lost.Load())
+	}
+}
+
+// TestZooKeeperSessionExpiry: a partition longer than the session timeout
+// expires the session: ZooKeeper deletes its locks, the instance reports
+// them lost (Lost, one Error log each, ErrLost once on the holder's next
+// Extend or Release), and works again with a new session.
+func TestZooKeeperSessionExpiry(t *testing.T) {
+	srv := zktest.Start(t)
+	proxy := newZKProxy(t, srv.Addr())
+	var lost atomic.Int64
+	core, logs := observer.New(zap.ErrorLevel)
+	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second,
+		Lost: func(n int) { lost.Add(int64(n)) }}, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	eventually(t, 5*time.Second, "session", a.Connected)
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx := testCtx(t)
+
+	mustGrant(t, a, "lease", hold("t1", time.Minute))
+	bound := hold("t2", time.Minute)
+	bound.Mode = engine.Bound
+	mustGrant(t, a, "bound", bound)
+	mustGrant(t, a, "released", hold("t3", time.Minute))
+	zkRelease(t, a, "released", "t3", true)
+	mustBusy(t, a, "lease", waitHold("w", time.Minute)) // a place, not a lock: not lost
+
+	proxy.Cut()
+	eventually(t, 5*time.Second, "disconnected", func() bool { return !a.Connected() })
+	if _, err := a.Acquire(ctx, "other", hold("t4", time.Second)); !errors.Is(err, ErrZKNotConnected) {
+		t.Fatalf("acquire while disconnected: %v", err)
+	}
+	eventually(t, 10*time.Second, "locks of the expired session deleted", func() bool {
+		_, ok1, err1 := b.Inspect(ctx, "lease")
+		_, ok2, err2 := b.Inspect(ctx, "bound")
+		return !ok1 && !ok2 && err1 == nil && err2 == nil
+	})
+	mustGrant(t, b, "lease", hold("other", time.Minute)) // someone else may take it now
+	proxy.Restore()
+	eventually(t, 10*time.Second, "new session", a.Connected)
+	eventually(t, 5*time.Second, "loss reported", func() bool { return lost.Load() == 2 })
+	if n := logs.FilterMessageSnippet("lock lost").Len(); n != 2 {
+		t.Fatalf("%d lost-lock errors logged, want 2: %v", n, logs.All())
+	}
+
+	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); !errors.Is(err, engine.ErrLost) {
+		t.Fatalf("first extend after the loss: %v, want ErrLost", err)
+	}
+	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); !errors.Is(err, engine.ErrNotHeld) {
+		t.Fatalf("second extend after the loss: %v, want ErrNotHeld", err)
+	}
+	if ok, err := a.Release(ctx, "bound", "t2"); ok || !errors.Is(err, engine.ErrLost) {
+		t.Fatalf("first release after the loss: %v, %v, want ErrLost", ok, err)
+	}
+	zkRelease(t, a, "bound", "t2", false)
+	zkRelease(t, a, "released", "t3", false)
+
+	mustGrant(t, a, "bound", bound) // the new session takes locks
+	mustBusy(t, a, "lease", hold("t1", time.Second))
+	if lost.Load() != 2 {
+		t.Fatalf("lost %d", lost.Load())
+	}
+}
+
+// TestZooKeeperFencesAcrossLeaderChange: on a three-server ensemble, a lock
+// held while the leader dies stays held with its fence, and grants after
+// the new leader is elected get larger fences.
+func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
+	ens := zktest.StartEnsemble(t, 3)
+	a := newZK(t, ens.Addrs(), ZKOptions{SessionTimeout: 4 * time.Second})
+	b := newZK(t, ens.Addrs(), ZKOptions{SessionTimeout: 4 * time.Second})
+	ctx := testCtx(t)
+	var last int64
+	grant := func(z *ZooKeeper, key, token string) engine.Grant {
+		t.Helper()
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant on "+key, func() bool {
+			var err error
+			g, err = z.Acquire(ctx, key, hold(token, time.Minute))
+			return err == nil
+		})
+		if key == "fence" && g.Fence <= last {
+			t.Fatalf("fence %d after %d", g.Fence, last)
+		}
+		return g
+	}
+	for i := range 5 {
+		g := grant(a, "fence", "t"+string(rune('0'+i)))
+		last = g.Fence
+		zkRelease(t, b, "fence", g.Token, true)
+	}
+	held := grant(b, "held", "h")
+
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ens.Leader(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		g := grant([]*ZooKeeper{a, b}[i%2], "fence", "u"+string(rune('0'+i)))
+		last = g.Fence
+		eventually(t, 10*time.Second, "release", func() bool { // a retry may find it released already
+			if _, err := a.Release(ctx, "fence", g.Token); err != nil {
+				return false
+			}
+			_, ok, err := a.Inspect(ctx, "fence")
+			return !ok && err == nil
+		})
+	}
+	if h, ok, err := a.Inspect(ctx, "held"); !ok || err != nil || h.Fence != held.Fence || h.Token != "h" {
+		t.Fatalf("lock held across the leader change: %+v, %v, %v", h, ok, err)
+	}
+}

@@ -1,0 +1,600 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/zktest"
+)
+
+// newZK connects a ZooKeeper backend to servers, waits for its session and
+// closes it when the test ends.
+func newZK(t *testing.T, servers []string, o ZKOptions) *ZooKeeper {
+	t.Helper()
+	o.Servers = servers
+	log := zap.NewNop()
+	z, err := NewZooKeeper(o, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { z.Close() })
+	eventually(t, 10*time.Second, "zookeeper session", z.Connected)
+	return z
+}
+
+// rawZK is a plain go-zookeeper client, to look at the nodes behind the
+// backend.
+func rawZK(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(zkLogger{zap.NewNop()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// lockNodes are the names of key's lock nodes on the server.
+func lockNodes(t *testing.T, c *zk.Conn, key string) []string {
+	t.Helper()
+	names, _, err := c.Children(DefaultZKRoot + "/" + encodeKey(key))
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// waitHold is a hold for a client that waits (LOCK ... WAIT).
+func waitHold(token string, ttl time.Duration) engine.Hold {
+	h := hold(token, ttl)
+	h.Waiter = &engine.Waiter{ID: token, Since: time.Now(), Keep: time.Minute}
+	return h
+}
+
+// releases counts OnRelease calls by key.
+type releases struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *releases) add(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[key]++
+}
+
+func (r *releases) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[key]
+}
+
+func mustGrant(t *testing.T, z *ZooKeeper, key string, h engine.Hold) engine.Grant {
+	t.Helper()
+	g, err := z.Acquire(testCtx(t), key, h)
+	if err != nil {
+		t.Fatalf("acquire %s for %s: %v", key, h.Token, err)
+	}
+	if g.Token != h.Token || g.Fence <= 0 || g.Validity <= 0 || g.Validity > h.TTL {
+		t.Fatalf("acquire %s for %s: grant %+v", key, h.Token, g)
+	}
+	return g
+}
+
+// mustBusy checks that an acquire is refused, and returns its RetryAfter.
+func mustBusy(t *testing.T, z *ZooKeeper, key string, h engine.Hold) time.Duration {
+	t.Helper()
+	g, err := z.Acquire(testCtx(t), key, h)
+	var busy *engine.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("acquire %s for %s: %+v, %v; want a BusyError", key, h.Token, g, err)
+	}
+	return busy.RetryAfter
+}
+
+func zkRelease(t *testing.T, z *ZooKeeper, key, token string, want bool) {
+	t.Helper()
+	if ok, err := z.Release(testCtx(t), key, token); ok != want || err != nil {
+		t.Fatalf("release %s by %s: %v, %v; want %v", key, token, ok, err, want)
+	}
+}
+
+func TestZooKeeperAcquireRelease(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	ctx, key := testCtx(t), "acquire"
+
+	g := mustGrant(t, a, key, hold("t1", 10*time.Second))
+	if g.Validity < 9*time.Second {
+		t.Fatalf("validity %v of a 10s lease", g.Validity)
+	}
+	for _, z := range []*ZooKeeper{a, b} { // the other token, through either instance
+		if after := mustBusy(t, z, key, hold("t2", time.Second)); after < 8*time.Second || after > 10*time.Second {
+			t.Fatalf("RetryAfter %v, want the holder's lease left", after)
+		}
+	}
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("refused acquires left nodes: %v", n)
+	}
+
+	// An idempotent retry, through either instance, keeps the fence and
+	// takes the new lease; SET NX (Fresh) refuses the same token.
+	for _, z := range []*ZooKeeper{a, b} {
+		again := mustGrant(t, z, key, hold("t1", 20*time.Second))
+		if again.Fence != g.Fence || again.Validity < 19*time.Second {
+			t.Fatalf("retry: %+v, first %+v", again, g)
+		}
+	}
+	fresh := hold("t1", time.Second)
+	fresh.Fresh = true
+	mustBusy(t, b, key, fresh)
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("retries left nodes: %v", n)
+	}
+
+	h, ok, err := b.Inspect(ctx, key)
+	if !ok || err != nil || h.Token != "t1" || h.Fence != g.Fence || h.Mode != engine.Lease || h.Name != "client-t1" ||
+		h.Validity < 19*time.Second || h.Validity > 20*time.Second {
+		t.Fatalf("inspect: %+v, %v, %v", h, ok, err)
+	}
+
+	zkRelease(t, a, key, "t2", false) // not the holder
+	zkRelease(t, b, key, "t1", true)  // the holder, from another instance
+	zkRelease(t, a, key, "t1", false)
+	if _, ok, err := a.Inspect(ctx, key); ok || err != nil {
+		t.Fatalf("inspect after release: %v, %v", ok, err)
+	}
+	if next := mustGrant(t, b, key, hold("t2", time.Second)); next.Fence <= g.Fence {
+		t.Fatalf("fence %d after %d", next.Fence, g.Fence)
+	}
+}
+
+func TestZooKeeperExtend(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx := testCtx(t)
+
+	mustGrant(t, a, "lease", hold("t1", 2*time.Second))
+	if v, err := b.Extend(ctx, "lease", "t1", 0, ""); err != nil || v <= 1900*time.Millisecond || v > 2*time.Second {
+		t.Fatalf("extend with ttl 0: %v, %v; want the stored 2s", v, err)
+	}
+	if v, err := b.Extend(ctx, "lease", "t1", 5*time.Second, ""); err != nil || v <= 4900*time.Millisecond {
+		t.Fatalf("extend to 5s: %v, %v", v, err)
+	}
+	if h, _, _ := a.Inspect(ctx, "lease"); h.Validity <= 4800*time.Millisecond || h.Mode != engine.Lease {
+		t.Fatalf("inspect after extend: %+v", h)
+	}
+	if _, err := a.Extend(ctx, "lease", "t1", 0, engine.Bound); !errors.Is(err, engine.ErrNotBound) {
+		t.Fatalf("watchdog renewal of a lease: %v, want ErrNotBound", err)
+	}
+	if _, err := a.Extend(ctx, "lease", "t2", time.Second, ""); !errors.Is(err, engine.ErrNotHeld) {
+		t.Fatalf("extend by another token: %v", err)
+	}
+	if _, err := a.Extend(ctx, "nothing", "t1", time.Second, ""); !errors.Is(err, engine.ErrNotHeld) {
+		t.Fatalf("extend of a free key: %v", err)
+	}
+
+	bound := hold("t3", 2*time.Second)
+	bound.Mode = engine.Bound
+	mustGrant(t, a, "bound", bound)
+	if v, err := a.Extend(ctx, "bound", "t3", 3*time.Second, engine.Bound); err != nil || v <= 2900*time.Millisecond {
+		t.Fatalf("watchdog renewal: %v, %v", v, err)
+	}
+	if _, err := b.Extend(ctx, "bound", "t3", 4*time.Second, engine.Lease); err != nil { // EXPIRE
+		t.Fatal(err)
+	}
+	if _, err := a.Extend(ctx, "bound", "t3", 3*time.Second, engine.Bound); !errors.Is(err, engine.ErrNotBound) {
+		t.Fatalf("watchdog renewal after EXPIRE: %v", err)
+	}
+	if h, _, _ := a.Inspect(ctx, "bound"); h.Mode != engine.Lease || h.Validity <= 3800*time.Millisecond {
+		t.Fatalf("inspect: %+v", h)
+	}
+}
+
+func TestZooKeeperLeave(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	ctx, key := testCtx(t), "leave"
+
+	mustGrant(t, a, key, hold("holder", 10*time.Second))
+	mustBusy(t, a, key, waitHold("w1", time.Second))
+	mustBusy(t, a, key, waitHold("w1", time.Second)) // the same place again
+	if n := lockNodes(t, raw, key); len(n) != 2 || !strings.HasPrefix(n[0]+n[1], placePrefix("w1")) && !strings.HasPrefix(n[1], placePrefix("w1")) {
+		t.Fatalf("nodes %v: want the holder and w1's one place", n)
+	}
+	if err := a.Leave(ctx, key, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("nodes after leave: %v", n)
+	}
+
+	// A place that became the lock is not left.
+	mustBusy(t, a, key, waitHold("w2", time.Second))
+	zkRelease(t, a, key, "holder", true)
+	mustGrant(t, a, key, waitHold("w2", time.Second))
+	if err := a.Leave(ctx, key, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok, _ := a.Inspect(ctx, key); !ok || h.Token != "w2" {
+		t.Fatalf("leave took the lock: %+v, %v", h, ok)
+	}
+}
+
+// TestZooKeeperFencesIncrease: fences strictly increase over grants
+// through two instances, each with its own session, on one key.
+func TestZooKeeperFencesIncrease(t *testing.T) {
+	srv := zktest.Start(t)
+	zs := []*ZooKeeper{newZK(t, []string{srv.Addr()}, ZKOptions{}), newZK(t, []string{srv.Addr()}, ZKOptions{})}
+	var last int64
+	for i := range 30 {
+		z := zs[i%2]
+		token := "t" + string(rune('a'+i%26))
+		h := hold(token, time.Second)
+		if i%3 == 0 {
+			h = waitHold(token, time.Second)
+		}
+		g := mustGrant(t, z, "fence", h)
+		if g.Fence <= last {
+			t.Fatalf("grant %d: fence %d after %d", i, g.Fence, last)
+		}
+		last = g.Fence
+		zkRelease(t, zs[(i+1)%2], "fence", token, true)
+	}
+}
+
+// TestZooKeeperWaitersNoHerd: five waiters in line, each through its own
+// instance (as each instance's first waiter is); each release wakes
+// (OnRelease) only the instance of the waiter right behind the holder,
+// once, and the key goes to the waiters in the order they came. Changes
+// of the holder's data (extensions) wake nobody.
+func TestZooKeeperWaitersNoHerd(t *testing.T) {
+	srv := zktest.Start(t)
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx, key := testCtx(t), "herd"
+	mustGrant(t, b, key, hold("holder", 10*time.Second))
+
+	const n = 5
+	var woken [n]releases
+	var zs [n]*ZooKeeper
+	var line [n]engine.Hold
+	for i := range n {
+		zs[i] = newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken[i].add})
+		line[i] = waitHold("w"+string(rune('1'+i)), 5*time.Second)
+		mustBusy(t, zs[i], key, line[i])
+	}
+	wakes := func() (all []int) {
+		for i := range n {
+			all = append(all, woken[i].count(key))
+		}
+		return all
+	}
+	for range 3 {
+		if _, err := b.Extend(ctx, key, "holder", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a wake, if any, would arrive
+	if w := wakes(); slices.Max(w) != 0 {
+		t.Fatalf("extensions of the holder woke waiters: %v", w)
+	}
+
+	zkRelease(t, b, key, "holder", true)
+	for i := range n {
+		eventually(t, 5*time.Second, "the next waiter woken", func() bool { return woken[i].count(key) == 1 })
+		for j := n - 1; j > i; j-- { // those behind try first: refused
+			mustBusy(t, zs[j], key, line[j])
+		}
+		g := mustGrant(t, zs[i], key, line[i])
+		time.Sleep(50 * time.Millisecond) // a herd, if any, would arrive
+		// One wake for each waiter served so far, none for the others.
+		for j, c := range wakes() {
+			if served := j <= i; served && c != 1 || !served && c != 0 {
+				t.Fatalf("after release %d, wakes by waiter: %v", i+1, wakes())
+			}
+		}
+		zkRelease(t, zs[(i+1)%n], key, g.Token, true)
+	}
+	if w := wakes(); slices.Min(w) != 1 || slices.Max(w) != 1 {
+		t.Fatalf("%d releases woke waiters %v times", n, w)
+	}
+}
+
+// TestZooKeeperNextWaiterQueued: a grant puts the instance's next waiter
+// (Hold.Next) in line, so that a release through another instance wakes it.
+func TestZooKeeperNextWaiterQueued(t *testing.T) {
+	srv := zktest.Start(t)
+	var woken releases
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	key := "next"
+
+	first, next := waitHold("first", 5*time.Second), waitHold("next", 5*time.Second)
+	first.Next = next.Waiter
+	mustGrant(t, a, key, first)
+	eventually(t, 5*time.Second, "next waiter in line", func() bool {
+		n := lockNodes(t, raw, key)
+		return len(n) == 2 && (strings.HasPrefix(n[0], placePrefix("next")) || strings.HasPrefix(n[1], placePrefix("next")))
+	})
+	zkRelease(t, b, key, "first", true)
+	eventually(t, 5*time.Second, "next waiter woken", func() bool { return woken.count(key) == 1 })
+	mustGrant(t, a, key, next)
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("nodes %v: want the next waiter's place, now the lock", n)
+	}
+}
+
+// TestZooKeeperLeaseExpiry: the instance that took a lease deletes it when
+// it runs out, and respects an extension made through another instance.
+func TestZooKeeperLeaseExpiry(t *testing.T) {
+	srv := zktest.Start(t)
+	var woken releases
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx, key := testCtx(t), "lease"
+	held := func() bool { _, ok, err := b.Inspect(ctx, key); return ok && err == nil }
+
+	start := time.Now()
+	mustGrant(t, a, key, hold("t1", 300*time.Millisecond))
+	if !held() {
+		t.Fatal("not held right after the grant")
+	}
+	eventually(t, 3*time.Second, "lease deleted", func() bool { return !held() })
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("a 300ms lease ended after %v", d)
+	}
+	t.Logf("300ms lease deleted after %v", time.Since(start))
+	eventually(t, time.Second, "the owner's expiry wakes local waiters", func() bool { return woken.count(key) == 1 })
+
+	start = time.Now()
+	mustGrant(t, a, key, hold("t2", 300*time.Millisecond))
+	if _, err := b.Extend(ctx, key, "t2", time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // past the first deadline
+	if !held() {
+		t.Fatal("the owner ended a lease that another instance had extended")
+	}
+	eventually(t, 3*time.Second, "extended lease deleted", func() bool { return !held() })
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("a lease extended to 1s ended after %v", d)
+	}
+	t.Logf("extended lease deleted after %v", time.Since(start))
+}
+
+// TestZooKeeperOrphans: a node whose acquire does not answer — its ctx
+// ended right after the create — is deleted, for a try and for a waiter,
+// whether the caller heard of the create or gave up before.
+func TestZooKeeperOrphans(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	var mu sync.Mutex
+	var cancel context.CancelFunc
+	cancelNow := func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		cancel()
+	}
+	for i := range 20 {
+		ctx, stop := context.WithCancel(testCtx(t))
+		mu.Lock()
+		cancel = stop
+		mu.Unlock()
+		h := hold("t", time.Second)
+		if i%2 == 1 {
+			h = waitHold("w", time.Second)
+		}
+		if i%4 < 2 {
+			a.afterCreate, a.createReturned = cancelNow, nil // the caller has the node
+		} else {
+			a.afterCreate, a.createReturned = nil, cancelNow // the caller gives up on the create
+		}
+		if g, err := a.Acquire(ctx, "orphan", h); !errors.Is(err, context.Canceled) {
+			t.Fatalf("acquire %d: %+v, %v; want context.Canceled", i, g, err)
+		}
+		eventually(t, 5*time.Second, "no node left", func() bool { return len(lockNodes(t, raw, "orphan")) == 0 })
+	}
+	a.afterCreate, a.createReturned = nil, nil
+	mustGrant(t, a, "orphan", hold("t", time.Second))
+
+	ctx, stop := context.WithCancel(testCtx(t))
+	stop()
+	if _, err := a.Acquire(ctx, "ended", hold("t", time.Second)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire with an ended ctx: %v", err)
+	}
+	if n := lockNodes(t, raw, "ended"); len(n) != 0 {
+		t.Fatalf("nodes %v", n)
+	}
+}
+
+// TestZooKeeperKeysOnServer: keys that are not valid path segments as they
+// are work as locks, and ZooKeeper's node names decode back to them.
+func TestZooKeeperKeysOnServer(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	keys := []string{"/", ".", "..", "%", "a/../b", "\x00\xff", "é", "\uf000", "zookeeper", strings.Repeat("/", 1024)}
+	for _, key := range keys {
+		mustGrant(t, a, key, hold("t", 10*time.Second))
+		if h, ok, err := a.Inspect(testCtx(t), key); !ok || err != nil || h.Token != "t" {
+			t.Fatalf("inspect %q: %+v, %v, %v", key, h, ok, err)
+		}
+	}
+	names, _, err := raw.Children(DefaultZKRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := map[string]bool{}
+	for _, n := range names {
+		key, err := decodeKey(n)
+		if err != nil {
+			t.Fatalf("node %q: %v", n, err)
+		}
+		decoded[key] = true
+	}
+	for _, key := range keys {
+		if !decoded[key] {
+			t.Errorf("no node for key %q among %v", key, names)
+		}
+	}
+	if _, err := a.Acquire(testCtx(t), "", hold("t", time.Second)); err == nil {
+		t.Error("an empty key was accepted")
+	}
+}
+
+// TestZooKeeperCloseFreesLocks: Close ends the session, which frees its
+// locks at once, refuses further calls, and leaves no goroutine behind.
+func TestZooKeeperCloseFreesLocks(t *testing.T) {
+	srv := zktest.Start(t)
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	if _, _, err := b.Inspect(testCtx(t), "close"); err != nil { // b's connection goroutines run
+		t.Fatal(err)
+	}
+	before := countGoroutines()
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	mustGrant(t, a, "close", hold("t1", time.Minute))
+	mustBusy(t, a, "close", waitHold("w", time.Minute))
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, b, "close", hold("t2", time.Minute))
+	if _, err := a.Acquire(testCtx(t), "close", hold("t1", time.Second)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after close: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for countGoroutines() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after close, %d before:\n%s", countGoroutines(), before, goroutineDump())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestZooKeeperWithoutSession: with no server to reach, calls are refused
+// at once, and bad options are refused.
+func TestZooKeeperWithoutSession(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	z, err := NewZooKeeper(ZKOptions{Servers: []string{addr}}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	start := time.Now()
+	if _, err := z.Acquire(testCtx(t), "k", hold("t", time.Second)); !errors.Is(err, ErrZKNotConnected) {
+		t.Fatalf("acquire without a session: %v", err)
+	}
+	if _, err := z.Release(testCtx(t), "k", "t"); !errors.Is(err, ErrZKNotConnected) {
+		t.Fatalf("release without a session: %v", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("refusals took %v", d)
+	}
+	for _, o := range []ZKOptions{{}, {Servers: []string{addr}, Root: "/"}, {Servers: []string{addr}, Root: "relative"}, {Servers: []string{addr}, Root: "/a//b"}} {
+		if _, err := NewZooKeeper(o, zap.NewNop()); err == nil {
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+}
+
+// zkProxy forwards TCP connections to a ZooKeeper server until it is cut:
+// then it closes them, and closes new ones at once, as a network partition
+// between lockproxy and ZooKeeper would (the server hears nothing more).
+type zkProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newZKProxy(t *testing.T, target string) *zkProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &zkProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.Cut()
+	})
+	return p
+}
+
+func (p *zkProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *zkProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.forward(c)
+		p.mu.Unlock()
+	}
+}
+
+// forward connects c to the target, unless cut; p.mu is held.
+func (p *zkProxy) forward(c net.Conn) {
+	if p.cut {
+		c.Close()
+		return
+	}
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.conns = append(p.conns, c, s)
+	go pipe(c, s)
+	go pipe(s, c)
+}
+
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// Cut closes every connection and refuses new ones until Restore.
+func (p *zkProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *zkProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
