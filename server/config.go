@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -139,8 +140,8 @@ func (c Config) Validate() error {
 		if len(c.ZooKeeper.Servers) == 0 {
 			return fmt.Errorf("backend zookeeper needs zookeeper.servers (or --zk)")
 		}
-		if c.ZooKeeper.ACLDigest != "" {
-			return fmt.Errorf("zookeeper.acl_digest is not supported yet")
+		if d := c.ZooKeeper.ACLDigest; d != "" && !strings.Contains(d, ":") {
+			return fmt.Errorf("zookeeper.acl_digest must be user:password")
 		}
 	default:
 		return fmt.Errorf("backend %q: want redlock, zookeeper or embedded", c.Backend)

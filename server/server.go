@@ -118,6 +118,7 @@ func (in *Instance) zookeeper() (engine.Backend, error) {
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),
+		Digest:         zc.ACLDigest,
 		OnRelease:      func(key string) { in.engine.Released(key) },
 		Lost:           func(n int) { in.engine.Stats().Lost.Add(int64(n)) },
 	}, in.log)

@@ -51,8 +51,12 @@ type ZKOptions struct {
 	// may grant another (between 2 and 20 of its ticks).
 	SessionTimeout time.Duration
 	// ACL is given to every node lockproxy creates; default
-	// zk.WorldACL(zk.PermAll).
+	// zk.WorldACL(zk.PermAll), or with Digest, that identity's.
 	ACL []zk.ACL
+	// Digest, "user:password", authenticates the session as that digest
+	// identity, and makes it the default ACL: only sessions that know the
+	// password can read or change lockproxy's nodes.
+	Digest string
 	// OnRelease is called with a key when a lock node that a waiter of this
 	// instance watches goes away, or when this instance ends an expired
 	// lease: the engine wakes its waiter (engine.Released). Optional; it
@@ -67,6 +71,9 @@ type ZKOptions struct {
 func (o ZKOptions) withDefaults() ZKOptions {
 	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultZKRoot), "/")
 	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultZKSessionTimeout)
+	if user, pass, ok := strings.Cut(o.Digest, ":"); ok && len(o.ACL) == 0 {
+		o.ACL = zk.DigestACL(zk.PermAll, user, pass)
+	}
 	if len(o.ACL) == 0 {
 		o.ACL = zk.WorldACL(zk.PermAll)
 	}
@@ -76,6 +83,9 @@ func (o ZKOptions) withDefaults() ZKOptions {
 func (o ZKOptions) validate() error {
 	if len(o.Servers) == 0 {
 		return errors.New("upstream: ZooKeeper needs at least one server")
+	}
+	if o.Digest != "" && !strings.Contains(o.Digest, ":") {
+		return errors.New("upstream: ZooKeeper digest must be user:password")
 	}
 	if !strings.HasPrefix(o.Root, "/") || strings.Contains(o.Root, "//") {
 		return fmt.Errorf("upstream: ZooKeeper root %q is not an absolute path such as /lockproxy", o.Root)
@@ -171,7 +181,33 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		return nil, fmt.Errorf("upstream: zookeeper: %w", err)
 	}
 	z.conn = conn
+	if err := z.authenticate(); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	return z, nil
+}
+
+// authTimeout bounds the wait for the ensemble to accept the digest.
+const authTimeout = 10 * time.Second
+
+// authenticate adds the digest identity before any other request (the
+// session sends requests in order, and resends it after reconnecting).
+func (z *ZooKeeper) authenticate() error {
+	if z.opts.Digest == "" {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- z.conn.AddAuth("digest", []byte(z.opts.Digest)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("upstream: zookeeper digest authentication: %w", err)
+		}
+		return nil
+	case <-time.After(authTimeout):
+		return fmt.Errorf("upstream: zookeeper digest authentication: no answer within %v", authTimeout)
+	}
 }
 
 // Connected reports whether the session is established, that is whether
