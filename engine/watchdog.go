@@ -88,7 +88,7 @@ func (e *Engine) renew(b *bound) {
 	case errors.Is(err, ErrNotBound): // EXPIRE made it a lease, maybe through another instance
 		e.log.Info("connection-bound lock became a lease; no longer renewed", zap.String("key", b.key))
 		e.dropLocked(b)
-	case !errors.Is(err, ErrNotHeld) && time.Until(b.validUntil) > e.cfg.RenewEvery/3:
+	case !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLost) && time.Until(b.validUntil) > e.cfg.RenewEvery/3:
 		e.stats.RenewFailures.Add(1)
 		e.log.Warn("renewal failed; retrying while the lease lasts", zap.String("key", b.key), zap.Error(err))
 		b.timer.Reset(e.cfg.RenewEvery / 3)
