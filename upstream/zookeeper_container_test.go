@@ -1,0 +1,33 @@
+package upstream
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/lockproxy/lockproxy/internal/zktest"
+)
+
+// TestZooKeeperEmptyKeyNodesGo: a key's parent is a container node, which
+// ZooKeeper removes once its last lock node is gone (zktest runs the
+// container check every 0.2 s; ZooKeeper's default is a minute).
+func TestZooKeeperEmptyKeyNodesGo(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	mustGrant(t, z, "k", hold("a", time.Minute))
+	raw := rawZK(t, srv.Addr())
+	dir := DefaultZKRoot + "/" + encodeKey("k")
+	if ok, _, err := raw.Exists(dir); !ok || err != nil {
+		t.Fatalf("key node while held: %v %v", ok, err)
+	}
+	zkRelease(t, z, "k", "a", true)
+	eventually(t, 5*time.Second, "the empty key node removed", func() bool {
+		ok, _, err := raw.Exists(dir)
+		return !ok && (err == nil || errors.Is(err, zk.ErrNoNode))
+	})
+	if ok, _, _ := raw.Exists(DefaultZKRoot); !ok {
+		t.Fatal("the root went too")
+	}
+}
