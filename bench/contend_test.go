@@ -151,7 +151,7 @@ func TestWriteContended(t *testing.T) {
 			wait: []time.Duration{ms(100)}, gap: []time.Duration{ms(2)}, behind: []time.Duration{ms(300)}},
 	}
 	var sb strings.Builder
-	writeContended(&sb, results, 2, 0)
+	writeContended(&sb, suites[0], results, 2, 0)
 	want := []string{
 		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 30000 WAIT 30000, redsync Lock with its default retries",
 		"impl       grants  grants/s  wait p50   wait p99   gap p50    gap p99    held p50   fewest  most    max dev  gave up  errors",

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,55 +15,54 @@ import (
 // costs are the CPU time and upstream traffic spent so far by the parts of
 // the system under test. Zero where unknown.
 type costs struct {
-	bench time.Duration // this process (the load generator, and lockproxy with -inprocess)
-	proxy time.Duration // the lockproxy subprocess
-	redis time.Duration // the redis-servers, user+sys
-	cmds  int64         // commands the redis-servers processed
-	reads int64         // reads (socket read calls) the redis-servers processed
+	bench    time.Duration // this process (the load generator, and lockproxy with -inprocess)
+	proxy    time.Duration // the lockproxy subprocess
+	upstream time.Duration // the upstream servers (redis-servers, ZooKeeper), user+sys
+	cmds     int64         // commands the redis-servers processed; requests ZooKeeper received
+	reads    int64         // reads (socket read calls) the redis-servers processed
 }
 
 func (c costs) sub(d costs) costs {
-	return costs{bench: c.bench - d.bench, proxy: c.proxy - d.proxy, redis: c.redis - d.redis,
+	return costs{bench: c.bench - d.bench, proxy: c.proxy - d.proxy, upstream: c.upstream - d.upstream,
 		cmds: c.cmds - d.cmds, reads: c.reads - d.reads}
 }
 
 // probe reads costs from this process, the lockproxy subprocess (pid 0:
-// none) and the redis-servers' INFO.
+// none) and the upstream servers.
 type probe struct {
-	pid     int
-	clients []*redis.Client
+	pid      int
+	upstream func(ctx context.Context, c *costs) // adds the servers' figures to c
+	closeFn  func() error
 }
 
-func newProbe(nodes []string, pid int) *probe {
-	p := &probe{pid: pid}
+// newRedisProbe reads the redis-servers' INFO.
+func newRedisProbe(nodes []string, pid int) *probe {
+	var clients []*redis.Client
 	for _, addr := range nodes {
-		p.clients = append(p.clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1}))
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1}))
 	}
-	return p
+	read := func(ctx context.Context, c *costs) {
+		for _, cl := range clients {
+			info, err := cl.InfoMap(ctx, "cpu", "stats").Result()
+			if err != nil {
+				continue
+			}
+			c.upstream += seconds(info["CPU"]["used_cpu_user"]) + seconds(info["CPU"]["used_cpu_sys"])
+			c.cmds += integer(info["Stats"]["total_commands_processed"])
+			c.reads += integer(info["Stats"]["total_reads_processed"])
+		}
+	}
+	return &probe{pid: pid, upstream: read, closeFn: closeClients(clients)}
 }
 
-func (p *probe) close() error {
-	var errs []error
-	for _, c := range p.clients {
-		errs = append(errs, c.Close())
-	}
-	return errors.Join(errs...)
-}
+func (p *probe) close() error { return p.closeFn() }
 
 // read takes a snapshot; a part it cannot read counts as zero.
 func (p *probe) read(ctx context.Context) costs {
 	c := costs{bench: selfCPU(), proxy: procCPU(p.pid)}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	for _, cl := range p.clients {
-		info, err := cl.InfoMap(ctx, "cpu", "stats").Result()
-		if err != nil {
-			continue
-		}
-		c.redis += seconds(info["CPU"]["used_cpu_user"]) + seconds(info["CPU"]["used_cpu_sys"])
-		c.cmds += integer(info["Stats"]["total_commands_processed"])
-		c.reads += integer(info["Stats"]["total_reads_processed"])
-	}
+	p.upstream(ctx, &c)
 	return c
 }
 

@@ -1,12 +1,21 @@
 // Command bench measures uncontended LOCK+UNLOCK cycles through lockproxy
-// (redlock backend) against the same work done client-side by redsync, over
-// the same three local redis-servers, which it starts and stops itself. Then
-// it measures the contended case: clients that all wait for one key, with
-// lockproxy's LOCK ... WAIT against redsync's default retries.
+// against the same work done client-side by a peer over the same servers,
+// which it starts and stops itself, then the contended case: clients that
+// all wait for one key, with lockproxy's LOCK ... WAIT against the peer's own
+// way of waiting. One section per backend:
 //
-//	go run ./bench [-concurrency 1,32] [-contended 8] [-hold 0s] [-duration 5s]
-//	               [-warmup 1s] [-cycles N] [-impl redsync,lockproxy]
-//	               [-inprocess] [-cpuprofile FILE]
+//   - redlock: three local redis-servers; the peer is redsync, which waits
+//     with its default retries.
+//   - zookeeper: one standalone ZooKeeper server (internal/zktest); the peer
+//     is go-zookeeper's lock recipe (zk.NewLock, Lock, Unlock), whose
+//     waiters watch their predecessor.
+//
+// By default both run: 12 cases of 6 s (1 s warm-up, 5 s measured) plus the
+// servers' start: about 75 s on a 2-core machine.
+//
+//	go run ./bench [-backend redlock,zookeeper] [-concurrency 1,32] [-contended 8]
+//	               [-hold 0s] [-duration 5s] [-warmup 1s] [-cycles N]
+//	               [-impl redsync,zkrecipe,lockproxy] [-inprocess] [-cpuprofile FILE]
 package main
 
 import (
@@ -25,8 +34,9 @@ import (
 
 // options are the command line.
 type options struct {
-	conc       []int // uncontended concurrency levels; none if empty
-	contended  int   // clients of the contended case; 0: no contended case
+	suites     []suite // the backends to run, each with at least one impl
+	conc       []int   // uncontended concurrency levels; none if empty
+	contended  int     // clients of the contended case; 0: no contended case
 	hold       time.Duration
 	impls      []string
 	duration   time.Duration
@@ -62,7 +72,10 @@ func parseFlags(args []string) (options, error) {
 	conc := fs.String("concurrency", "1,32", "uncontended concurrency levels, comma-separated (empty: none)")
 	fs.IntVar(&o.contended, "contended", 8, "clients of the contended case, all on one key (0: no contended case)")
 	fs.DurationVar(&o.hold, "hold", 0, "how long a contended client holds the lock (a timer: below about 1ms the OS rounds it up)")
-	impls := fs.String("impl", "redsync,lockproxy", "implementations to run: redsync, lockproxy")
+	backends := fs.String("backend", "redlock,zookeeper",
+		"backends to run, each lockproxy against its peer: redlock (redsync), zookeeper (zkrecipe); the default, both, takes about 75 s")
+	impls := fs.String("impl", "redsync,zkrecipe,lockproxy",
+		"implementations to run: redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per case")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per case, before it")
 	fs.Int64Var(&o.cycles, "cycles", 2_000_000, "most cycles (contended: lock attempts) per case (and per warm-up)")
@@ -78,6 +91,9 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	if o.impls, err = parseImpls(*impls); err != nil {
+		return o, err
+	}
+	if o.suites, err = pickSuites(*backends, o.impls); err != nil {
 		return o, err
 	}
 	return o, o.validate()
@@ -114,16 +130,43 @@ func parseInts(s string) ([]int, error) {
 
 // parseImpls reads "redsync,lockproxy" and keeps the canonical order.
 func parseImpls(s string) ([]string, error) {
+	return parseNames("-impl", s, allImpls)
+}
+
+// parseNames reads a comma-separated subset of all, in all's order.
+func parseNames(flagName, s string, all []string) ([]string, error) {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
-		if !slices.Contains(allImpls, f) {
-			return nil, fmt.Errorf("-impl: %q, want redsync or lockproxy", f)
+		if !slices.Contains(all, f) {
+			return nil, fmt.Errorf("%s: %q, want one of %s", flagName, f, strings.Join(all, ", "))
 		}
 		out = append(out, f)
 	}
-	return slices.DeleteFunc(slices.Clone(allImpls), func(n string) bool { return !slices.Contains(out, n) }), nil
+	return slices.DeleteFunc(slices.Clone(all), func(n string) bool { return !slices.Contains(out, n) }), nil
 }
 
-// allImpls are the implementations, in the table's order.
-var allImpls = []string{"redsync", "lockproxy"}
+// pickSuites are the backends named in s that run at least one of impls:
+// lockproxy or the backend's peer. A backend with none is left out, so
+// that -impl redsync runs the redlock section only.
+func pickSuites(s string, impls []string) ([]suite, error) {
+	names, err := parseNames("-backend", s, allBackends())
+	if err != nil {
+		return nil, err
+	}
+	var out []suite
+	for _, st := range suites {
+		if slices.Contains(names, st.backend) && slices.ContainsFunc(st.order(), func(i string) bool { return slices.Contains(impls, i) }) {
+			out = append(out, st)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("nothing to run: -impl %s runs none of -backend %s", strings.Join(impls, ","), strings.Join(names, ","))
+	}
+	return out, nil
+}
+
+// runs reports whether impl runs in suite s.
+func (o options) runs(s suite, impl string) bool {
+	return slices.Contains(o.impls, impl) && slices.Contains(s.order(), impl)
+}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -34,24 +33,38 @@ type proxy struct {
 	stop func() error
 }
 
-// startProxy runs lockproxy with the redlock backend over nodes, in this
-// process or as a subprocess built into dir.
-func startProxy(ctx context.Context, inprocess bool, dir string, nodes []string) (*proxy, error) {
-	if inprocess {
-		return startInProcess(nodes)
-	}
-	bin, err := buildProxy(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	return startSubprocess(ctx, bin, nodes)
+// launcher starts lockproxy, in this process or as a subprocess of a
+// binary it builds into dir once.
+type launcher struct {
+	inprocess bool
+	dir       string
+	bin       string // built on the first start of a subprocess
 }
 
-func startInProcess(nodes []string) (*proxy, error) {
+// start runs lockproxy with the backend of s over servers.
+func (l *launcher) start(ctx context.Context, s suite, servers []string) (*proxy, error) {
+	if l.inprocess {
+		return startInProcess(s, servers)
+	}
+	if l.bin == "" {
+		bin, err := buildProxy(ctx, l.dir)
+		if err != nil {
+			return nil, err
+		}
+		l.bin = bin
+	}
+	return startSubprocess(ctx, l.bin, s.proxyArgs(servers))
+}
+
+func startInProcess(s suite, servers []string) (*proxy, error) {
 	cfg := server.Default()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Backend = "redlock"
-	cfg.Redlock.Nodes = nodes
+	cfg.Backend = s.backend
+	if s.backend == "zookeeper" {
+		cfg.ZooKeeper.Servers = servers
+	} else {
+		cfg.Redlock.Nodes = servers
+	}
 	in, err := server.Start(cfg, zap.NewNop())
 	if err != nil {
 		return nil, fmt.Errorf("start lockproxy in-process: %w", err)
@@ -83,8 +96,10 @@ type subprocess struct {
 	exited chan struct{} // closed once the process has exited
 }
 
-func startSubprocess(ctx context.Context, bin string, nodes []string) (*proxy, error) {
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--backend", "redlock", "--nodes", strings.Join(nodes, ","))
+// startSubprocess runs bin with args, which name the backend and its
+// servers, and waits until it serves.
+func startSubprocess(ctx context.Context, bin string, args []string) (*proxy, error) {
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -15,46 +16,121 @@ import (
 // nodeCount is the number of redis-servers, as in a typical Redlock.
 const nodeCount = 3
 
-// run starts the servers, measures every case, prints the table and stops
-// everything it started.
+// run measures each backend's suite in turn, printing its tables as it
+// ends, and stops everything it started.
 func run(ctx context.Context, o options, w io.Writer) (err error) {
 	dir, err := os.MkdirTemp("", "lockproxy-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if o.cpuprofile != "" && !o.inprocess && slices.Contains(o.impls, "lockproxy") {
+		fmt.Fprintln(os.Stderr, "bench: -cpuprofile without -inprocess profiles the load generator only, not lockproxy")
+	}
+	stopProfile, err := startProfile(o.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	writeMachine(w)
+	l := &launcher{inprocess: o.inprocess, dir: dir}
+	for i, s := range o.suites {
+		if ctx.Err() != nil {
+			break
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := runSuite(ctx, o, s, l, filepath.Join(dir, s.backend), w); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// bed is one backend's servers and implementations, ready to measure.
+type bed struct {
+	targets []*target
+	probe   *probe
+	setup   string         // the section's header line
+	closers []func() error // run last first
+}
+
+func (b *bed) close() error {
+	var errs []error
+	for _, c := range slices.Backward(b.closers) {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// runSuite starts s's servers and implementations in dir, measures every
+// case, prints the tables and stops what it started.
+func runSuite(ctx context.Context, o options, s suite, l *launcher, dir string, w io.Writer) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b := &bed{}
+	defer func() { err = errors.Join(err, b.close()) }()
+	open := openRedlock
+	if s.backend == "zookeeper" {
+		open = openZooKeeper
+	}
+	if err := open(ctx, o, s, l, dir, b); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, b.setup)
+	results := measureUncontended(ctx, o, b.targets, b.probe)
+	contended := measureContendedCase(ctx, o, b.targets, b.probe)
+	writeResults(w, o, s, results, contended)
+	return nil
+}
+
+// openRedlock starts the redis-servers in dir, then the implementations of
+// s over them.
+func openRedlock(ctx context.Context, o options, s suite, l *launcher, dir string, b *bed) error {
 	nodes, err := startCluster(dir, nodeCount)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, nodes.stop()) }()
-	targets, px, err := openTargets(ctx, o, dir, nodes.addrs())
+	b.closers = append(b.closers, nodes.stop)
+	addrs := nodes.addrs()
+	newPeer := func(poolSize int) (*target, error) { return newRedsyncTarget(addrs, poolSize), nil }
+	targets, px, err := openTargets(ctx, o, s, l, addrs, newPeer)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, closeTargets(targets, px)) }()
-	writeHeader(w, o, nodes.version(ctx), px)
-	pr := newProbe(nodes.addrs(), px.subprocessPID())
-	defer func() { err = errors.Join(err, pr.close()) }()
-	return measureAll(ctx, o, targets, pr, w)
+	b.targets = targets
+	b.closers = append(b.closers, func() error { return closeTargets(targets, px) })
+	b.probe = newRedisProbe(addrs, px.subprocessPID())
+	b.closers = append(b.closers, b.probe.close)
+	b.setup = fmt.Sprintf("setup (redlock): %d x redis-server %s on loopback; lockproxy %s; %s",
+		nodeCount, nodes.version(ctx), proxyDesc(px), perCase(o))
+	return nil
 }
 
-// openTargets opens the implementations o asks for; px is nil unless
-// lockproxy is one of them.
-func openTargets(ctx context.Context, o options, dir string, nodes []string) ([]*target, *proxy, error) {
+// openTargets opens the implementations of s that o asks for, in the
+// table's order; px is nil unless lockproxy is one of them.
+func openTargets(ctx context.Context, o options, s suite, l *launcher, servers []string,
+	newPeer func(poolSize int) (*target, error)) ([]*target, *proxy, error) {
 	poolSize := max(2*slices.Max(append([]int{o.contended}, o.conc...)), 10)
 	var targets []*target
 	var px *proxy
-	for _, impl := range o.impls {
-		if impl == "redsync" {
-			targets = append(targets, newRedsyncTarget(nodes, poolSize))
+	for _, impl := range s.order() {
+		if !o.runs(s, impl) {
 			continue
 		}
+		var t *target
 		var err error
-		if px, err = startProxy(ctx, o.inprocess, dir, nodes); err != nil {
-			return nil, nil, errors.Join(err, closeTargets(targets, nil))
+		if impl == s.peer {
+			t, err = newPeer(poolSize)
+		} else if px, err = l.start(ctx, s, servers); err == nil {
+			t = newLockproxyTarget(px.addr, poolSize)
 		}
-		targets = append(targets, newLockproxyTarget(px.addr, poolSize))
+		if err != nil {
+			return nil, nil, errors.Join(err, closeTargets(targets, px))
+		}
+		targets = append(targets, t)
 	}
 	return targets, px, nil
 }
@@ -70,33 +146,21 @@ func closeTargets(targets []*target, px *proxy) error {
 	return errors.Join(errs...)
 }
 
-func writeHeader(w io.Writer, o options, redisVersion string, px *proxy) {
+func writeMachine(w io.Writer) {
 	fmt.Fprintf(w, "machine: NumCPU=%d GOMAXPROCS=%d %s %s/%s; load average at start: %s\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadAverage())
-	where := "-"
-	if px != nil {
-		where = px.desc
-	}
-	fmt.Fprintf(w, "setup: %d x redis-server %s on loopback; lockproxy %s; per case: warm-up %v, then %v or %d cycles\n",
-		nodeCount, redisVersion, where, o.warmup, o.duration, o.cycles)
 }
 
-// measureAll runs every case, alternating which implementation goes first
-// from one case to the next, then prints the tables: the uncontended cases
-// and their costs, then the contended case.
-func measureAll(ctx context.Context, o options, targets []*target, pr *probe, w io.Writer) error {
-	if o.cpuprofile != "" && !o.inprocess && slices.Contains(o.impls, "lockproxy") {
-		fmt.Fprintln(os.Stderr, "bench: -cpuprofile without -inprocess profiles the load generator only, not lockproxy")
+// proxyDesc is how lockproxy runs, for the header; "-" when it does not.
+func proxyDesc(px *proxy) string {
+	if px == nil {
+		return "-"
 	}
-	stopProfile, err := startProfile(o.cpuprofile)
-	if err != nil {
-		return err
-	}
-	results := measureUncontended(ctx, o, targets, pr)
-	contended := measureContendedCase(ctx, o, targets, pr)
-	stopProfile()
-	writeResults(w, o, results, contended)
-	return ctx.Err()
+	return px.desc
+}
+
+func perCase(o options) string {
+	return fmt.Sprintf("per case: warm-up %v, then %v or %d cycles", o.warmup, o.duration, o.cycles)
 }
 
 func measureUncontended(ctx context.Context, o options, targets []*target, pr *probe) []outcome {
@@ -128,15 +192,23 @@ func measureContendedCase(ctx context.Context, o options, targets []*target, pr 
 	return results
 }
 
-func writeResults(w io.Writer, o options, results []outcome, contended []contendOutcome) {
+// writeResults prints one backend's tables: the uncontended cases and their
+// costs, then the contended case and its costs; for zookeeper, the bar.
+func writeResults(w io.Writer, o options, s suite, results []outcome, contended []contendOutcome) {
 	if len(o.conc) > 0 {
-		writeTable(w, results, o.conc)
-		writeCosts(w, results, o.conc, o.inprocess)
+		writeTable(w, s, results, o.conc)
+		writeCosts(w, s, results, o.conc, o.inprocess)
 		fmt.Fprintln(w)
 	}
 	if o.contended > 0 {
-		writeContended(w, contended, o.contended, o.hold)
-		writeContendedCosts(w, contended, o.inprocess)
+		writeContended(w, s, contended, o.contended, o.hold)
+		writeContendedCosts(w, s, contended, o.inprocess)
+	}
+	if s.backend == "zookeeper" {
+		if line := zkBarLine(s, results, o.conc, contended); line != "" {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, line)
+		}
 	}
 }
 

@@ -9,18 +9,18 @@ import (
 )
 
 // writeTable prints one row per case, in the order of concurrency then
-// allImpls whatever order they ran in, then the throughput ratios and the
+// s.order() whatever order they ran in, then the throughput ratios and the
 // errors.
-func writeTable(w io.Writer, results []outcome, concs []int) {
+func writeTable(w io.Writer, s suite, results []outcome, concs []int) {
 	fmt.Fprintf(w, "%-10s %-5s %-9s %-10s %-10s %-10s %s\n", "impl", "conc", "cycles", "cycles/s", "p50", "p99", "errors")
 	for _, conc := range concs {
-		for _, impl := range allImpls {
+		for _, impl := range s.order() {
 			if o, ok := find(results, impl, conc); ok {
 				fmt.Fprintln(w, row(o))
 			}
 		}
 	}
-	if line := ratioLine(results, concs); line != "" {
+	if line := ratioLine(results, concs, s.peer); line != "" {
 		fmt.Fprintln(w, line)
 	}
 	writeErrors(w, results)
@@ -48,21 +48,21 @@ func find(results []outcome, impl string, conc int) (outcome, bool) {
 	return outcome{}, false
 }
 
-// ratioLine compares lockproxy's throughput with redsync's at each
+// ratioLine compares lockproxy's throughput with peer's at each
 // concurrency; "" when there is nothing to compare.
-func ratioLine(results []outcome, concs []int) string {
+func ratioLine(results []outcome, concs []int, peer string) string {
 	var parts []string
 	for _, conc := range concs {
 		lp, ok1 := find(results, "lockproxy", conc)
-		rs, ok2 := find(results, "redsync", conc)
-		if ok1 && ok2 && rs.rate() > 0 {
-			parts = append(parts, fmt.Sprintf("at conc %d: %.2fx", conc, lp.rate()/rs.rate()))
+		pe, ok2 := find(results, peer, conc)
+		if ok1 && ok2 && pe.rate() > 0 {
+			parts = append(parts, fmt.Sprintf("at conc %d: %.2fx", conc, lp.rate()/pe.rate()))
 		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "ratio lockproxy/redsync " + strings.Join(parts, "  ")
+	return "ratio lockproxy/" + peer + " " + strings.Join(parts, "  ")
 }
 
 func writeErrors(w io.Writer, results []outcome) {
@@ -75,39 +75,44 @@ func writeErrors(w io.Writer, results []outcome) {
 
 // writeCosts prints what one successful cycle cost each part of the system,
 // averaged over the measured phase (failed cycles are in the totals too): CPU
-// time of this process, of the lockproxy subprocess and of the redis-servers;
-// the commands the redis-servers ran, counting those called inside Lua
-// scripts; and their socket reads, about one per round trip unless pipelined.
-func writeCosts(w io.Writer, results []outcome, concs []int, inprocess bool) {
-	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-14s %-10s %-11s %s\n", "bench-cpu", proxyColumn(inprocess), "redis-cpu", "redis-cmds", "redis-reads")
+// time of this process, of the lockproxy subprocess and of the upstream
+// servers. With redis, the commands the redis-servers ran, counting those
+// called inside Lua scripts, and their socket reads, about one per round
+// trip unless pipelined; with ZooKeeper, the requests it received, one per
+// round trip of a request (pings of the open sessions included).
+func writeCosts(w io.Writer, s suite, results []outcome, concs []int, inprocess bool) {
+	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-14s %s\n", "bench-cpu", proxyColumn(inprocess), s.costHead())
 	for _, conc := range concs {
-		for _, impl := range allImpls {
+		for _, impl := range s.order() {
 			if o, ok := find(results, impl, conc); ok {
-				fmt.Fprintln(w, costRow(o))
+				fmt.Fprintln(w, costRow(s, o))
 			}
 		}
 	}
 }
 
-func costRow(o outcome) string {
-	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(o.cost, o.cycles))
+func costRow(s suite, o outcome) string {
+	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(s, o.cost, o.cycles))
 }
 
-// perUnit is c divided by n (cycles or grants), as costs columns.
-func perUnit(c costs, count int64) string {
+// perUnit is c divided by n (cycles or grants), as s's costs columns.
+func perUnit(s suite, c costs, count int64) string {
 	n := float64(max(count, 1))
 	cpu := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())/n) }
-	return fmt.Sprintf("%-10s %-14s %-10s %-11.1f %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.redis),
+	if s.backend == "zookeeper" {
+		return fmt.Sprintf("%-10s %-14s %-10s %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.upstream), float64(c.cmds)/n)
+	}
+	return fmt.Sprintf("%-10s %-14s %-10s %-11.1f %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.upstream),
 		float64(c.cmds)/n, float64(c.reads)/n)
 }
 
 // writeContendedCosts prints what one grant of the contended case cost, as
 // writeCosts does for a cycle.
-func writeContendedCosts(w io.Writer, results []contendOutcome, inprocess bool) {
-	fmt.Fprintf(w, "\nper grant  %-10s %-14s %-10s %-11s %s\n", "bench-cpu", proxyColumn(inprocess), "redis-cpu", "redis-cmds", "redis-reads")
-	for _, impl := range allImpls {
+func writeContendedCosts(w io.Writer, s suite, results []contendOutcome, inprocess bool) {
+	fmt.Fprintf(w, "\nper grant  %-10s %-14s %s\n", "bench-cpu", proxyColumn(inprocess), s.costHead())
+	for _, impl := range s.order() {
 		if o, ok := findContended(results, impl); ok {
-			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(o.cost, o.grants()))
+			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(s, o.cost, o.grants()))
 		}
 	}
 }
@@ -119,7 +124,7 @@ func proxyColumn(inprocess bool) string {
 	return "lockproxy-cpu"
 }
 
-// The bar the contended case sets for lockproxy (the issue's).
+// The bar the contended case sets for lockproxy on redlock (issue 4's).
 const (
 	barWaitP50  = 2 * time.Millisecond // lockproxy's median wait below this
 	barWaitGain = 50.0                 // redsync's median wait at least this many times lockproxy's
@@ -128,28 +133,32 @@ const (
 
 // writeContended prints the contended case: one row per implementation,
 // the waits of the grants that waited for another client's, the ratio of
-// the median waits, the bar and the errors. A grant's wait runs from asking
-// to holding the lock; its gap from the previous holder hearing its
-// release was done (or a later grantee asking, if that came after) to the
-// grant; held from the grant to the release being done.
-func writeContended(w io.Writer, results []contendOutcome, clients int, hold time.Duration) {
-	fmt.Fprintf(w, "contended: %d clients, 1 key, hold %v; lockproxy LOCK PX %d WAIT %d, redsync Lock with its default retries\n",
-		clients, hold, lockTTL.Milliseconds(), waitBound.Milliseconds())
+// the median waits, the bar (redlock; zookeeper's is zkBarLine) and the
+// errors. A grant's wait runs from asking to holding the lock; its gap from
+// the previous holder hearing its release was done (or a later grantee
+// asking, if that came after) to the grant; held from the grant to the
+// release being done.
+func writeContended(w io.Writer, s suite, results []contendOutcome, clients int, hold time.Duration) {
+	fmt.Fprintf(w, "contended: %d clients, 1 key, hold %v; %s\n", clients, hold, s.contendedHow())
 	fmt.Fprintf(w, "%-10s %-7s %-9s %-10s %-10s %-10s %-10s %-10s %-7s %-7s %-8s %-8s %s\n", "impl", "grants", "grants/s",
 		"wait p50", "wait p99", "gap p50", "gap p99", "held p50", "fewest", "most", "max dev", "gave up", "errors")
-	for _, impl := range allImpls {
+	for _, impl := range s.order() {
 		if o, ok := findContended(results, impl); ok {
 			fmt.Fprintln(w, contendedRow(o))
 		}
 	}
-	writeBehind(w, results)
+	writeBehind(w, s, results)
 	lp, okLP := findContended(results, "lockproxy")
-	rs, okRS := findContended(results, "redsync")
-	if okLP && okRS && len(lp.wait) > 0 && len(rs.wait) > 0 {
-		fmt.Fprintf(w, "ratio wait p50 redsync/lockproxy: %sx%s\n", fmtRatio(waitGain(lp, rs)), behindGain(lp, rs))
+	pe, okPE := findContended(results, s.peer)
+	if okLP && okPE && len(lp.wait) > 0 && len(pe.wait) > 0 {
+		line := fmt.Sprintf("ratio wait p50 %s/lockproxy: %sx%s", s.peer, fmtRatio(waitGain(lp, pe)), behindGain(lp, pe))
+		if s.backend == "zookeeper" && pe.rate() > 0 {
+			line += fmt.Sprintf("; grants/s lockproxy/%s: %.2fx", s.peer, lp.rate()/pe.rate())
+		}
+		fmt.Fprintln(w, line)
 	}
-	if okLP {
-		fmt.Fprintln(w, barLine(lp, rs, okRS))
+	if okLP && s.backend == "redlock" {
+		fmt.Fprintln(w, barLine(lp, pe, okPE))
 	}
 	for _, o := range results {
 		for _, line := range o.errs.lines() {
@@ -160,9 +169,9 @@ func writeContended(w io.Writer, results []contendOutcome, clients int, hold tim
 
 // writeBehind prints, for each implementation, the share and the waits of
 // the grants that had to wait for another client's grant.
-func writeBehind(w io.Writer, results []contendOutcome) {
+func writeBehind(w io.Writer, s suite, results []contendOutcome) {
 	var parts []string
-	for _, impl := range allImpls {
+	for _, impl := range s.order() {
 		if o, ok := findContended(results, impl); ok && o.grants() > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.1f%% of grants, wait p50 %s p99 %s", impl,
 				100*float64(len(o.behind))/float64(o.grants()), fmtPercentile(o.behind, 0.50), fmtPercentile(o.behind, 0.99)))
@@ -189,10 +198,10 @@ func fmtPercentile(sorted []time.Duration, p float64) string {
 	return percentile(sorted, p).Round(time.Microsecond).String()
 }
 
-// waitGain is how many times longer redsync's median wait is than
+// waitGain is how many times longer the peer's median wait is than
 // lockproxy's, over all grants.
-func waitGain(lp, rs contendOutcome) float64 {
-	return gain(percentile(lp.wait, 0.50), percentile(rs.wait, 0.50))
+func waitGain(lp, pe contendOutcome) float64 {
+	return gain(percentile(lp.wait, 0.50), percentile(pe.wait, 0.50))
 }
 
 // waiterGain is how many times longer a waiter waits with redsync than with
@@ -259,4 +268,39 @@ func findContended(results []contendOutcome, impl string) (contendOutcome, bool)
 		}
 	}
 	return contendOutcome{}, false
+}
+
+// zkBarLine says whether lockproxy on the zookeeper backend met the bar of
+// issue 5 against the recipe, part by part, over the cases that both ran:
+// throughput at least the recipe's (cycles/s at each concurrency, grants/s
+// contended), and a contended wait no worse: the median over all grants
+// of the time from LOCK sent (Lock called) to its reply (Lock returned).
+// Both serve waiters in turn, so nearly every grant waits behind others
+// and the median over all grants is a handoff wait for both. "" when
+// there is nothing to compare.
+func zkBarLine(s suite, results []outcome, concs []int, contended []contendOutcome) string {
+	var parts []string
+	for _, conc := range concs {
+		lp, ok1 := find(results, "lockproxy", conc)
+		pe, ok2 := find(results, s.peer, conc)
+		if ok1 && ok2 && pe.rate() > 0 {
+			parts = append(parts, fmt.Sprintf("cycles/s at conc %d lockproxy/%s %.2fx >= 1: %s", conc, s.peer,
+				lp.rate()/pe.rate(), verdict(lp.rate() >= pe.rate())))
+		}
+	}
+	lp, ok1 := findContended(contended, "lockproxy")
+	pe, ok2 := findContended(contended, s.peer)
+	if ok1 && ok2 && pe.rate() > 0 {
+		parts = append(parts, fmt.Sprintf("contended grants/s lockproxy/%s %.2fx >= 1: %s", s.peer,
+			lp.rate()/pe.rate(), verdict(lp.rate() >= pe.rate())))
+	}
+	if ok1 && ok2 && len(lp.wait) > 0 && len(pe.wait) > 0 {
+		lw, pw := percentile(lp.wait, 0.50), percentile(pe.wait, 0.50)
+		parts = append(parts, fmt.Sprintf("contended wait p50 (asked to granted, all grants) lockproxy %v <= %s %v: %s",
+			lw.Round(time.Microsecond), s.peer, pw.Round(time.Microsecond), verdict(lw <= pw)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "bar for lockproxy (zookeeper backend): " + strings.Join(parts, "; ")
 }
