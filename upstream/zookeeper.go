@@ -145,6 +145,7 @@ type ZooKeeper struct {
 	mu        sync.Mutex
 	closed    bool
 	own       map[string]*ownNode // lock nodes and places created through the session, by path
+	locks     map[zkLock]string   // own lock nodes' paths by key and token, for a one-request release
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	lost      map[zkLock]struct{} // locks lost with a session, until their holder hears of it
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
@@ -172,6 +173,7 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		log:     log,
 		done:    make(chan struct{}),
 		own:     map[string]*ownNode{},
+		locks:   map[zkLock]string{},
 		watched: map[string]int{},
 		lost:    map[zkLock]struct{}{},
 	}
@@ -224,6 +226,7 @@ func (z *ZooKeeper) Close() error {
 			n.timer.Stop()
 		}
 		clear(z.own)
+		clear(z.locks)
 		z.mu.Unlock()
 		close(z.done)
 		z.conn.Close()
@@ -302,6 +305,7 @@ func (z *ZooKeeper) dropSession() []zkLock {
 		}
 	}
 	clear(z.own)
+	clear(z.locks)
 	if len(z.lost)+len(lost) > maxLost {
 		clear(z.lost)
 	}

@@ -31,3 +31,25 @@ func TestZooKeeperEmptyKeyNodesGo(t *testing.T) {
 		t.Fatal("the root went too")
 	}
 }
+
+// TestZooKeeperReleaseOwnNodeGone: an instance releases its own lock node
+// by its known path in one request; when the node is gone already
+// (deleted behind its back), the release reports false and the key is
+// free to take again.
+func TestZooKeeperReleaseOwnNodeGone(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	mustGrant(t, z, "k", hold("a", time.Minute))
+	zkRelease(t, z, "k", "a", true)
+	mustGrant(t, z, "k", hold("a", time.Minute))
+	raw := rawZK(t, srv.Addr())
+	for _, name := range lockNodes(t, raw, "k") {
+		if err := raw.Delete(DefaultZKRoot+"/"+encodeKey("k")+"/"+name, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zkRelease(t, z, "k", "a", false)
+	mustGrant(t, z, "k", hold("b", time.Minute))
+	zkRelease(t, z, "k", "a", false) // a's record must not release b's lock
+	zkRelease(t, z, "k", "b", true)
+}

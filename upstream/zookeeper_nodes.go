@@ -45,7 +45,16 @@ func (z *ZooKeeper) track(key, token, p string, stat *zk.Stat, d zkData) bool {
 	n := z.node(p, key, token)
 	n.held, n.token = true, token
 	n.timer.Reset(max(d.left(), 0))
+	z.locks[zkLock{key, token}] = p
 	return true
+}
+
+// ownLock is the path of the lock node this session made for key and
+// token, "" if none.
+func (z *ZooKeeper) ownLock(key, token string) string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.locks[zkLock{key, token}]
 }
 
 // keepPlace (re)starts the keep of waiter id's place p: unless the waiter
@@ -72,6 +81,9 @@ func (z *ZooKeeper) forget(p string) {
 	if n := z.own[p]; n != nil {
 		n.timer.Stop()
 		delete(z.own, p)
+		if id := (zkLock{n.key, n.token}); n.held && z.locks[id] == p {
+			delete(z.locks, id)
+		}
 	}
 }
 

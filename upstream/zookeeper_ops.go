@@ -73,6 +73,18 @@ func (z *ZooKeeper) Release(ctx context.Context, key, token string) (bool, error
 	if err := z.usable(key); err != nil {
 		return false, err
 	}
+	if p := z.ownLock(key, token); p != "" {
+		// A lock node this session made stays the lock for its token until
+		// it is deleted: one request, where ZooKeeper's recipe needs one too.
+		switch err := z.delete(ctx, p, -1); {
+		case err == nil:
+			z.forget(p)
+			return true, nil
+		case !errors.Is(err, zk.ErrNoNode):
+			return false, err
+		}
+		z.forget(p) // gone already (expired): look at the nodes below
+	}
 	for range maxRounds {
 		v, err := z.holder(ctx, key, token)
 		if errors.Is(err, engine.ErrNotHeld) {
