@@ -12,14 +12,14 @@ import (
 func TestCacheSHA1MatchesScriptLoad(t *testing.T) {
 	rc := dialRESP(t, redistest.Start(t, redistest.Options{}).Addr())
 	c := NewCache(100)
-	for name := range testdataScripts {
-		src := readTestdata(t, name)
+	for name := range libraryScripts {
+		src := readLibraryScript(t, name)
 		want, err := rc.do("SCRIPT", "LOAD", string(src))
 		if err != nil {
 			t.Fatal(err)
 		}
 		sha, s, err := c.Load(src)
-		if err != nil || sha != want.Str || SHA1(src) != want.Str || s.Name != testdataScripts[name] {
+		if err != nil || sha != want.Str || SHA1(src) != want.Str || s.Name != libraryScripts[name] {
 			t.Errorf("%s: Load = %s, %v, %v; SCRIPT LOAD = %s", name, sha, s, err, want.Str)
 		}
 		if got, ok := c.Get(sha); !ok || got != s {

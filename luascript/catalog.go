@@ -11,7 +11,7 @@ type Script struct {
 	Name    string // what the script does, e.g. "redsync delete (v4.12+)"
 	Library string // the libraries and versions that send it
 
-	file string  // its canonical source in scripts/, one library's exact bytes
+	file string  // its canonical source: one library's exact bytes, in scripts/<library>/
 	run  runFunc // its lock operation
 }
 
@@ -33,7 +33,7 @@ func toStrings(bs [][]byte) []string {
 	return ss
 }
 
-//go:embed scripts/*.lua
+//go:embed scripts/*/*.lua
 var sources embed.FS
 
 // Library names, as docs/lock-scripts.md spells them.
@@ -50,56 +50,56 @@ const (
 // catalog is every known script. Scripts whose sources normalise alike are
 // one entry, listing all their libraries.
 var catalog = []*Script{
-	{Name: "compare-and-delete release", file: "compare-and-delete.lua", run: compareDel(reply1, reply0),
+	{Name: "compare-and-delete release", file: "redis-io/release.lua", run: compareDel(reply1, reply0),
 		Library: "redis.io distributed-locks page; Laravel Illuminate/Cache/LuaScripts.php releaseLock; " +
 			libRedlockRb + " unlock; " + libRedsync + " v4.0.3–v4.11 delete; " + libRedislock +
 			" v0.9 release; " + libRedlockJS + " v3 unlock"},
-	{Name: "compare-and-pexpire extend", file: "compare-and-pexpire.lua", run: compareExpire(reply1, reply0),
+	{Name: "compare-and-pexpire extend", file: "redsync/touch.lua", run: compareExpire(reply1, reply0),
 		Library: libRedsync + " touch (all v4); " + libRedislock + " v0.9 refresh; " + libRedlockJS + " v3 extend"},
-	{Name: "ioredis-lock delifequal", Library: libIoredis + " v4", file: "ioredis-lock-delifequal.lua",
+	{Name: "ioredis-lock delifequal", Library: libIoredis + " v4", file: "ioredis-lock/delifequal.lua",
 		run: compareDel(reply1, reply0)},
-	{Name: "ioredis-lock pexpireifequal", Library: libIoredis + " v4", file: "ioredis-lock-pexpireifequal.lua",
+	{Name: "ioredis-lock pexpireifequal", Library: libIoredis + " v4", file: "ioredis-lock/pexpireifequal.lua",
 		run: compareExpire(reply1, reply0)},
-	{Name: "redsync delete (v4.12+)", Library: libRedsync + " v4.12+", file: "redsync-delete.lua",
+	{Name: "redsync delete (v4.12+)", Library: libRedsync + " v4.12+", file: "redsync/delete-v4.12.0.lua",
 		run: redsyncDelete},
-	{Name: "redsync touch with SET NX (v4.12+)", Library: libRedsync + " v4.12+", file: "redsync-touch-with-setnx.lua",
+	{Name: "redsync touch with SET NX (v4.12+)", Library: libRedsync + " v4.12+", file: "redsync/touch-with-setnx-v4.12.0.lua",
 		run: redsyncTouchWithSetNX},
-	{Name: "redislock obtain (v0.9.4)", Library: libRedislock + " v0.9.4", file: "redislock-obtain-v0.9.lua",
+	{Name: "redislock obtain (v0.9.4)", Library: libRedislock + " v0.9.4", file: "redislock/obtain-v0.9.4.lua",
 		run: redislockObtain},
-	{Name: "redislock pttl (v0.9)", Library: libRedislock + " v0.9", file: "redislock-pttl-v0.9.lua",
+	{Name: "redislock pttl (v0.9)", Library: libRedislock + " v0.9", file: "redislock/pttl-v0.9.lua",
 		run: redislockPTTL},
-	{Name: "redislock obtain (v0.10)", Library: libRedislock + " v0.10", file: "redislock-obtain-v0.10.lua",
+	{Name: "redislock obtain (v0.10)", Library: libRedislock + " v0.10", file: "redislock/obtain-v0.10.0.lua",
 		run: redislockObtainMulti},
-	{Name: "redislock release (v0.10)", Library: libRedislock + " v0.10", file: "redislock-release-v0.10.lua",
+	{Name: "redislock release (v0.10)", Library: libRedislock + " v0.10", file: "redislock/release-v0.10.0.lua",
 		run: redislockRelease},
-	{Name: "redislock refresh (v0.10)", Library: libRedislock + " v0.10", file: "redislock-refresh-v0.10.lua",
+	{Name: "redislock refresh (v0.10)", Library: libRedislock + " v0.10", file: "redislock/refresh-v0.10.0.lua",
 		run: redislockRefresh},
-	{Name: "redislock pttl (v0.10)", Library: libRedislock + " v0.10", file: "redislock-pttl-v0.10.lua",
+	{Name: "redislock pttl (v0.10)", Library: libRedislock + " v0.10", file: "redislock/pttl-v0.10.0.lua",
 		run: redislockPTTLMulti},
-	{Name: "redis-py Lock release", Library: libRedisPy, file: "redis-py-release.lua",
+	{Name: "redis-py Lock release", Library: libRedisPy, file: "redis-py/release.lua",
 		run: compareDel(reply1, reply0)},
-	{Name: "redis-py Lock extend", Library: libRedisPy, file: "redis-py-extend.lua", run: redisPyExtend},
-	{Name: "redis-py Lock reacquire", Library: libRedisPy, file: "redis-py-reacquire.lua",
+	{Name: "redis-py Lock extend", Library: libRedisPy, file: "redis-py/extend.lua", run: redisPyExtend},
+	{Name: "redis-py Lock reacquire", Library: libRedisPy, file: "redis-py/reacquire.lua",
 		run: compareExpire(reply1, reply0)},
-	{Name: "node-redlock acquire (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock-acquire.lua",
+	{Name: "node-redlock acquire (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock/acquire-v5.0.0-beta.2.lua",
 		run: redlockAcquire},
-	{Name: "node-redlock extend (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock-extend.lua",
+	{Name: "node-redlock extend (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock/extend-v5.0.0-beta.2.lua",
 		run: redlockExtend},
-	{Name: "node-redlock release (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock-release.lua",
+	{Name: "node-redlock release (v4, v5)", Library: libRedlockJS + " v4, v5", file: "node-redlock/release-v5.0.0-beta.2.lua",
 		run: redlockRelease},
-	{Name: "node-redlock lock (v3)", Library: libRedlockJS + " v3", file: "node-redlock-lock-v3.lua", run: setNXPX},
-	{Name: "redlock-rb lock", Library: libRedlockRb, file: "redlock-rb-lock.lua", run: redlockRbLock},
-	{Name: "redlock-rb pttl", Library: libRedlockRb, file: "redlock-rb-pttl.lua", run: redlockRbPTTL},
-	{Name: "Spring obtain", Library: libSpring + " 5.x–7.0", file: "spring-obtain.lua", run: springObtain},
-	{Name: "Spring renew", Library: libSpring + " 6.x–7.0", file: "spring-renew.lua",
+	{Name: "node-redlock lock (v3)", Library: libRedlockJS + " v3", file: "node-redlock/lock-v3.1.2.lua", run: setNXPX},
+	{Name: "redlock-rb lock", Library: libRedlockRb, file: "redlock-rb/lock.lua", run: redlockRbLock},
+	{Name: "redlock-rb pttl", Library: libRedlockRb, file: "redlock-rb/pttl.lua", run: redlockRbPTTL},
+	{Name: "Spring obtain", Library: libSpring + " 5.x–7.0", file: "spring-integration/obtain-6.4.lua", run: springObtain},
+	{Name: "Spring renew", Library: libSpring + " 6.x–7.0", file: "spring-integration/renew-6.4.lua",
 		run: compareExpire(reply1, replyNull)},
-	{Name: "Spring spin-lock unlock (UNLINK)", Library: libSpring + " 6.x–7.0", file: "spring-spin-unlink-unlock.lua",
+	{Name: "Spring spin-lock unlock (UNLINK)", Library: libSpring + " 6.x–7.0", file: "spring-integration/spin-unlink-unlock-6.4.lua",
 		run: compareDel(reply1, replyNull)},
-	{Name: "Spring spin-lock unlock (DEL)", Library: libSpring + " 6.x", file: "spring-spin-delete-unlock.lua",
+	{Name: "Spring spin-lock unlock (DEL)", Library: libSpring + " 6.x", file: "spring-integration/spin-delete-unlock-6.4.lua",
 		run: compareDel(reply1, replyNull)},
 	{Name: "Spring pub/sub-lock unlock (UNLINK)", Library: libSpring + " 6.x–7.0",
-		file: "spring-pubsub-unlink-unlock.lua", run: springPubSubUnlock},
-	{Name: "Spring pub/sub-lock unlock (DEL)", Library: libSpring + " 6.x", file: "spring-pubsub-delete-unlock.lua",
+		file: "spring-integration/pubsub-unlink-unlock-6.4.lua", run: springPubSubUnlock},
+	{Name: "Spring pub/sub-lock unlock (DEL)", Library: libSpring + " 6.x", file: "spring-integration/pubsub-delete-unlock-6.4.lua",
 		run: springPubSubUnlock},
 }
 

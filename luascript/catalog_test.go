@@ -1,19 +1,17 @@
 package luascript
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
 )
 
-// testdataScripts maps every file under testdata/ (each one a library's
-// script, byte for byte; see testdata/SOURCES.md) to its catalog entry.
-var testdataScripts = map[string]string{
+// libraryScripts maps every file under scripts/ (each one a library's
+// script, byte for byte; see scripts/SOURCES.md) to its catalog entry.
+var libraryScripts = map[string]string{
 	"redis-io/release.lua":                            "compare-and-delete release",
 	"laravel/release-lock.lua":                        "compare-and-delete release",
 	"redlock-rb/unlock.lua":                           "compare-and-delete release",
@@ -54,9 +52,9 @@ var testdataScripts = map[string]string{
 	"spring-integration/pubsub-delete-unlock-6.4.lua": "Spring pub/sub-lock unlock (DEL)",
 }
 
-func readTestdata(t *testing.T, name string) []byte {
+func readLibraryScript(t *testing.T, name string) []byte {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", name))
+	src, err := sources.ReadFile("scripts/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,46 +62,35 @@ func readTestdata(t *testing.T, name string) []byte {
 }
 
 func TestTestdataRecognised(t *testing.T) {
-	files, err := filepath.Glob("testdata/*/*.lua")
+	files, err := fs.Glob(sources, "scripts/*/*.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != len(testdataScripts) {
-		t.Errorf("%d files in testdata, %d in testdataScripts", len(files), len(testdataScripts))
+	if len(files) != len(libraryScripts) {
+		t.Errorf("%d files in scripts/, %d in libraryScripts", len(files), len(libraryScripts))
 	}
-	for name, want := range testdataScripts {
-		s, err := Recognize(readTestdata(t, name))
+	for name, want := range libraryScripts {
+		s, err := Recognize(readLibraryScript(t, name))
 		if err != nil || s.Name != want {
 			t.Errorf("%s: Recognize = %v, %v; want %q", name, s, err, want)
 		}
 	}
 }
 
-// TestCatalogSources checks each entry's embedded source is one library's
-// exact bytes from testdata, and that every entry is reachable.
+// TestCatalogSources checks each entry's source is one of its libraries'
+// files, and that every entry is reachable.
 func TestCatalogSources(t *testing.T) {
 	names := map[string]bool{}
 	for _, s := range Catalog() {
 		names[s.Name] = true
-		src, err := sources.ReadFile("scripts/" + s.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for name, entry := range testdataScripts {
-			found = found || entry == s.Name && bytes.Equal(src, readTestdata(t, name))
-		}
-		if !found {
-			t.Errorf("scripts/%s is no testdata file of %q", s.file, s.Name)
+		if libraryScripts[s.file] != s.Name {
+			t.Errorf("scripts/%s is no library file of %q", s.file, s.Name)
 		}
 	}
-	for _, entry := range testdataScripts {
+	for _, entry := range libraryScripts {
 		if !names[entry] {
-			t.Errorf("testdata names entry %q, not in the catalog", entry)
+			t.Errorf("scripts/ names entry %q, not in the catalog", entry)
 		}
-	}
-	if files, _ := sources.ReadDir("scripts"); len(files) != len(names) {
-		t.Errorf("%d files in scripts/, %d catalog entries", len(files), len(names))
 	}
 }
 
@@ -128,9 +115,9 @@ func TestVariantsRecognised(t *testing.T) {
 }
 
 func TestNearMissesRejected(t *testing.T) {
-	release := string(readTestdata(t, "redis-io/release.lua"))
-	touch := string(readTestdata(t, "redsync/touch.lua"))
-	acquire := string(readTestdata(t, "node-redlock/acquire-v4.2.0.lua"))
+	release := string(readLibraryScript(t, "redis-io/release.lua"))
+	touch := string(readLibraryScript(t, "redsync/touch.lua"))
+	acquire := string(readLibraryScript(t, "node-redlock/acquire-v4.2.0.lua"))
 	for name, src := range map[string]string{
 		"~= for ==":        strings.Replace(release, "==", "~=", 1),
 		"KEYS[2]":          strings.Replace(release, `"del",KEYS[1]`, `"del",KEYS[2]`, 1),
@@ -204,7 +191,7 @@ func TestRunPassesBackendErrors(t *testing.T) {
 }
 
 func TestRollbackOutlivesContext(t *testing.T) {
-	acquire, err := Recognize(readTestdata(t, "node-redlock/acquire-v4.2.0.lua"))
+	acquire, err := Recognize(readLibraryScript(t, "node-redlock/acquire-v4.2.0.lua"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +209,7 @@ func TestRollbackOutlivesContext(t *testing.T) {
 }
 
 func TestPubSubUnlockPublishes(t *testing.T) {
-	unlock, err := Recognize(readTestdata(t, "spring-integration/pubsub-unlink-unlock-6.4.lua"))
+	unlock, err := Recognize(readLibraryScript(t, "spring-integration/pubsub-unlink-unlock-6.4.lua"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,7 +261,7 @@ const (
 
 // knownDeviation names the documented difference this case hits, or "".
 func knownDeviation(s *Script, nkeys int, args []string, gotErr error) string {
-	if s.file != "redislock-obtain-v0.10.lua" || nkeys == 0 {
+	if s.file != "redislock/obtain-v0.10.0.lua" || nkeys == 0 {
 		return ""
 	}
 	if len(args) < 1 {

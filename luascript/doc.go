@@ -6,8 +6,9 @@
 // It owns:
 //   - recognition: Normalize turns a Lua source into a canonical token
 //     stream, and Recognize looks that up in the catalog of known scripts,
-//     whose sources are embedded from scripts/ (each file one library's
-//     exact bytes; testdata/SOURCES.md says where each came from);
+//     whose sources are embedded from scripts/<library>/ (each file one
+//     library's exact bytes, kept once; scripts/SOURCES.md says where each
+//     came from);
 //   - execution: Script.Run performs a known script as operations on the
 //     caller's Locks and returns the reply, or the error, Redis would give
 //     for that script on a plain Redis where each key holds its lock's token;

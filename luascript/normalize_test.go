@@ -3,8 +3,7 @@ package luascript
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
+	"io/fs"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,13 +171,13 @@ func unquote(q string) (string, error) {
 	return b.String(), nil
 }
 
-func seedFromTestdata(f *testing.F) {
-	files, err := filepath.Glob("testdata/*/*.lua")
+func seedFromLibraryScripts(f *testing.F) {
+	files, err := fs.Glob(sources, "scripts/*/*.lua")
 	if err != nil || len(files) == 0 {
-		f.Fatalf("no testdata: %v", err)
+		f.Fatalf("no library scripts: %v", err)
 	}
 	for _, file := range files {
-		src, err := os.ReadFile(file)
+		src, err := sources.ReadFile(file)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -187,7 +186,7 @@ func seedFromTestdata(f *testing.F) {
 }
 
 func FuzzNormalize(f *testing.F) {
-	seedFromTestdata(f)
+	seedFromLibraryScripts(f)
 	for _, s := range []string{"[[", "--[==[", `"\`, "'\\\r\n'", "0x1p4", "a..b...c", "[=["} {
 		f.Add([]byte(s))
 	}
@@ -204,7 +203,7 @@ func FuzzNormalize(f *testing.F) {
 }
 
 func FuzzRecognize(f *testing.F) {
-	seedFromTestdata(f)
+	seedFromLibraryScripts(f)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		s, err := Recognize(src)
 		if err != nil {
