@@ -3,12 +3,9 @@ package server_test
 import (
 	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,9 +165,9 @@ func serveZK(zkAddr string) {
 // the loss on their next RENEW or UNLOCK.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	zk := zktest.Start(t)
-	proxy := startTCPProxy(t, zk.Addr())
+	proxy := zktest.NewProxy(t, zk.Addr())
 	cfgA := zkConfig(zk)
-	cfgA.ZooKeeper.Servers = []string{proxy.addr()}
+	cfgA.ZooKeeper.Servers = []string{proxy.Addr()}
 	a := startInstance(t, cfgA)
 	b := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
 	key := uniqueKey(t)
@@ -179,7 +176,7 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	bound := parseGrant(t, holder.do("LOCK", key+":bound"))
 	info := dialRaw(t, a.Addr())
 
-	proxy.cut()
+	proxy.Cut()
 	r := b.do("LOCK", key+":bound", "PX", "10000", "WAIT", "10000")
 	if !strings.HasPrefix(r, "[") {
 		t.Fatalf("the other instance never got the bound lock: %s", r)
@@ -187,7 +184,7 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	if lost := info.do("INFO", "locks"); !strings.Contains(lost, "locks_lost:1") {
 		t.Fatalf("lockproxy still vouched for the bound lock when another client got it:\n%s", lost)
 	}
-	proxy.restore()
+	proxy.Restore()
 	eventually(t, 10*time.Second, "the holder hears of the lost lease", func() bool {
 		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), "-LOCKLOST")
 	})
@@ -197,68 +194,4 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	eventually(t, 10*time.Second, "a grant through the new session", func() bool {
 		return strings.HasPrefix(holder.do("LOCK", key+":again", "PX", "1000"), "[")
 	})
-}
-
-// tcpProxy forwards connections to a target; cut drops every connection
-// and refuses new ones until restore.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-}
-
-func startTCPProxy(t *testing.T, target string) *tcpProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go p.serve()
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.target, time.Second)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		go func() { io.Copy(up, c); up.Close() }()
-		go func() { io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *tcpProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
 }

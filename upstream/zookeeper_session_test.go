@@ -27,7 +27,7 @@ func goroutineDump() string {
 // and its locks are intact and nothing is reported lost.
 func TestZooKeeperBriefDisconnect(t *testing.T) {
 	srv := zktest.Start(t)
-	proxy := newZKProxy(t, srv.Addr())
+	proxy := zktest.NewProxy(t, srv.Addr())
 	var lost atomic.Int64
 	a := newZK(t, []string{proxy.Addr()}, ZKOptions{SessionTimeout: 4 * time.Second, Lost: func(n int) { lost.Add(int64(n)) }})
 	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
@@ -62,7 +62,7 @@ func TestZooKeeperBriefDisconnect(t *testing.T) {
 // Extend or Release), and works again with a new session.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	srv := zktest.Start(t)
-	proxy := newZKProxy(t, srv.Addr())
+	proxy := zktest.NewProxy(t, srv.Addr())
 	var lost atomic.Int64
 	core, logs := observer.New(zap.ErrorLevel)
 	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second,

@@ -3,7 +3,6 @@ package upstream
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"slices"
 	"strings"
@@ -519,82 +518,4 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 			t.Errorf("options %+v accepted", o)
 		}
 	}
-}
-
-// zkProxy forwards TCP connections to a ZooKeeper server until it is cut:
-// then it closes them, and closes new ones at once, as a network partition
-// between lockproxy and ZooKeeper would (the server hears nothing more).
-type zkProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-}
-
-func newZKProxy(t *testing.T, target string) *zkProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &zkProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Cut()
-	})
-	return p
-}
-
-func (p *zkProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *zkProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.forward(c)
-		p.mu.Unlock()
-	}
-}
-
-// forward connects c to the target, unless cut; p.mu is held.
-func (p *zkProxy) forward(c net.Conn) {
-	if p.cut {
-		c.Close()
-		return
-	}
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.conns = append(p.conns, c, s)
-	go pipe(c, s)
-	go pipe(s, c)
-}
-
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// Cut closes every connection and refuses new ones until Restore.
-func (p *zkProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *zkProxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
 }
