@@ -78,15 +78,10 @@ func redsyncTouchWithSetNX(ctx context.Context, c *call) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	tok, tokOK := c.arg(1)
-	ttl, ttlOK := c.arg(2)
-	if ms, err := expireArg(ttl, ttlOK, "set"); err == nil && tokOK {
-		if ok, err := c.l.PExpire(ctx, key, tok, duration(ms)); err != nil || ok {
-			return orErr(reply1, err)
-		}
-		ok, err := c.l.SetNX(ctx, key, tok, duration(ms))
+	if ok, done, err := c.extendOrTake(ctx, key); done {
 		return orErr(boolReply(ok, reply1, reply0), err)
 	}
+	tok, tokOK := c.arg(1)
 	st, err := c.get(ctx, key)
 	if err != nil {
 		return Reply{}, err
@@ -105,15 +100,10 @@ func springObtain(ctx context.Context, c *call) (Reply, error) {
 	if err != nil {
 		return Reply{}, err
 	}
-	tok, tokOK := c.arg(1)
-	ttl, ttlOK := c.arg(2)
-	if ms, err := expireArg(ttl, ttlOK, "set"); err == nil && tokOK {
-		if ok, err := c.l.PExpire(ctx, key, tok, duration(ms)); err != nil || ok {
-			return orErr(reply1, err)
-		}
-		ok, err := c.l.SetNX(ctx, key, tok, duration(ms))
+	if ok, done, err := c.extendOrTake(ctx, key); done {
 		return orErr(boolReply(ok, reply1, replyNull), err)
 	}
+	tok, tokOK := c.arg(1)
 	st, err := c.get(ctx, key)
 	switch {
 	case err != nil:
@@ -125,6 +115,24 @@ func springObtain(ctx context.Context, c *call) (Reply, error) {
 		return replyNull, nil
 	}
 	return Reply{}, c.setArgsErr(tokOK)
+}
+
+// extendOrTake is, for well-formed ARGV[1] and ARGV[2], PEXPIRE of KEYS[1]
+// when ARGV[1] holds it, else SET NX PX: ok when either happened. done is
+// false when the arguments are not well formed; the caller then answers as
+// the script would on Redis with them.
+func (c *call) extendOrTake(ctx context.Context, key string) (ok, done bool, err error) {
+	tok, tokOK := c.arg(1)
+	ttl, ttlOK := c.arg(2)
+	ms, err := expireArg(ttl, ttlOK, "set")
+	if err != nil || !tokOK {
+		return false, false, nil
+	}
+	if ok, err := c.l.PExpire(ctx, key, tok, duration(ms)); err != nil || ok {
+		return ok, true, err
+	}
+	ok, err = c.l.SetNX(ctx, key, tok, duration(ms))
+	return ok, true, err
 }
 
 // expireOwn is `PEXPIRE(KEYS[1], ARGV[2])` on a key tok holds.
