@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/lockproxy/lockproxy/internal/proctest"
 )
 
 // startAttempts is how many sets of free ports a start tries.
@@ -45,7 +47,7 @@ func StartEnsembleProcess(dir string, n int) (*Ensemble, error) {
 }
 
 func startOnFreePorts(dir string, n int) (*Ensemble, error) {
-	ports, err := freePorts(3 * n) // client, quorum and election port per server
+	ports, err := proctest.FreePorts(3 * n) // client, quorum and election port per server
 	if err != nil {
 		return nil, err
 	}

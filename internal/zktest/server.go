@@ -1,7 +1,6 @@
 package zktest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,9 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/lockproxy/lockproxy/internal/proctest"
 )
 
 // Script is the zkServer.sh that starts a server.
@@ -32,23 +31,16 @@ const jvmFlags = "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto
 
 // ErrNotRunning is returned by Kill, Pause and Resume when the server's
 // process is not running.
-var ErrNotRunning = errors.New("zktest: zookeeper is not running")
+var ErrNotRunning = proctest.ErrNotRunning
 
 // Server is one ZooKeeper server process started by this package. Its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use; PID, Kill, Stop, Pause (SIGSTOP) and
+// Resume (SIGCONT) come from proctest.Proc.
 type Server struct {
 	dir  string
 	id   int // myid in an ensemble; 0 standalone
 	port int // client port
-
-	mu   sync.Mutex
-	proc *process // nil when not running
-}
-
-type process struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *os.File
+	proctest.Proc
 }
 
 // Addr is the client address, "127.0.0.1:PORT".
@@ -56,16 +48,6 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 
 // Dir holds the server's zoo.cfg, data and out.log.
 func (s *Server) Dir() string { return s.dir }
-
-// PID is the running server's process id, or 0.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
 
 // writeConfig writes zoo.cfg; peers are the ensemble's "server.N=" lines.
 func (s *Server) writeConfig(peers []string) error {
@@ -89,33 +71,17 @@ func (s *Server) writeConfig(peers []string) error {
 
 // launch starts the server without waiting for it.
 func (s *Server) launch() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		return fmt.Errorf("zktest: %s is already running (pid %d)", s.Addr(), s.proc.cmd.Process.Pid)
-	}
-	log, err := os.OpenFile(filepath.Join(s.dir, "out.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("zktest: %w", err)
-	}
 	cmd := exec.Command(Script, "start-foreground", filepath.Join(s.dir, "zoo.cfg"))
 	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+jvmFlags)
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no stray JVM if the test binary dies
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("zktest: start %s: %w", Script, err)
+	if err := s.Start(cmd, s.log()); err != nil {
+		return fmt.Errorf("zktest: %w", err)
 	}
-	p := &process{cmd: cmd, exited: make(chan struct{}), log: log}
-	go func() {
-		_ = cmd.Wait() // a killed server exits with an error; that is expected
-		log.Close()
-		close(p.exited)
-	}()
-	s.proc = p
 	return nil
 }
+
+// log is the server's output.
+func (s *Server) log() string { return filepath.Join(s.dir, "out.log") }
 
 // Restart starts the server again on the same ports and data and waits
 // until it serves. It fails if the server is running.
@@ -129,10 +95,8 @@ func (s *Server) Restart() error {
 // waitServing polls "srvr" until the server reports a serving mode, the
 // process exits, or timeout passes.
 func (s *Server) waitServing(timeout time.Duration) error {
-	s.mu.Lock()
-	p := s.proc
-	s.mu.Unlock()
-	if p == nil {
+	exited := s.Exited()
+	if exited == nil {
 		return ErrNotRunning
 	}
 	deadline := time.Now().Add(timeout)
@@ -142,11 +106,11 @@ func (s *Server) waitServing(timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("zktest: %s not serving after %v (mode %q, %v)\n%s", s.Addr(), timeout, mode, err, s.logTail())
+			return fmt.Errorf("zktest: %s not serving after %v (mode %q, %v)\n%s", s.Addr(), timeout, mode, err, proctest.LogTail(s.log()))
 		}
 		select {
-		case <-p.exited:
-			return fmt.Errorf("zktest: %s exited: %s\n%s", s.Addr(), p.cmd.ProcessState, s.logTail())
+		case <-exited:
+			return fmt.Errorf("zktest: %s exited: %s\n%s", s.Addr(), s.State(), proctest.LogTail(s.log()))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -187,64 +151,4 @@ func FourLetter(addr, cmd string) (string, error) {
 			return b.String(), nil // the server closes after answering
 		}
 	}
-}
-
-// Kill sends SIGKILL and waits until the process has exited.
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return ErrNotRunning
-	}
-	_ = s.proc.cmd.Process.Kill()
-	<-s.proc.exited
-	s.proc = nil
-	return nil
-}
-
-// Stop is Kill that does not mind a server already stopped.
-func (s *Server) Stop() error {
-	if err := s.Kill(); err != nil && !errors.Is(err, ErrNotRunning) {
-		return err
-	}
-	return nil
-}
-
-// Pause stops the process with SIGSTOP; Resume continues it.
-func (s *Server) Pause() error  { return s.signal(syscall.SIGSTOP) }
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return ErrNotRunning
-	}
-	return s.proc.cmd.Process.Signal(sig)
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "out.log"))
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return "out.log tail:\n" + string(b)
-}
-
-// freePorts asks the kernel for n distinct free loopback ports. Another
-// process may take one before ZooKeeper binds it; starts retry then.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("zktest: find a free port: %w", err)
-		}
-		defer l.Close() // held until all are picked, so they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
