@@ -184,21 +184,28 @@ func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error)
 }
 
 // Do runs op in its own goroutine, as a real node answers independently.
+// A node down when op is sent fails it, however late the goroutine runs:
+// otherwise a test that brings the node back up right after a call returns
+// could see the straggler land.
 func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
 	go func() {
 		r := Reply{Tag: tag}
-		switch op.Kind {
-		case OpAcquire:
+		switch {
+		case down:
+			r.Err = errDown
+		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
-		case OpCommit:
+		case op.Kind == OpCommit:
 			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Fence)
-		case OpExtend:
+		case op.Kind == OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
-		case OpRelease:
+		case op.Kind == OpRelease:
 			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt)
-		case OpInspect:
+		case op.Kind == OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
-		case OpLeave: // the fake keeps no line
 		}
 		done <- r
 	}()
