@@ -103,7 +103,9 @@ func (a *acquisition) holdData() zkData {
 
 // tryOnce creates a node and keeps it if it is the lowest.
 func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
-	p, err := a.create(ctx, a.h.Token, kindTry, a.holdData())
+	session := a.z.conn.SessionID()
+	d := a.holdData()
+	c, err := a.create(ctx, a.h.Token, kindTry, d)
 	if err != nil {
 		return engine.Grant{}, err
 	}
@@ -113,11 +115,11 @@ func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
 			return engine.Grant{}, err
 		}
 		var g engine.Grant
-		switch i := indexOf(kids, path.Base(p)); i {
+		switch i := indexOf(kids, path.Base(c.path)); i {
 		case -1: // deleted under us: a release by the same token
 			return engine.Grant{}, a.z.busy(zkData{})
 		case 0:
-			g, err = a.own(ctx, p)
+			g, err = a.own(c, d, session)
 		default:
 			g, err = a.against(ctx, a.dir+"/"+kids[0].name)
 		}
@@ -128,16 +130,12 @@ func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
 	return engine.Grant{}, errContended
 }
 
-// own grants the lock held by p, the lowest node, which this call made.
-func (a *acquisition) own(ctx context.Context, p string) (engine.Grant, error) {
-	n, err := a.z.get(ctx, p) // for its stat: the fence and the session
-	if errors.Is(err, zk.ErrNoNode) {
-		return engine.Grant{}, a.z.busy(zkData{})
-	}
-	if err != nil {
-		return engine.Grant{}, err
-	}
-	return a.grant(p, n.stat, n.data, true)
+// own grants the lock held by c, the lowest node, which this call created
+// with data d in session: the node is this session's if the session has
+// not changed since (session IDs never come back), and its creation zxid
+// is the fence.
+func (a *acquisition) own(c created, d zkData, session int64) (engine.Grant, error) {
+	return a.grant(c.path, c.czxid, session, d, true)
 }
 
 // against answers for p, the lowest node, which this call did not make:
@@ -161,14 +159,15 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 	if err != nil {
 		return engine.Grant{}, err
 	}
-	return a.grant(p, stat, d, false)
+	return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, false)
 }
 
-// grant is the lock held by node p with stat and data d. made says this
-// call made p the lock: then this session must own it still, else the
-// session expired meanwhile and the node is gone.
-func (a *acquisition) grant(p string, stat *zk.Stat, d zkData, made bool) (engine.Grant, error) {
-	if !a.z.track(a.key, a.h.Token, p, stat, d) && made {
+// grant is the lock held by node p, created at zxid fence by session
+// owner, with data d. made says this call made p the lock: then this
+// session must own it still, else the session expired meanwhile and the
+// node is gone.
+func (a *acquisition) grant(p string, fence, owner int64, d zkData, made bool) (engine.Grant, error) {
+	if !a.z.track(a.key, a.h.Token, p, owner, d) && made {
 		return engine.Grant{}, ErrZKNotConnected
 	}
 	if made {
@@ -178,7 +177,7 @@ func (a *acquisition) grant(p string, stat *zk.Stat, d zkData, made bool) (engin
 	if v <= 0 {
 		return engine.Grant{}, errTooLate
 	}
-	return engine.Grant{Token: a.h.Token, Fence: stat.Czxid, Validity: v}, nil
+	return engine.Grant{Token: a.h.Token, Fence: fence, Validity: v}, nil
 }
 
 // busy refuses an acquire while d holds the key. RetryAfter is the
@@ -227,7 +226,7 @@ func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error
 		if a.created != "" { // made by this call and deleted since
 			a.z.drop(ctx, a.created)
 		}
-		if a.created, err = a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name}); err != nil {
+		if _, err = a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name}); err != nil {
 			return nil, -1, err
 		}
 	}
@@ -242,7 +241,7 @@ func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error)
 	stat, err := a.z.set(ctx, p, d, 0)
 	switch {
 	case err == nil:
-		return a.grant(p, stat, d, true)
+		return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, true)
 	case errors.Is(err, zk.ErrBadVersion):
 		return a.against(ctx, p)
 	case errors.Is(err, zk.ErrNoNode):
@@ -294,24 +293,24 @@ func (a *acquisition) keep(p string) {
 
 // create creates a node of kind for id in key's container, making the
 // container first if it is missing.
-func (a *acquisition) create(ctx context.Context, id string, kind byte, d zkData) (string, error) {
+func (a *acquisition) create(ctx context.Context, id string, kind byte, d zkData) (created, error) {
 	prefix := a.dir + "/" + nodePrefix(id, kind)
 	for range maxRounds {
-		p, err := a.z.createSeq(ctx, prefix, d)
+		c, err := a.z.createSeq(ctx, a.dir, prefix, d)
 		if !errors.Is(err, zk.ErrNoNode) {
 			if err == nil {
-				a.created = p
+				a.created = c.path
 				if a.z.afterCreate != nil {
-					a.z.afterCreate(p)
+					a.z.afterCreate(c.path)
 				}
 			}
-			return p, err
+			return c, err
 		}
 		if err := a.z.makeDir(ctx, a.dir); err != nil {
-			return "", err
+			return created{}, err
 		}
 	}
-	return "", errContended
+	return created{}, errContended
 }
 
 // queue gives waiter w of key a place in line, in the background after a

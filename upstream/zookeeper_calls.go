@@ -194,34 +194,60 @@ func (z *ZooKeeper) sync(ctx context.Context, p string) error {
 	return zkErr("sync", p, err)
 }
 
-// createSeq creates an ephemeral sequential node named prefix + sequence.
+// createSeq creates an ephemeral sequential node named prefix + sequence
+// and returns its path and creation zxid, learnt in the same request: a
+// multi that creates the node and rewrites the (unused) data of dir, its
+// parent, whose new mzxid is the multi's zxid — the node's czxid.
 // A node whose creation the caller does not learn of — ctx ended, or the
 // connection failed before the answer — is deleted in the background.
-func (z *ZooKeeper) createSeq(ctx context.Context, prefix string, d zkData) (string, error) {
+func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData) (created, error) {
 	done := make(chan created, 1)
 	go func() {
-		p, err := z.conn.Create(prefix, d.encode(), zk.FlagEphemeral|zk.FlagSequence, z.opts.ACL)
-		if err == nil && z.createReturned != nil {
-			z.createReturned(p)
+		r := z.multiCreate(dir, prefix, d)
+		if r.err == nil && z.createReturned != nil {
+			z.createReturned(r.path)
 		}
-		done <- created{p, err}
+		done <- r
 	}()
 	select {
 	case r := <-done:
 		if unknownOutcome(r.err) {
 			z.spawn(func() { z.sweep(prefix) })
 		}
-		return r.path, zkErr("create", prefix, r.err)
+		r.err = zkErr("create", prefix, r.err)
+		return r, r.err
 	case <-ctx.Done():
 		z.spawn(func() { z.abandon(<-done, prefix) })
-		return "", ctx.Err()
+		return created{}, ctx.Err()
 	}
+}
+
+// multiCreate runs createSeq's multi. Its error is the failing op's.
+func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
+	res, err := z.conn.Multi(
+		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.SetDataRequest{Path: dir, Version: -1},
+	)
+	for _, r := range res {
+		if r.Error != nil {
+			err = r.Error
+			break
+		}
+	}
+	if err == nil && (len(res) != 2 || res[1].Stat == nil) {
+		err = fmt.Errorf("a multi of 2 ops answered with %d results", len(res))
+	}
+	if err != nil {
+		return created{err: err}
+	}
+	return created{path: res[0].String, czxid: res[1].Stat.Mzxid}
 }
 
 // created is the outcome of a create.
 type created struct {
-	path string
-	err  error
+	path  string
+	czxid int64
+	err   error
 }
 
 // abandon deletes the node a create left behind, if it made one.

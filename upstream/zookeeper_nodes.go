@@ -33,13 +33,13 @@ func (z *ZooKeeper) node(p, key, token string) *ownNode {
 }
 
 // track arms the timer that ends the lease of lock node p when this
-// session owns it. It reports false when the node belongs to another
-// session: another instance's, or this instance's previous one, which has
+// session owns it. It reports false when owner, the node's session, is
+// another: another instance's, or this instance's previous one, which has
 // expired.
-func (z *ZooKeeper) track(key, token, p string, stat *zk.Stat, d zkData) bool {
+func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.closed || stat.EphemeralOwner != z.conn.SessionID() {
+	if z.closed || owner != z.conn.SessionID() {
 		return false
 	}
 	n := z.node(p, key, token)

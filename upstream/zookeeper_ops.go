@@ -37,7 +37,7 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		stat, err := z.set(ctx, v.top.path, d, v.top.stat.Version)
 		switch {
 		case err == nil:
-			z.track(key, token, v.top.path, stat, d)
+			z.track(key, token, v.top.path, stat.EphemeralOwner, d)
 			return d.ttl() - time.Since(start), nil
 		case errors.Is(err, zk.ErrNoNode):
 			return 0, engine.ErrNotHeld
