@@ -43,6 +43,11 @@ type Waiter struct {
 	ID    string        // names the place: the waiter's lock token
 	Since time.Time     // when the client began to wait: orders the line
 	Keep  time.Duration // how long the place lasts unless the waiter tries again
+	// The lock the waiter will ask for, with the TTL and Mode Lock gives
+	// it, so that a backend can hand a released key straight to it.
+	TTL  time.Duration
+	Mode Mode
+	Name string
 }
 
 // Grant is a lock the backend handed out.

@@ -108,10 +108,7 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	if h.Token == "" {
 		h.Token = NewToken()
 	}
-	h.Mode = Lease
-	if h.TTL <= 0 {
-		h.Mode, h.TTL = Bound, e.cfg.BoundLease
-	}
+	h = e.shaped(h)
 	g, err := e.backend.Acquire(ctx, key, h)
 	if err != nil {
 		return g, err
@@ -125,6 +122,16 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return Grant{}, ErrShuttingDown
 	}
 	return g, nil
+}
+
+// shaped is h, asked of Lock, as Lock asks the backend for it: a lease of
+// h.TTL, or a bound lock with the bound lease when h.TTL is zero.
+func (e *Engine) shaped(h Hold) Hold {
+	h.Mode = Lease
+	if h.TTL <= 0 {
+		h.Mode, h.TTL = Bound, e.cfg.BoundLease
+	}
+	return h
 }
 
 // Unlock releases key held by token, from any connection.

@@ -23,6 +23,7 @@ type memBackend struct {
 	busyFor   time.Duration // if set, a refused acquire says the holder's lease runs this long
 	acquires  int           // Acquire calls served
 	down      int           // the next this many acquires fail with ErrUnavailable
+	waiters   []Waiter      // the Waiter and Next of every acquire, as asked
 }
 
 func newMem() *memBackend { return &memBackend{held: map[string]string{}} }
@@ -31,6 +32,11 @@ func (m *memBackend) Acquire(_ context.Context, key string, h Hold) (Grant, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.acquires++
+	for _, w := range []*Waiter{h.Waiter, h.Next} {
+		if w != nil {
+			m.waiters = append(m.waiters, *w)
+		}
+	}
 	if m.down > 0 {
 		m.down--
 		return Grant{}, fmt.Errorf("%w: connection lost", ErrUnavailable)

@@ -40,7 +40,8 @@ func (e *Engine) LockWait(ctx context.Context, o *Owner, key string, h Hold) (Gr
 	if h.Token == "" {
 		h.Token = NewToken()
 	}
-	w, err := e.enqueue(key, Waiter{ID: h.Token, Since: time.Now(), Keep: e.cfg.WaiterKeep})
+	want := e.shaped(h)
+	w, err := e.enqueue(key, Waiter{ID: h.Token, Since: time.Now(), Keep: e.cfg.WaiterKeep, TTL: want.TTL, Mode: want.Mode, Name: h.Name})
 	if err != nil {
 		return Grant{}, err
 	}

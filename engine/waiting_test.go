@@ -235,3 +235,45 @@ func TestWaitOutlastsUnavailableBackend(t *testing.T) {
 		t.Fatalf("%d acquires, want 1 that failed + 2 retried through the outage + 1 granted", m.acquires)
 	}
 }
+
+// TestWaiterSaysWhatItWants: a waiter's place carries the lock it will ask
+// for — a lease of its TTL, or a bound lock with the bound lease — so that
+// a backend can hand it a released key (the ZooKeeper backend does).
+func TestWaiterSaysWhatItWants(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	ctx := context.Background()
+	if _, err := e.Lock(ctx, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.LockWait(wctx, e.NewOwner(0), "k", Hold{Token: "lease", TTL: 20 * time.Second, Name: "n"}); err == nil {
+		t.Fatal("granted a held key")
+	}
+	bctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.LockWait(bctx, e.NewOwner(0), "k", Hold{Token: "bound"}); err == nil {
+		t.Fatal("granted a held key")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want := map[string]Waiter{
+		"lease": {ID: "lease", TTL: 20 * time.Second, Mode: Lease, Name: "n"},
+		"bound": {ID: "bound", TTL: e.Config().BoundLease, Mode: Bound},
+	}
+	seen := 0
+	for _, w := range m.waiters {
+		x, ok := want[w.ID]
+		if !ok {
+			continue
+		}
+		seen++
+		if w.TTL != x.TTL || w.Mode != x.Mode || w.Name != x.Name {
+			t.Fatalf("waiter %s asks for %v %s %q, want %v %s %q", w.ID, w.TTL, w.Mode, w.Name, x.TTL, x.Mode, x.Name)
+		}
+	}
+	if seen < 2 {
+		t.Fatalf("saw %d of the 2 waiters", seen)
+	}
+}

@@ -146,6 +146,8 @@ type ZooKeeper struct {
 	closed    bool
 	own       map[string]*ownNode // lock nodes and places created through the session, by path
 	locks     map[zkLock]string   // own lock nodes' paths by key and token, for a one-request release
+	places    map[zkLock]string   // own waiters' places by key and waiter, for a handoff
+	handed    map[zkLock]handoff  // keys handed to waiters of this instance, until they take them
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	lost      map[zkLock]struct{} // locks lost with a session, until their holder hears of it
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
@@ -174,6 +176,8 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		done:    make(chan struct{}),
 		own:     map[string]*ownNode{},
 		locks:   map[zkLock]string{},
+		places:  map[zkLock]string{},
+		handed:  map[zkLock]handoff{},
 		watched: map[string]int{},
 		lost:    map[zkLock]struct{}{},
 	}
@@ -306,6 +310,8 @@ func (z *ZooKeeper) dropSession() []zkLock {
 	}
 	clear(z.own)
 	clear(z.locks)
+	clear(z.places)
+	clear(z.handed)
 	if len(z.lost)+len(lost) > maxLost {
 		clear(z.lost)
 	}

@@ -195,6 +195,9 @@ func (z *ZooKeeper) busy(d zkData) error {
 // wait is the acquire of a waiter: its place becomes the lock once it is
 // the lowest, else it watches the node just before it.
 func (a *acquisition) wait(ctx context.Context) (engine.Grant, error) {
+	if g, ok := a.handedOver(); ok {
+		return g, nil
+	}
 	for range maxRounds {
 		kids, i, err := a.place(ctx)
 		if err != nil {
@@ -280,15 +283,20 @@ func (a *acquisition) watchAhead(ctx context.Context, kids []child, i int) error
 		err = errAgain
 	}
 	if err == nil {
-		a.keep(a.dir + "/" + kids[i].name)
+		a.keep(a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name)
 	}
 	return err
 }
 
-// keep keeps the waiter's place p in line for the waiter's Keep.
-func (a *acquisition) keep(p string) {
+// keep keeps the waiter's place p in line for the waiter's Keep; ahead is
+// the node just before it, "" if none.
+func (a *acquisition) keep(p, ahead string) {
 	a.kept = p
-	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep)
+	var want zkData // unknown unless the hold says
+	if a.h.Mode != "" && a.h.TTL > 0 {
+		want = zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, TTL: millis(a.h.TTL)}
+	}
+	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, ahead, want)
 }
 
 // create creates a node of kind for id in key's container, making the
@@ -319,7 +327,7 @@ func (a *acquisition) create(ctx context.Context, id string, kind byte, d zkData
 func (z *ZooKeeper) queue(key string, w engine.Waiter) {
 	ctx, cancel := z.cleanupCtx(context.Background())
 	defer cancel()
-	a := &acquisition{z: z, key: key, dir: z.dir(key), h: engine.Hold{Token: w.ID, Waiter: &w}}
+	a := &acquisition{z: z, key: key, dir: z.dir(key), h: engine.Hold{Token: w.ID, TTL: w.TTL, Mode: w.Mode, Name: w.Name, Waiter: &w}}
 	if err := a.line(ctx); err != nil {
 		z.log.Debug("next waiter not put in line; it tries on its own", zap.String("key", key), zap.Error(err))
 	}
@@ -334,7 +342,7 @@ func (a *acquisition) line(ctx context.Context) error {
 			return err
 		}
 		if i == 0 {
-			a.keep(a.dir + "/" + kids[0].name)
+			a.keep(a.dir+"/"+kids[0].name, "")
 			a.z.announce(a.key)
 			return nil
 		}

@@ -19,6 +19,10 @@ type ownNode struct {
 	held       bool      // a lock; false: a waiter's place
 	until      time.Time // a place's end, unless its waiter calls again
 	timer      *time.Timer
+	// A place's node just before it, as last listed, and the lock its
+	// waiter asks for (no Mode: unknown): what a handoff needs.
+	ahead string
+	want  zkData
 }
 
 // node is the record of own node p, made if missing; z.mu is held.
@@ -43,6 +47,9 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 		return false
 	}
 	n := z.node(p, key, token)
+	if !n.held && z.places[zkLock{key, n.token}] == p {
+		delete(z.places, zkLock{key, n.token})
+	}
 	n.held, n.token = true, token
 	n.timer.Reset(max(d.left(), 0))
 	z.locks[zkLock{key, token}] = p
@@ -58,8 +65,10 @@ func (z *ZooKeeper) ownLock(key, token string) string {
 }
 
 // keepPlace (re)starts the keep of waiter id's place p: unless the waiter
-// calls again within keep, the place is deleted. Zero keep: no limit.
-func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration) {
+// calls again within keep, the place is deleted. Zero keep: no limit. It
+// records the node just before the place, ahead, and the lock the waiter
+// wants, for a handoff.
+func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, ahead string, want zkData) {
 	if keep <= 0 {
 		return
 	}
@@ -71,6 +80,8 @@ func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration) {
 	if n := z.node(p, key, id); !n.held {
 		n.until = time.Now().Add(keep)
 		n.timer.Reset(keep)
+		n.ahead, n.want = ahead, want
+		z.places[zkLock{key, id}] = p
 	}
 }
 
@@ -81,9 +92,25 @@ func (z *ZooKeeper) forget(p string) {
 	if n := z.own[p]; n != nil {
 		n.timer.Stop()
 		delete(z.own, p)
-		if id := (zkLock{n.key, n.token}); n.held && z.locks[id] == p {
-			delete(z.locks, id)
+		z.unindex(p, n)
+	}
+}
+
+// unindex drops own node p, whose record n is gone, from the indexes by
+// key and token; z.mu is held.
+func (z *ZooKeeper) unindex(p string, n *ownNode) {
+	id := zkLock{n.key, n.token}
+	if !n.held {
+		if z.places[id] == p {
+			delete(z.places, id)
 		}
+		return
+	}
+	if z.locks[id] == p {
+		delete(z.locks, id)
+	}
+	if z.handed[id].path == p {
+		delete(z.handed, id)
 	}
 }
 
@@ -166,6 +193,7 @@ func (z *ZooKeeper) endPlace(p string, n *ownNode, until time.Time) {
 		if z.own[p] == n && !n.held {
 			n.timer.Stop()
 			delete(z.own, p)
+			z.unindex(p, n)
 		}
 		z.mu.Unlock()
 	case errors.Is(err, zk.ErrBadVersion):

@@ -108,11 +108,13 @@ func (z *ZooKeeper) Release(ctx context.Context, key, token string) (bool, error
 }
 
 // Leave deletes waiter's place in key's line, unless it has become the
-// lock. The waiter behind it, watching it, is woken.
+// lock — but a lock handed to the waiter and not taken is released. The
+// waiter behind it, watching it, is woken.
 func (z *ZooKeeper) Leave(ctx context.Context, key, waiter string) error {
 	if err := z.usable(key); err != nil {
 		return err
 	}
+	z.dropHanded(ctx, key, waiter)
 	kids, err := z.children(ctx, z.dir(key))
 	if err != nil {
 		return err
