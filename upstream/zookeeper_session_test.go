@@ -174,3 +174,42 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 		t.Fatalf("lock held across the leader change: %+v, %v, %v", h, ok, err)
 	}
 }
+
+// TestZooKeeperSessionExpiresDuringAcquire: the session that created a
+// try's node expires before the try looks at the key's nodes. The try must
+// not grant (its node went with the session), must leave no node, and the
+// key stays free for another instance.
+func TestZooKeeperSessionExpiresDuringAcquire(t *testing.T) {
+	srv := zktest.Start(t)
+	proxy := zktest.NewProxy(t, srv.Addr())
+	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	eventually(t, 5*time.Second, "session", a.Connected)
+	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	first := a.conn.SessionID()
+	var hooked atomic.Bool
+	a.createReturned = func(string) {
+		if !hooked.CompareAndSwap(false, true) {
+			return
+		}
+		proxy.Cut() // the answer is in hand; the session now expires
+		eventually(t, 10*time.Second, "the node gone with the session", func() bool { return len(lockNodes(t, raw, "k")) == 0 })
+		proxy.Restore()
+		eventually(t, 10*time.Second, "a new session", func() bool { return a.Connected() && a.conn.SessionID() != first })
+	}
+	g, err := a.Acquire(testCtx(t), "k", hold("t", time.Minute))
+	if err == nil {
+		t.Fatalf("granted %+v through a session that expired during the acquire", g)
+	}
+	if !hooked.Load() {
+		t.Fatal("the create hook did not run")
+	}
+	if n := lockNodes(t, raw, "k"); len(n) != 0 {
+		t.Fatalf("nodes left: %v", n)
+	}
+	mustGrant(t, b, "k", hold("other", time.Minute))
+}
