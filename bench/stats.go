@@ -100,20 +100,20 @@ func (l errorLog) lines() []string {
 
 // waits are the times from asking for the lock to holding it, sorted.
 func waits(gs []grant) []time.Duration {
-	out := make([]time.Duration, len(gs))
-	for i, g := range gs {
-		out[i] = g.granted - g.asked
-	}
-	sortDurations(out)
-	return out
+	return spans(gs, func(g grant) time.Duration { return g.granted - g.asked })
 }
 
 // helds are the times from holding the lock to hearing it was released
 // (the hold plus the release's round trip), sorted.
 func helds(gs []grant) []time.Duration {
+	return spans(gs, func(g grant) time.Duration { return g.released - g.granted })
+}
+
+// spans is span of every grant, sorted.
+func spans(gs []grant, span func(grant) time.Duration) []time.Duration {
 	out := make([]time.Duration, len(gs))
 	for i, g := range gs {
-		out[i] = g.released - g.granted
+		out[i] = span(g)
 	}
 	sortDurations(out)
 	return out

@@ -48,8 +48,20 @@ func holdAndHang(addr, key string) {
 // returns once the lock is granted.
 func startHolder(t *testing.T, addr, key string) *exec.Cmd {
 	t.Helper()
+	child, line := startChild(t, "LOCKPROXY_TEST_HOLDER_ADDR="+addr, "LOCKPROXY_TEST_HOLDER_KEY="+key)
+	if !strings.HasPrefix(line, "granted") {
+		t.Fatalf("child: %q", line)
+	}
+	return child
+}
+
+// startChild runs this test binary, running no test, with env added (its
+// TestMain turns it into the child), and returns it with the first line it
+// prints. The child is killed when the test ends.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, string) {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "LOCKPROXY_TEST_HOLDER_ADDR="+addr, "LOCKPROXY_TEST_HOLDER_KEY="+key)
+	child.Env = append(os.Environ(), env...)
 	out, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +70,11 @@ func startHolder(t *testing.T, addr, key string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "granted") {
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
 		t.Fatalf("child: %q %v", line, err)
 	}
-	return child
+	return child, strings.TrimSpace(line)
 }
 
 // TestBoundLockReleasedWhenClientKilled: a client process holding a

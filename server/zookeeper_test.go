@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,14 +33,7 @@ func TestZooKeeperLeaderKilled(t *testing.T) {
 	got := waitLock(waiter, key, "PX", "60000", "WAIT", "20000")
 	eventually(t, 5*time.Second, "the waiter is queued", func() bool { return waiters(t, waiter, key) == 1 })
 
-	leader, err := ens.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ens.Leader(); err != nil {
+	if _, _, err := ens.KillLeader(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the lock still held after the leader change", func() bool {
@@ -123,20 +115,10 @@ func TestZooKeeperLockproxyKilled(t *testing.T) {
 // see TestMain) and returns it and its address.
 func startZKChild(t *testing.T, zkAddr string) (*exec.Cmd, string) {
 	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "LOCKPROXY_TEST_SERVE_ZK="+zkAddr)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	if err != nil || !ok {
-		t.Fatalf("child: %q %v", line, err)
+	child, line := startChild(t, "LOCKPROXY_TEST_SERVE_ZK="+zkAddr)
+	addr, ok := strings.CutPrefix(line, "listening ")
+	if !ok {
+		t.Fatalf("child: %q", line)
 	}
 	return child, addr
 }

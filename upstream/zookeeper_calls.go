@@ -228,19 +228,30 @@ func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
 		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
 		&zk.SetDataRequest{Path: dir, Version: -1},
 	)
-	for _, r := range res {
-		if r.Error != nil {
-			err = r.Error
-			break
-		}
-	}
-	if err == nil && (len(res) != 2 || res[1].Stat == nil) {
-		err = fmt.Errorf("a multi of 2 ops answered with %d results", len(res))
+	if err = multiErr(res, err, 2); err == nil && res[1].Stat == nil {
+		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
 	}
 	if err != nil {
 		return created{err: err}
 	}
 	return created{path: res[0].String, czxid: res[1].Stat.Mzxid}
+}
+
+// multiErr is the error of a multi of n ops: the request's, or the first
+// failing op's.
+func multiErr(res []zk.MultiResponse, err error, n int) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Error != nil {
+			return r.Error
+		}
+	}
+	if len(res) != n {
+		return errors.New("upstream: zookeeper: a multi answered with the wrong number of results")
+	}
+	return nil
 }
 
 // created is the outcome of a create.

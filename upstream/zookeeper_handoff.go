@@ -101,23 +101,6 @@ func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, wan
 	return lock, place, n.want, true
 }
 
-// multiErr is the error of a multi of n ops: the request's, or the first
-// failing op's.
-func multiErr(res []zk.MultiResponse, err error, n int) error {
-	if err != nil {
-		return err
-	}
-	for _, r := range res {
-		if r.Error != nil {
-			return r.Error
-		}
-	}
-	if len(res) != n {
-		return errors.New("upstream: zookeeper: a multi answered with the wrong number of results")
-	}
-	return nil
-}
-
 // adoptHanded looks after waiter next's place after a handoff whose
 // outcome is unknown: if the handoff was made, the place is next's lock,
 // and this instance enforces its lease as for any lock it made; next takes

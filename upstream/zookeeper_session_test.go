@@ -149,14 +149,7 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 	}
 	held := grant(b, "held", "h")
 
-	leader, err := ens.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ens.Leader(); err != nil {
+	if _, _, err := ens.KillLeader(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {

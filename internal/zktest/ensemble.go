@@ -108,6 +108,19 @@ func (e *Ensemble) Leader() (*Server, error) {
 	}
 }
 
+// KillLeader kills the leader with SIGKILL and waits until the others
+// have elected another; it returns both.
+func (e *Ensemble) KillLeader() (killed, next *Server, err error) {
+	if killed, err = e.Leader(); err != nil {
+		return nil, nil, err
+	}
+	if err = killed.Kill(); err != nil {
+		return killed, nil, err
+	}
+	next, err = e.Leader()
+	return killed, next, err
+}
+
 // WaitServing waits until every running server serves (after a restart or
 // a leader change).
 func (e *Ensemble) WaitServing() error {

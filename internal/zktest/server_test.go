@@ -52,15 +52,8 @@ func TestEnsembleElectsAgain(t *testing.T) {
 	if len(e.Addrs()) != 3 {
 		t.Fatal(e.Addrs())
 	}
-	leader, err := e.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if err := leader.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	next, err := e.Leader()
+	leader, next, err := e.KillLeader()
 	if err != nil || next == leader {
 		t.Fatalf("new leader %v, %v", next, err)
 	}
