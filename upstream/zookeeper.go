@@ -109,7 +109,10 @@ func (o ZKOptions) validate() error {
 //     the order it commits them. A server that lists a node has applied
 //     every create before it, so a node lowest in such a list has no older
 //     rival left, and none can come: later nodes number higher, and the
-//     container, whose counter restarts, is only deleted when empty.
+//     container, whose counter restarts, is only deleted when empty. A
+//     create that finds its node the container's only child (createSeq)
+//     needs no listing: the multi that makes it reads the container in
+//     the same transaction.
 //   - Fencing: the fence is the lock node's creation zxid (Stat.Czxid).
 //     Zxids grow strictly with every transaction of the ensemble, across
 //     leader changes (the epoch is their high half), and a later grant is

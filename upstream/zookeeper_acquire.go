@@ -109,6 +109,9 @@ func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
 	if err != nil {
 		return engine.Grant{}, err
 	}
+	if c.alone { // the only node, so the lowest: no listing needed
+		return a.own(c, d, session)
+	}
 	for range maxRounds {
 		kids, err := a.z.children(ctx, a.dir)
 		if err != nil {
@@ -229,8 +232,12 @@ func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error
 		if a.created != "" { // made by this call and deleted since
 			a.z.drop(ctx, a.created)
 		}
-		if _, err = a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name}); err != nil {
+		c, err := a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name})
+		if err != nil {
 			return nil, -1, err
+		}
+		if c.alone { // the only node, so the lowest
+			return parseChildren([]string{path.Base(c.path)}), 0, nil
 		}
 	}
 	return nil, -1, errContended

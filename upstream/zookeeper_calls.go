@@ -197,7 +197,10 @@ func (z *ZooKeeper) sync(ctx context.Context, p string) error {
 // createSeq creates an ephemeral sequential node named prefix + sequence
 // and returns its path and creation zxid, learnt in the same request: a
 // multi that creates the node and rewrites the (unused) data of dir, its
-// parent, whose new mzxid is the multi's zxid — the node's czxid.
+// parent, whose new mzxid is the multi's zxid — the node's czxid. The
+// parent's stat also says whether the node was its only child right after
+// the create (ZooKeeper applies a multi as one transaction): then it is the
+// lowest, with no listing needed.
 // A node whose creation the caller does not learn of — ctx ended, or the
 // connection failed before the answer — is deleted in the background.
 func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData) (created, error) {
@@ -234,7 +237,7 @@ func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
 	if err != nil {
 		return created{err: err}
 	}
-	return created{path: res[0].String, czxid: res[1].Stat.Mzxid}
+	return created{path: res[0].String, czxid: res[1].Stat.Mzxid, alone: res[1].Stat.NumChildren == 1}
 }
 
 // multiErr is the error of a multi of n ops: the request's, or the first
@@ -258,6 +261,7 @@ func multiErr(res []zk.MultiResponse, err error, n int) error {
 type created struct {
 	path  string
 	czxid int64
+	alone bool // the node was its parent's only child when created
 	err   error
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -517,5 +518,51 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 		if _, err := NewZooKeeper(o, zap.NewNop()); err == nil {
 			t.Errorf("options %+v accepted", o)
 		}
+	}
+}
+
+// TestZooKeeperFreeKeyTakesTwoRequests checks the requests of a lock and
+// unlock of a free key: the create, which says the node is the only one
+// and so the lock, and the delete; ZooKeeper's recipe takes three (it
+// lists the children after its create).
+func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	ctx, key := testCtx(t), "two-requests"
+	received := func() int {
+		out, err := zktest.FourLetter(srv.Addr(), "mntr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(out) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "zk_packets_received\t"); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no zk_packets_received in mntr: %q", out)
+		return 0
+	}
+	if first, second := received(), received(); second-first != 1 {
+		t.Fatalf("mntr counted %d packets of its own, want 1", second-first)
+	}
+	const cycles = 20
+	var each []int
+	for range cycles {
+		before := received()
+		mustGrant(t, z, key, hold("t1", 10*time.Second))
+		if ok, err := z.Release(ctx, key, "t1"); !ok || err != nil {
+			t.Fatalf("release: %v, %v", ok, err)
+		}
+		each = append(each, received()-before-1) // the mntr itself counts
+	}
+	// The server deletes the emptied container now and then (every 0.2s in
+	// tests), which costs the next cycle two more; a ping may land too.
+	slices.Sort(each)
+	if each[cycles/2] != 2 {
+		t.Fatalf("requests per cycle, sorted: %v; want a median of 2", each)
 	}
 }
