@@ -96,8 +96,10 @@ type Backend interface {
 // and an acquire started after sent sees the key released. The engine
 // wakes the next waiter then, overlapping its acquire with the release.
 type EarlyReleaser interface {
-	// next names this instance's first waiter for key ('' for none): the
-	// engine wakes it itself, so the store need not announce the release
-	// when nobody else is in line.
-	ReleaseThen(ctx context.Context, key, token, next string, sent func()) (bool, error)
+	// line is this instance's first waiters for key, at most two (none:
+	// nobody waits here). The engine wakes the first itself, so the store
+	// need not announce the release when nobody else is in line; a store
+	// may hand it the key, and give the second its place in line, in the
+	// release's own step.
+	ReleaseThen(ctx context.Context, key, token string, line []Waiter, sent func()) (bool, error)
 }

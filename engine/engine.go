@@ -152,7 +152,7 @@ func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 	var ok bool
 	var err error
 	if b, isEarly := e.backend.(EarlyReleaser); isEarly {
-		ok, err = b.ReleaseThen(ctx, key, token, e.headID(key), func() { early = e.wakeHead(key) })
+		ok, err = b.ReleaseThen(ctx, key, token, e.line(key), func() { early = e.wakeHead(key) })
 	} else {
 		ok, err = e.backend.Release(ctx, key, token)
 	}

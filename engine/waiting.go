@@ -153,14 +153,16 @@ func (e *Engine) releasedHere(key, token string, early *waiter) {
 	}
 }
 
-// headID names key's first waiter in this instance, "" if none.
-func (e *Engine) headID(key string) string {
+// line is key's first two waiters in this instance (fewer if fewer wait).
+func (e *Engine) line(key string) []Waiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if q := e.waiting[key]; len(q) > 0 {
-		return q[0].place.ID
+	q := e.waiting[key]
+	line := make([]Waiter, 0, 2)
+	for _, w := range q[:min(len(q), 2)] {
+		line = append(line, w.place)
 	}
-	return ""
+	return line
 }
 
 // wakeHead wakes key's first waiter to try, and returns it (nil if none).

@@ -178,7 +178,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // Release deletes key held by token on every node; it reports true when a
 // majority still held it for token.
 func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
-	return r.ReleaseThen(ctx, key, token, "", nil)
+	return r.ReleaseThen(ctx, key, token, nil, nil)
 }
 
 var _ engine.EarlyReleaser = (*Redlock)(nil)
@@ -186,9 +186,14 @@ var _ engine.EarlyReleaser = (*Redlock)(nil)
 // ReleaseThen is Release that runs sent once the release is queued for
 // every node. A node runs what is queued for it in order (one pipeline per
 // node, the default), so an acquire started after sent lands behind the
-// release on every node — often in the same round trip.
-func (r *Redlock) ReleaseThen(ctx context.Context, key, token, next string, sent func()) (bool, error) {
+// release on every node — often in the same round trip. The nodes are told
+// of line's first waiter, which this instance wakes itself.
+func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	r.landed(key, token)
+	next := ""
+	if len(line) > 0 {
+		next = line[0].ID
+	}
 	_, err := r.countThen(ctx, &Op{Kind: OpRelease, Key: key, Token: token, Next: next}, sent, "release", engine.ErrNotHeld)
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil

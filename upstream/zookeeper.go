@@ -152,6 +152,7 @@ type ZooKeeper struct {
 	places    map[zkLock]string   // own waiters' places by key and waiter, for a handoff
 	handed    map[zkLock]handoff  // keys handed to waiters of this instance, until they take them
 	watched   map[string]int      // watches on a predecessor in flight, by its path
+	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
 	lost      map[zkLock]struct{} // locks lost with a session, until their holder hears of it
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
@@ -174,15 +175,16 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		return nil, err
 	}
 	z := &ZooKeeper{
-		opts:    opts,
-		log:     log,
-		done:    make(chan struct{}),
-		own:     map[string]*ownNode{},
-		locks:   map[zkLock]string{},
-		places:  map[zkLock]string{},
-		handed:  map[zkLock]handoff{},
-		watched: map[string]int{},
-		lost:    map[zkLock]struct{}{},
+		opts:     opts,
+		log:      log,
+		done:     make(chan struct{}),
+		own:      map[string]*ownNode{},
+		locks:    map[zkLock]string{},
+		places:   map[zkLock]string{},
+		handed:   map[zkLock]handoff{},
+		watched:  map[string]int{},
+		deleting: map[string]struct{}{},
+		lost:     map[zkLock]struct{}{},
 	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
 		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))

@@ -32,8 +32,9 @@ var errTooLate = errors.New("upstream: zookeeper answered after the lease ran ou
 //
 // ZooKeeper's sequence orders the line, so Waiter.Since is not used, and
 // h.Next, this instance's next waiter, needs no place in the same step: it
-// gets one in the background once the grant is made, so that a release
-// through any instance wakes it without waiting for its retry timer.
+// gets one in the background once the grant is made, unless it has one
+// (a handoff makes it), so that a release through any instance wakes it
+// without waiting for its retry timer.
 //
 // A node that the call made and does not hand over — the caller's ctx
 // ended, a step failed — is deleted, in the background if need be.
@@ -57,7 +58,8 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, h engine.Hold) (eng
 		return engine.Grant{}, err
 	}
 	z.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
-	if h.Next != nil {
+	// The next waiter's place may be made already, by the grant's multi.
+	if h.Next != nil && !z.hasPlace(key, h.Next.ID) {
 		next := *h.Next
 		z.spawn(func() { z.queue(key, next) })
 	}
@@ -73,6 +75,7 @@ type acquisition struct {
 	start time.Time // validity counts from here
 
 	created string // the node this call created, if any
+	version int32  // the container's version created's create left
 	kept    string // the waiter's place, kept in line
 	mine    string // the node this call made the lock
 }
@@ -248,7 +251,7 @@ func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error
 // waiter made it the lock already.
 func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error) {
 	d := a.holdData()
-	stat, err := a.z.set(ctx, p, d, 0)
+	stat, err := a.claimWrite(ctx, p, d)
 	switch {
 	case err == nil:
 		return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, true)
@@ -258,6 +261,40 @@ func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error)
 		return engine.Grant{}, errAgain
 	}
 	return engine.Grant{}, err
+}
+
+// claimWrite writes the lock d into the waiter's place p, expected at
+// version 0. When this instance's next waiter, h.Next, has no place yet,
+// the same multi makes it, just behind p unless another create came
+// between (placeMade): then the release can hand it the key (handOver).
+func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.Stat, error) {
+	next := a.h.Next
+	if next == nil || next.Keep <= 0 || a.z.hasPlace(a.key, next.ID) {
+		return a.z.set(ctx, p, d, 0)
+	}
+	prefix := a.dir + "/" + nodePrefix(next.ID, kindPlace)
+	ops := append([]any{&zk.SetDataRequest{Path: p, Data: d.encode(), Version: 0}},
+		a.z.createOps(a.dir, prefix, zkData{Token: next.ID, Name: next.Name})...)
+	// The caller's ctx does not cut the multi short: the place it makes is
+	// kept or swept, and should the caller be gone, Acquire drops the lock.
+	ctx, cancel := a.z.cleanupCtx(ctx)
+	defer cancel()
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.conn.Multi(ops...) })
+	if err = multiErr(res, err, len(ops)); err == nil && (res[0].Stat == nil || res[2].Stat == nil) {
+		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
+	}
+	if err != nil {
+		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
+			a.z.spawn(func() { a.z.sweep(prefix) })
+		}
+		return nil, zkErr("claim", p, err)
+	}
+	version := a.z.placeVersion(p)
+	if p == a.created {
+		version = a.version
+	}
+	a.z.placeMade(a.key, *next, res[1].String, res[2].Stat.Version, p, version)
+	return res[0].Stat, nil
 }
 
 // behind answers a waiter whose place is kids[i], not the lowest: granted
@@ -299,11 +336,20 @@ func (a *acquisition) watchAhead(ctx context.Context, kids []child, i int) error
 // the node just before it, "" if none.
 func (a *acquisition) keep(p, ahead string) {
 	a.kept = p
-	var want zkData // unknown unless the hold says
-	if a.h.Mode != "" && a.h.TTL > 0 {
-		want = zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, TTL: millis(a.h.TTL)}
+	f := placeFacts{ahead: ahead, want: wanted(a.h.Token, a.h.TTL, a.h.Mode, a.h.Name)}
+	if p == a.created {
+		f.version = a.version
 	}
-	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, ahead, want)
+	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f)
+}
+
+// wanted is the lock a waiter asks for, as a handoff writes it; no Mode
+// when the waiter does not say.
+func wanted(token string, ttl time.Duration, mode engine.Mode, name string) zkData {
+	if mode == "" || ttl <= 0 {
+		return zkData{}
+	}
+	return zkData{Token: token, Mode: mode, Name: name, TTL: millis(ttl)}
 }
 
 // create creates a node of kind for id in key's container, making the
@@ -314,7 +360,7 @@ func (a *acquisition) create(ctx context.Context, id string, kind byte, d zkData
 		c, err := a.z.createSeq(ctx, a.dir, prefix, d)
 		if !errors.Is(err, zk.ErrNoNode) {
 			if err == nil {
-				a.created = c.path
+				a.created, a.version = c.path, c.version
 				if a.z.afterCreate != nil {
 					a.z.afterCreate(c.path)
 				}

@@ -227,17 +227,24 @@ func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData)
 
 // multiCreate runs createSeq's multi. Its error is the failing op's.
 func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
-	res, err := z.conn.Multi(
-		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
-		&zk.SetDataRequest{Path: dir, Version: -1},
-	)
+	res, err := z.conn.Multi(z.createOps(dir, prefix, d)...)
 	if err = multiErr(res, err, 2); err == nil && res[1].Stat == nil {
 		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
 	}
 	if err != nil {
 		return created{err: err}
 	}
-	return created{path: res[0].String, czxid: res[1].Stat.Mzxid, alone: res[1].Stat.NumChildren == 1}
+	return created{path: res[0].String, czxid: res[1].Stat.Mzxid, version: res[1].Stat.Version, alone: res[1].Stat.NumChildren == 1}
+}
+
+// createOps are the ops of a multi that creates an ephemeral sequential
+// node, named prefix + sequence, in dir, and rewrites dir's (unused) data;
+// createSeq says why.
+func (z *ZooKeeper) createOps(dir, prefix string, d zkData) []any {
+	return []any{
+		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.SetDataRequest{Path: dir, Version: -1},
+	}
 }
 
 // multiErr is the error of a multi of n ops: the request's, or the first
@@ -259,10 +266,11 @@ func multiErr(res []zk.MultiResponse, err error, n int) error {
 
 // created is the outcome of a create.
 type created struct {
-	path  string
-	czxid int64
-	alone bool // the node was its parent's only child when created
-	err   error
+	path    string
+	czxid   int64
+	version int32 // the parent's data version the create left (placeFacts)
+	alone   bool  // the node was its parent's only child when created
+	err     error
 }
 
 // abandon deletes the node a create left behind, if it made one.

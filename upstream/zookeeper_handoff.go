@@ -18,9 +18,15 @@ import (
 // a request (handedOver). Otherwise the handoff takes a delete, the watch
 // event, a listing and the waiter's write to its place.
 //
+// The same multi makes the place of the waiter after it, when it has
+// none, so that this place too stands just behind the lock when its turn
+// comes: a line of waiters in one instance costs one request per grant.
+//
 // The order is ZooKeeper's: a place created after the lock node numbers
 // higher, so nothing can come between the lock node and the place just
 // behind it, and the place is the oldest waiter across every instance.
+// Whether a place is just behind is known from a listing, or from the
+// container's data version that each create leaves (placeFacts).
 
 // handoff is a key handed to a waiter of this instance, kept until the
 // waiter takes it.
@@ -33,13 +39,13 @@ type handoff struct {
 
 var _ engine.EarlyReleaser = (*ZooKeeper)(nil)
 
-// ReleaseThen is Release that hands key to next, this instance's first
+// ReleaseThen is Release that hands key to line[0], this instance's first
 // waiter for it, when it can; sent runs once the release is done.
-func (z *ZooKeeper) ReleaseThen(ctx context.Context, key, token, next string, sent func()) (bool, error) {
-	ok := z.handOver(ctx, key, token, next)
+func (z *ZooKeeper) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
+	ok := z.handOver(ctx, key, token, line)
 	var err error
 	if !ok {
-		ok, err = z.Release(ctx, key, token)
+		ok, err = z.release(ctx, key, token, sent != nil)
 	}
 	if ok && sent != nil {
 		sent()
@@ -47,32 +53,50 @@ func (z *ZooKeeper) ReleaseThen(ctx context.Context, key, token, next string, se
 	return ok, err
 }
 
-// handOver hands key, held by token through this instance, to waiter
-// next, and reports whether it did. When it did not, nothing changed — or
-// the outcome is unknown, and the waiter's place is looked after
-// (adoptHanded) — and a plain Release follows.
-func (z *ZooKeeper) handOver(ctx context.Context, key, token, next string) bool {
-	if next == "" || z.usable(key) != nil {
+// handOver hands key, held by token through this instance, to line[0],
+// and makes line[1]'s place if it has none; it reports whether it did.
+// When it did not, nothing changed — or the outcome is unknown, and the
+// places are looked after (adoptHanded, sweep) — and a plain Release
+// follows.
+func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engine.Waiter) bool {
+	if len(line) == 0 || z.usable(key) != nil {
 		return false
 	}
-	lock, place, want, ok := z.handTarget(key, token, next)
+	next := line[0].ID
+	lock, place, facts, ok := z.handTarget(key, token, next)
 	if !ok {
 		return false
 	}
-	d := want.lasts(want.ttl())
+	d := facts.want.lasts(facts.want.ttl())
+	ops := []any{
+		&zk.DeleteRequest{Path: lock, Version: -1},
+		&zk.SetDataRequest{Path: place, Data: d.encode(), Version: 0},
+	}
+	var after *engine.Waiter // the waiter whose place the multi makes
+	var prefix string
+	if len(line) > 1 && line[1].Keep > 0 && !z.hasPlace(key, line[1].ID) {
+		after = &line[1]
+		prefix = z.dir(key) + "/" + nodePrefix(after.ID, kindPlace)
+		ops = append(ops, z.createOps(z.dir(key), prefix, zkData{Token: after.ID, Name: after.Name})...)
+	}
 	// The client's ctx does not cut the multi short: its outcome is needed.
 	ctx, cancel := z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) {
-		return z.conn.Multi(
-			&zk.DeleteRequest{Path: lock, Version: -1},
-			&zk.SetDataRequest{Path: place, Data: d.encode(), Version: 0},
-		)
-	})
-	err = multiErr(res, err, 2)
+	// The watch on the lock node, of the waiter behind it, fires before the
+	// multi's answer comes: it must not wake that waiter before the
+	// handoff is recorded, or the waiter reads and rewrites its place.
+	undo := z.deleteHere(lock)
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
+	if err = multiErr(res, err, len(ops)); err == nil && after != nil && res[3].Stat == nil {
+		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
+	}
 	if err != nil {
+		undo()
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
 			z.spawn(func() { z.adoptHanded(key, next, place) })
+			if after != nil {
+				z.spawn(func() { z.sweep(prefix) })
+			}
 		}
 		z.log.Debug("handoff not made; releasing", zap.String("key", key), zap.Error(err))
 		return false
@@ -85,20 +109,50 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token, next string) bool 
 	z.mu.Lock()
 	z.handed[zkLock{key, next}] = handoff{path: place, fence: stat.Czxid, version: stat.Version, data: d}
 	z.mu.Unlock()
+	if after != nil {
+		z.placeMade(key, *after, res[2].String, res[3].Stat.Version, place, facts.version)
+	}
 	return true
 }
 
+// placeMade keeps the place p that a handoff made for waiter w, which left
+// the container at version. It stands just behind before, the place handed
+// the key, when before's create left version-1: then it watches before;
+// else the waiter is put in line as after a grant (queue).
+func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int32, before string, beforeVersion int32) {
+	f := placeFacts{want: wanted(w.ID, w.TTL, w.Mode, w.Name), version: version}
+	if beforeVersion > 0 && version == beforeVersion+1 {
+		f.ahead = before
+	}
+	z.keepPlace(key, w.ID, p, w.Keep, f)
+	if f.ahead == "" {
+		z.spawn(func() { z.queue(key, w) })
+		return
+	}
+	// A release through another instance wakes the waiter by this watch.
+	// A release through this one wakes it itself: before is then no longer
+	// an own lock.
+	z.spawn(func() {
+		ctx, cancel := z.cleanupCtx(context.Background())
+		defer cancel()
+		if ok, err := z.watch(ctx, key, before); err == nil && !ok && z.owns(before) {
+			z.announce(key)
+		}
+	})
+}
+
 // handTarget finds what a handoff of key from token to waiter next needs:
-// token's lock node, next's place just behind it, and the lock next wants.
-func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, want zkData, ok bool) {
+// token's lock node, and next's place just behind it with what is known of
+// it (the lock next wants).
+func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, f placeFacts, ok bool) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	lock, place = z.locks[zkLock{key, token}], z.places[zkLock{key, next}]
 	n := z.own[place]
 	if lock == "" || place == "" || n == nil || n.held || n.ahead != lock || n.want.Mode == "" {
-		return "", "", zkData{}, false
+		return "", "", placeFacts{}, false
 	}
-	return lock, place, n.want, true
+	return lock, place, n.placeFacts, true
 }
 
 // adoptHanded looks after waiter next's place after a handoff whose

@@ -2,8 +2,11 @@ package upstream
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/zktest"
@@ -30,7 +33,7 @@ func TestZooKeeperHandoff(t *testing.T) {
 	b := waiterFor("b", 20*time.Second)
 	mustBusy(t, z, key, b)
 
-	ok, err := z.ReleaseThen(ctx, key, "a", "b", nil)
+	ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil)
 	if !ok || err != nil {
 		t.Fatalf("release with a handoff: %v %v", ok, err)
 	}
@@ -72,7 +75,7 @@ func TestZooKeeperHandoffNotTaken(t *testing.T) {
 	ctx, key := testCtx(t), "handoff-left"
 	mustGrant(t, z, key, hold("a", time.Minute))
 	mustBusy(t, z, key, waiterFor("b", time.Minute))
-	if ok, err := z.ReleaseThen(ctx, key, "a", "b", nil); !ok || err != nil {
+	if ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
 		t.Fatalf("release with a handoff: %v %v", ok, err)
 	}
 	if err := z.Leave(ctx, key, "b"); err != nil {
@@ -95,7 +98,7 @@ func TestZooKeeperNoHandoffPastAnotherWaiter(t *testing.T) {
 	mustGrant(t, z, key, hold("a", time.Minute))
 	mustBusy(t, other, key, waiterFor("o", time.Minute))
 	mustBusy(t, z, key, waiterFor("b", time.Minute))
-	if ok, err := z.ReleaseThen(ctx, key, "a", "b", nil); !ok || err != nil {
+	if ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	var busy *engine.BusyError
@@ -103,4 +106,152 @@ func TestZooKeeperNoHandoffPastAnotherWaiter(t *testing.T) {
 		t.Fatalf("b, behind o: %v, want refused", err)
 	}
 	mustGrant(t, other, key, waiterFor("o", time.Minute))
+}
+
+// releaseThen releases token's lock through z with line, the holds of
+// z's first waiters, as the engine does; the release must succeed.
+func releaseThen(t *testing.T, z *ZooKeeper, key, token string, line ...engine.Hold) {
+	t.Helper()
+	var waiters []engine.Waiter
+	for _, h := range line {
+		waiters = append(waiters, *h.Waiter)
+	}
+	if ok, err := z.ReleaseThen(testCtx(t), key, token, waiters, nil); !ok || err != nil {
+		t.Fatalf("release of %s: %v %v", token, ok, err)
+	}
+}
+
+// place is the node of waiter id's place among key's nodes, and its stat.
+func place(t *testing.T, raw *zk.Conn, key, id string) (string, *zk.Stat) {
+	t.Helper()
+	for _, name := range lockNodes(t, raw, key) {
+		if strings.HasPrefix(name, placePrefix(id)) {
+			p := DefaultZKRoot + "/" + encodeKey(key) + "/" + name
+			_, stat, err := raw.Get(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p, stat
+		}
+	}
+	t.Fatalf("no place of %s among %v", id, lockNodes(t, raw, key))
+	return "", nil
+}
+
+// TestZooKeeperHandoffMakesTheNextPlace: a handoff makes, in its own
+// multi, the place of the waiter after the one it hands the key to, just
+// behind the new lock, so that the next release hands the key on too. The
+// watch that place keeps on the lock wakes nobody when a release through
+// the instance deletes it: the release wakes the waiter itself.
+func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
+	srv := zktest.Start(t)
+	var woken releases
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	raw := rawZK(t, srv.Addr())
+	key := "handoff-line"
+	first := mustGrant(t, z, key, hold("a", time.Minute))
+	b, c, d := waiterFor("b", time.Minute), waiterFor("c", time.Minute), waiterFor("d", time.Minute)
+	mustBusy(t, z, key, b)
+
+	releaseThen(t, z, key, "a", b, c)
+	// The versions the creates left say that c's place is just behind b's,
+	// now b's lock: known at once, with no listing.
+	if ahead, bLock := z.placeAhead(key, "c"), z.ownLock(key, "b"); ahead == "" || ahead != bLock {
+		t.Fatalf("c's place stands behind %q, want b's place %q", ahead, bLock)
+	}
+	bPlace, bStat := place(t, raw, key, "b")
+	if _, cStat := place(t, raw, key, "c"); bStat.Version != 1 || cStat.Version != 0 || len(lockNodes(t, raw, key)) != 2 {
+		t.Fatalf("after a's release: b's place at version %d, c's at %d, nodes %v; want b's written, c's made",
+			bStat.Version, cStat.Version, lockNodes(t, raw, key))
+	}
+	b.Next = c.Waiter
+	gb := mustGrant(t, z, key, b)
+	eventually(t, 10*time.Second, "c's watch on b's lock", func() bool { return z.watching(bPlace) })
+
+	releaseThen(t, z, key, "b", c, d)
+	cPlace, cStat := place(t, raw, key, "c")
+	if _, dStat := place(t, raw, key, "d"); cStat.Version != 1 || dStat.Version != 0 {
+		t.Fatalf("after b's release: c's place at version %d, d's at %d; want c's written by the release, d's made",
+			cStat.Version, dStat.Version)
+	}
+	gc := mustGrant(t, z, key, c)
+	if gc.Fence != cStat.Czxid || gc.Fence <= gb.Fence || gb.Fence <= first.Fence {
+		t.Fatalf("fences a %d, b %d, c %d; c's place czxid %d", first.Fence, gb.Fence, gc.Fence, cStat.Czxid)
+	}
+	eventually(t, 10*time.Second, "the watch on b's lock to fire", func() bool { return !z.watching(bPlace) })
+	if n := woken.count(key); n != 0 {
+		t.Fatalf("the releases through the instance woke waiters %d times by watch; want 0", n)
+	}
+	if _, stat, err := raw.Get(cPlace); err != nil || stat.Version != 1 {
+		t.Fatalf("c's lock: %+v %v", stat, err)
+	}
+}
+
+// TestZooKeeperClaimMakesTheNextPlace: a waiter that takes the key by
+// writing its place makes, in the same multi, the place of the instance's
+// next waiter, so that its release hands the key on.
+func TestZooKeeperClaimMakesTheNextPlace(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	key := "claim-line"
+	mustGrant(t, z, key, hold("a", time.Minute))
+	b, c := waiterFor("b", time.Minute), waiterFor("c", time.Minute)
+	mustBusy(t, z, key, b)
+	zkRelease(t, z, key, "a", true)
+
+	b.Next = c.Waiter
+	mustGrant(t, z, key, b)
+	if _, cStat := place(t, raw, key, "c"); cStat.Version != 0 {
+		t.Fatalf("c's place at version %d, want 0", cStat.Version)
+	}
+	releaseThen(t, z, key, "b", c)
+	if _, cStat := place(t, raw, key, "c"); cStat.Version != 1 || len(lockNodes(t, raw, key)) != 1 {
+		t.Fatalf("after b's release: c's place at version %d, nodes %v; want it written by the release",
+			cStat.Version, lockNodes(t, raw, key))
+	}
+	mustGrant(t, z, key, c)
+}
+
+// placeAhead is the node known to stand just before waiter id's place.
+func (z *ZooKeeper) placeAhead(key, id string) string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if n := z.own[z.places[zkLock{key, id}]]; n != nil {
+		return n.ahead
+	}
+	return ""
+}
+
+// TestZooKeeperNoHandoffPastAWaiterMadeBetween: a place a handoff makes
+// after another instance's waiter got its place is not just behind the
+// new lock, and the next release does not hand it the key: the other
+// waiter goes first.
+func TestZooKeeperNoHandoffPastAWaiterMadeBetween(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	other := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	ctx, key := testCtx(t), "handoff-between"
+	mustGrant(t, z, key, hold("a", time.Minute))
+	b, c, o := waiterFor("b", time.Minute), waiterFor("c", time.Minute), waiterFor("o", time.Minute)
+	mustBusy(t, z, key, b)
+	mustBusy(t, other, key, o)
+
+	releaseThen(t, z, key, "a", b, c)
+	bPlace, _ := place(t, raw, key, "b")
+	if ahead := z.placeAhead(key, "c"); ahead == bPlace {
+		t.Fatalf("c's place taken to stand just behind b's, with o's between: %v", lockNodes(t, raw, key))
+	}
+	b.Next = c.Waiter
+	mustGrant(t, z, key, b)
+	releaseThen(t, z, key, "b", c)
+	if _, stat := place(t, raw, key, "c"); stat.Version != 0 {
+		t.Fatalf("c's place written (version %d): the key was handed past o", stat.Version)
+	}
+	var busy *engine.BusyError
+	if _, err := z.Acquire(ctx, key, c); !errors.As(err, &busy) {
+		t.Fatalf("c, behind o: %v, want refused", err)
+	}
+	mustGrant(t, other, key, o)
 }

@@ -19,10 +19,21 @@ type ownNode struct {
 	held       bool      // a lock; false: a waiter's place
 	until      time.Time // a place's end, unless its waiter calls again
 	timer      *time.Timer
-	// A place's node just before it, as last listed, and the lock its
-	// waiter asks for (no Mode: unknown): what a handoff needs.
+	placeFacts // a place's: what a handoff needs
+}
+
+// placeFacts are what a handoff needs to know of a waiter's place.
+type placeFacts struct {
+	// ahead is the node just before the place, as last listed or as the
+	// container's versions show ("" if unknown); want is the lock the
+	// waiter asks for (no Mode: unknown).
 	ahead string
 	want  zkData
+	// version is the container's data version that the place's create
+	// left (0 if unknown). Every create rewrites the container's data in
+	// the same multi, so a create that leaves version+1 made the very
+	// next node after this one.
+	version int32
 }
 
 // node is the record of own node p, made if missing; z.mu is held.
@@ -64,11 +75,38 @@ func (z *ZooKeeper) ownLock(key, token string) string {
 	return z.locks[zkLock{key, token}]
 }
 
+// owns reports whether p is an own node, not deleted through this
+// instance.
+func (z *ZooKeeper) owns(p string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.own[p] != nil
+}
+
+// hasPlace reports whether waiter id has a place in key's line, made
+// through this session.
+func (z *ZooKeeper) hasPlace(key, id string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.places[zkLock{key, id}] != ""
+}
+
+// placeVersion is the container's version that own place p's create left,
+// 0 if unknown.
+func (z *ZooKeeper) placeVersion(p string) int32 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if n := z.own[p]; n != nil {
+		return n.version
+	}
+	return 0
+}
+
 // keepPlace (re)starts the keep of waiter id's place p: unless the waiter
 // calls again within keep, the place is deleted. Zero keep: no limit. It
-// records the node just before the place, ahead, and the lock the waiter
-// wants, for a handoff.
-func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, ahead string, want zkData) {
+// records what a handoff needs to know of the place; a version already
+// known is kept when f knows none.
+func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, f placeFacts) {
 	if keep <= 0 {
 		return
 	}
@@ -80,7 +118,10 @@ func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, ahead strin
 	if n := z.node(p, key, id); !n.held {
 		n.until = time.Now().Add(keep)
 		n.timer.Reset(keep)
-		n.ahead, n.want = ahead, want
+		if f.version == 0 {
+			f.version = n.version
+		}
+		n.placeFacts = f
 		z.places[zkLock{key, id}] = p
 	}
 }
@@ -291,18 +332,32 @@ func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
 // setWatch sets a data watch on p and listens for it. GetW, unlike
 // ExistsW, leaves no watch behind when the node is gone.
 func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
+	// Counted from before it is sent: a release through this instance
+	// that the server orders after the watch must know of it (deleteHere).
+	z.mu.Lock()
+	z.watched[p]++
+	z.mu.Unlock()
 	_, _, ch, err := z.conn.GetW(p)
+	if err != nil {
+		z.unwatched(p)
+	}
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil
 	}
 	if err != nil {
 		return false, zkErr("watch", p, err)
 	}
-	z.mu.Lock()
-	z.watched[p]++
-	z.mu.Unlock()
 	z.spawn(func() { z.listen(key, p, ch) })
 	return true, nil
+}
+
+// unwatched counts one watch on p less.
+func (z *ZooKeeper) unwatched(p string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.watched[p]--; z.watched[p] <= 0 {
+		delete(z.watched, p)
+	}
 }
 
 // listen waits for the watch on p. A deletion announces key; a change of
@@ -311,19 +366,53 @@ func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
 // and its next try says so.
 func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
 	ev := <-ch
-	z.mu.Lock()
-	if z.watched[p]--; z.watched[p] <= 0 {
-		delete(z.watched, p)
-	}
-	z.mu.Unlock()
+	z.unwatched(p)
 	switch ev.Type {
 	case zk.EventNodeDeleted:
-		z.announce(key)
+		if !z.deletedHere(p) {
+			z.announce(key)
+		}
 	case zk.EventNodeDataChanged:
 		if ok, err := z.setWatch(key, p); err == nil && !ok {
 			z.announce(key)
 		}
 	}
+}
+
+// maxDeleting bounds the deletions remembered for their watches; past it
+// they are forgotten, and a watch wakes a waiter for nothing.
+const maxDeleting = 4096
+
+// deleteHere notes that a release through this instance is about to
+// delete lock node p, when a waiter of this instance watches it: the
+// release wakes the waiter (engine.EarlyReleaser), and the watch, whose
+// event may come before the release's answer, must not wake it earlier.
+// A release that fails calls undo.
+func (z *ZooKeeper) deleteHere(p string) (undo func()) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.watched[p] == 0 {
+		return func() {}
+	}
+	if len(z.deleting) >= maxDeleting {
+		clear(z.deleting)
+	}
+	z.deleting[p] = struct{}{}
+	return func() {
+		z.mu.Lock()
+		delete(z.deleting, p)
+		z.mu.Unlock()
+	}
+}
+
+// deletedHere reports, once, whether lock node p was deleted by a release
+// through this instance (deleteHere).
+func (z *ZooKeeper) deletedHere(p string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	_, ok := z.deleting[p]
+	delete(z.deleting, p)
+	return ok
 }
 
 func (z *ZooKeeper) watching(p string) bool {

@@ -67,6 +67,12 @@ func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
 // any place in line of a waiter named token. A lock lost with this
 // instance's session is reported once with ErrLost.
 func (z *ZooKeeper) Release(ctx context.Context, key, token string) (bool, error) {
+	return z.release(ctx, key, token, false)
+}
+
+// release is Release; wakes says the caller wakes this instance's waiters
+// itself (ReleaseThen), so their watch on the lock node need not.
+func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) (bool, error) {
 	if z.takeLost(key, token) {
 		return false, engine.ErrLost
 	}
@@ -76,13 +82,19 @@ func (z *ZooKeeper) Release(ctx context.Context, key, token string) (bool, error
 	if p := z.ownLock(key, token); p != "" {
 		// A lock node this session made stays the lock for its token until
 		// it is deleted: one request, where ZooKeeper's recipe needs one too.
+		undo := func() {}
+		if wakes {
+			undo = z.deleteHere(p)
+		}
 		switch err := z.delete(ctx, p, -1); {
 		case err == nil:
 			z.forget(p)
 			return true, nil
 		case !errors.Is(err, zk.ErrNoNode):
+			undo()
 			return false, err
 		}
+		undo()
 		z.forget(p) // gone already (expired): look at the nodes below
 	}
 	for range maxRounds {
