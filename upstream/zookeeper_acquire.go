@@ -279,7 +279,7 @@ func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.S
 	// kept or swept, and should the caller be gone, Acquire drops the lock.
 	ctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.conn.Multi(ops...) })
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
 	if err = multiErr(res, err, len(ops)); err == nil && (res[0].Stat == nil || res[2].Stat == nil) {
 		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
 	}

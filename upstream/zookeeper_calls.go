@@ -62,10 +62,19 @@ var errContended = errors.New("upstream: zookeeper: the lock nodes kept changing
 // for it or for ctx. A request left behind finishes on its own: the
 // connection answers or fails each one within its receive timeout (2/3 of
 // the session timeout), and Close fails them all.
+//
+// A ctx without a deadline (a client's connection, which may close) is
+// not raced: f runs on the caller's goroutine and its answer is returned,
+// within that receive timeout, for the caller to weigh against ctx. This
+// saves handing each request to a goroutine and its answer back, which on
+// a lightly loaded server costs more than the request.
 func zkCall[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
+	}
+	if _, bounded := ctx.Deadline(); !bounded {
+		return f()
 	}
 	type result struct {
 		v   T
@@ -143,6 +152,15 @@ func (z *ZooKeeper) set(ctx context.Context, p string, d zkData, version int32) 
 	return stat, zkErr("set", p, err)
 }
 
+// deleteLock deletes lock node p, batched with other writes (batcher).
+func (z *ZooKeeper) deleteLock(ctx context.Context, p string) error {
+	_, err := zkCall(ctx, func() (struct{}, error) {
+		res, err := z.batch.multi(&zk.DeleteRequest{Path: p, Version: -1})
+		return struct{}{}, multiErr(res, err, 1)
+	})
+	return zkErr("delete", p, err)
+}
+
 // delete deletes a node if its version is version (-1: any).
 func (z *ZooKeeper) delete(ctx context.Context, p string, version int32) error {
 	_, err := zkCall(ctx, func() (struct{}, error) { return struct{}{}, z.conn.Delete(p, version) })
@@ -204,30 +222,42 @@ func (z *ZooKeeper) sync(ctx context.Context, p string) error {
 // A node whose creation the caller does not learn of — ctx ended, or the
 // connection failed before the answer — is deleted in the background.
 func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData) (created, error) {
-	done := make(chan created, 1)
-	go func() {
-		r := z.multiCreate(dir, prefix, d)
-		if r.err == nil && z.createReturned != nil {
-			z.createReturned(r.path)
-		}
-		done <- r
-	}()
-	select {
-	case r := <-done:
+	answered := func(r created) (created, error) {
 		if unknownOutcome(r.err) {
 			z.spawn(func() { z.sweep(prefix) })
 		}
 		r.err = zkErr("create", prefix, r.err)
 		return r, r.err
+	}
+	if err := ctx.Err(); err != nil {
+		return created{}, err
+	}
+	if _, bounded := ctx.Deadline(); !bounded { // as zkCall: the caller weighs ctx
+		return answered(z.multiCreateHooked(dir, prefix, d))
+	}
+	done := make(chan created, 1)
+	go func() { done <- z.multiCreateHooked(dir, prefix, d) }()
+	select {
+	case r := <-done:
+		return answered(r)
 	case <-ctx.Done():
 		z.spawn(func() { z.abandon(<-done, prefix) })
 		return created{}, ctx.Err()
 	}
 }
 
+// multiCreateHooked is multiCreate, then the createReturned test hook.
+func (z *ZooKeeper) multiCreateHooked(dir, prefix string, d zkData) created {
+	r := z.multiCreate(dir, prefix, d)
+	if r.err == nil && z.createReturned != nil {
+		z.createReturned(r.path)
+	}
+	return r
+}
+
 // multiCreate runs createSeq's multi. Its error is the failing op's.
 func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
-	res, err := z.conn.Multi(z.createOps(dir, prefix, d)...)
+	res, err := z.batch.multi(z.createOps(dir, prefix, d)...)
 	if err = multiErr(res, err, 2); err == nil && res[1].Stat == nil {
 		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
 	}

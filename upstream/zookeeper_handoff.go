@@ -86,7 +86,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	// multi's answer comes: it must not wake that waiter before the
 	// handoff is recorded, or the waiter reads and rewrites its place.
 	undo := z.deleteHere(lock)
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiErr(res, err, len(ops)); err == nil && after != nil && res[3].Stat == nil {
 		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
 	}

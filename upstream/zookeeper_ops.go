@@ -86,7 +86,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 		if wakes {
 			undo = z.deleteHere(p)
 		}
-		switch err := z.delete(ctx, p, -1); {
+		switch err := z.deleteLock(ctx, p); {
 		case err == nil:
 			z.forget(p)
 			return true, nil

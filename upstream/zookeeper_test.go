@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -529,23 +530,7 @@ func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 	srv := zktest.Start(t)
 	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
 	ctx, key := testCtx(t), "two-requests"
-	received := func() int {
-		out, err := zktest.FourLetter(srv.Addr(), "mntr")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.Lines(out) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "zk_packets_received\t"); ok {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		}
-		t.Fatalf("no zk_packets_received in mntr: %q", out)
-		return 0
-	}
+	received := func() int { return packetsReceived(t, srv.Addr()) }
 	if first, second := received(), received(); second-first != 1 {
 		t.Fatalf("mntr counted %d packets of its own, want 1", second-first)
 	}
@@ -564,5 +549,72 @@ func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 	slices.Sort(each)
 	if each[cycles/2] != 2 {
 		t.Fatalf("requests per cycle, sorted: %v; want a median of 2", each)
+	}
+}
+
+// packetsReceived is the server's count of requests received; the "mntr"
+// that reads it counts as one.
+func packetsReceived(t *testing.T, addr string) int {
+	t.Helper()
+	out, err := zktest.FourLetter(addr, "mntr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "zk_packets_received\t"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no zk_packets_received in mntr: %q", out)
+	return 0
+}
+
+// TestZooKeeperBatchesUnderLoad: many clients locking and unlocking their
+// own keys at once through one instance are all served, with fences that
+// increase per key, in fewer requests than calls: the creates and deletes
+// that pile up go in one multi.
+func TestZooKeeperBatchesUnderLoad(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	const clients, cycles = 32, 20
+	before := packetsReceived(t, srv.Addr())
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			ctx, key := context.Background(), fmt.Sprintf("load-%d", c)
+			var last int64
+			for range cycles {
+				g, err := z.Acquire(ctx, key, hold("t", 10*time.Second))
+				if err != nil {
+					errs <- fmt.Errorf("%s: acquire: %w", key, err)
+					return
+				}
+				if g.Fence <= last {
+					errs <- fmt.Errorf("%s: fence %d after %d", key, g.Fence, last)
+					return
+				}
+				last = g.Fence
+				if ok, err := z.Release(ctx, key, "t"); !ok || err != nil {
+					errs <- fmt.Errorf("%s: release: %v %w", key, ok, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	calls := clients * cycles * 2
+	if requests := packetsReceived(t, srv.Addr()) - before - 1; requests >= calls {
+		t.Fatalf("%d requests for %d acquires and releases: nothing was batched", requests, calls)
+	} else {
+		t.Logf("%d requests for %d acquires and releases", requests, calls)
 	}
 }

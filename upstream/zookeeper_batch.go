@@ -1,0 +1,139 @@
+package upstream
+
+import (
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Under load, the writes of many calls go to ZooKeeper together: while a
+// multi is on its way, the calls that come meanwhile wait for it and then
+// go in one multi, which ZooKeeper applies in order as one transaction.
+// One request, one log entry and one round trip then serve many locks,
+// where the recipe, in each client, pays for each. A call that comes while
+// nothing is on its way is sent at once, by its own goroutine.
+//
+// A multi is all or nothing, so a batch in which one call's op fails
+// changes nothing, and each of its calls is sent again alone to get its own
+// answer. A batch cut off by the connection gives every call that error:
+// each deals with the unknown outcome as it would alone.
+
+// maxBatch bounds the calls sent in one multi (ZooKeeper bounds a request
+// to about 1 MB; a call's ops are a few hundred bytes).
+const maxBatch = 64
+
+// batcher sends the multis of many calls as one (see above). send is the
+// connection's Multi, and del its Delete: a delete that goes alone is sent
+// as one, which ZooKeeper serves for less than a multi.
+type batcher struct {
+	send func(ops ...any) ([]zk.MultiResponse, error)
+	del  func(path string, version int32) error
+
+	mu      sync.Mutex
+	pending []*batchCall
+	sending bool // a goroutine is sending the pending calls
+}
+
+// batchCall is one call's multi and, once done is closed, its answer.
+type batchCall struct {
+	ops  []any
+	res  []zk.MultiResponse
+	err  error
+	done chan struct{}
+}
+
+// multi runs ops as one multi, maybe within a larger one, and returns
+// their results as Conn.Multi does. It blocks until they are answered.
+func (b *batcher) multi(ops ...any) ([]zk.MultiResponse, error) {
+	c := &batchCall{ops: ops, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, c)
+	lead := !b.sending
+	b.sending = true
+	b.mu.Unlock()
+	if lead {
+		b.drain(c)
+	}
+	<-c.done
+	return c.res, c.err
+}
+
+// drain sends the pending calls, a batch at a time, until none is left. A
+// caller that drains hands the rest to a goroutine once its own call, own,
+// is answered.
+func (b *batcher) drain(own *batchCall) {
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), maxBatch)
+		batch := b.pending[:n:n]
+		b.pending = b.pending[n:]
+		if n == 0 {
+			b.pending = nil
+			b.sending = false
+		}
+		b.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		b.flush(batch)
+		if own != nil && isClosed(own.done) {
+			go b.drain(nil)
+			return
+		}
+	}
+}
+
+// flush sends batch in one multi and answers its calls.
+func (b *batcher) flush(batch []*batchCall) {
+	if len(batch) == 1 {
+		batch[0].answer(b.alone(batch[0].ops))
+		return
+	}
+	var ops []any
+	for _, c := range batch {
+		ops = append(ops, c.ops...)
+	}
+	res, err := b.send(ops...)
+	switch {
+	case err == nil && len(res) == len(ops):
+		for _, c := range batch {
+			c.answer(res[:len(c.ops):len(c.ops)], nil)
+			res = res[len(c.ops):]
+		}
+	case len(res) == len(ops): // an op failed, so none was applied
+		var wg sync.WaitGroup
+		for _, c := range batch {
+			wg.Go(func() { c.answer(b.alone(c.ops)) })
+		}
+		wg.Wait()
+	default: // the connection failed
+		for _, c := range batch {
+			c.answer(nil, err)
+		}
+	}
+}
+
+// alone sends the ops of one call.
+func (b *batcher) alone(ops []any) ([]zk.MultiResponse, error) {
+	if d, ok := ops[0].(*zk.DeleteRequest); ok && len(ops) == 1 && b.del != nil {
+		if err := b.del(d.Path, d.Version); err != nil {
+			return nil, err
+		}
+		return make([]zk.MultiResponse, 1), nil
+	}
+	return b.send(ops...)
+}
+
+func (c *batchCall) answer(res []zk.MultiResponse, err error) {
+	c.res, c.err = res, err
+	close(c.done)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
