@@ -15,7 +15,7 @@
 //
 //	go run ./bench [-backend redlock,zookeeper] [-concurrency 1,32] [-contended 8]
 //	               [-hold 0s] [-duration 5s] [-warmup 1s] [-cycles N]
-//	               [-impl redsync,zkrecipe,lockproxy] [-inprocess] [-cpuprofile FILE]
+//	               [-impl redsync,zkrecipe,lockproxy] [-inprocess] [-procs N] [-cpuprofile FILE]
 package main
 
 import (
@@ -45,6 +45,7 @@ type options struct {
 	timeout    time.Duration
 	samples    int
 	inprocess  bool
+	procs      int
 	cpuprofile string
 }
 
@@ -82,6 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound of one LOCK+UNLOCK cycle")
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
+	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default, one per CPU)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -37,6 +38,7 @@ type proxy struct {
 // binary it builds into dir once.
 type launcher struct {
 	inprocess bool
+	procs     int // the subprocess's GOMAXPROCS; 0: Go's default
 	dir       string
 	bin       string // built on the first start of a subprocess
 }
@@ -53,7 +55,7 @@ func (l *launcher) start(ctx context.Context, s suite, servers []string) (*proxy
 		}
 		l.bin = bin
 	}
-	return startSubprocess(ctx, l.bin, s.proxyArgs(servers))
+	return startSubprocess(ctx, l.bin, s.proxyArgs(servers), l.procs)
 }
 
 func startInProcess(s suite, servers []string) (*proxy, error) {
@@ -97,9 +99,14 @@ type subprocess struct {
 }
 
 // startSubprocess runs bin with args, which name the backend and its
-// servers, and waits until it serves.
-func startSubprocess(ctx context.Context, bin string, args []string) (*proxy, error) {
+// servers, and waits until it serves. A positive procs is its GOMAXPROCS.
+func startSubprocess(ctx context.Context, bin string, args []string, procs int) (*proxy, error) {
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	desc := "subprocess pid %d"
+	if procs > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
+		desc += ", GOMAXPROCS=" + strconv.Itoa(procs)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -114,7 +121,7 @@ func startSubprocess(ctx context.Context, bin string, args []string) (*proxy, er
 		return nil, errors.Join(err, p.stop())
 	}
 	pid := cmd.Process.Pid
-	return &proxy{addr: addr, desc: fmt.Sprintf("subprocess pid %d", pid), pid: pid, stop: p.stop}, nil
+	return &proxy{addr: addr, desc: fmt.Sprintf(desc, pid), pid: pid, stop: p.stop}, nil
 }
 
 // watch reads the process's log until it exits: it reports the listen

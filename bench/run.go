@@ -33,7 +33,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	}
 	defer stopProfile()
 	writeMachine(w)
-	l := &launcher{inprocess: o.inprocess, dir: dir}
+	l := &launcher{inprocess: o.inprocess, procs: o.procs, dir: dir}
 	for i, s := range o.suites {
 		if ctx.Err() != nil {
 			break
