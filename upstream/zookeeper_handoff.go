@@ -56,7 +56,7 @@ func (z *ZooKeeper) ReleaseThen(ctx context.Context, key, token string, line []e
 // handOver hands key, held by token through this instance, to line[0],
 // and makes line[1]'s place if it has none; it reports whether it did.
 // When it did not, nothing changed — or the outcome is unknown, and the
-// places are looked after (adoptHanded, sweep) — and a plain Release
+// places are looked after (adoptLock, sweep) — and a plain Release
 // follows.
 func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engine.Waiter) bool {
 	if len(line) == 0 || z.usable(key) != nil {
@@ -93,7 +93,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	if err != nil {
 		undo()
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
-			z.spawn(func() { z.adoptHanded(key, next, place) })
+			z.spawn(func() { z.adoptLock(key, next, place) })
 			if after != nil {
 				z.spawn(func() { z.sweep(prefix) })
 			}
@@ -155,11 +155,11 @@ func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, f p
 	return lock, place, n.placeFacts, true
 }
 
-// adoptHanded looks after waiter next's place after a handoff whose
-// outcome is unknown: if the handoff was made, the place is next's lock,
-// and this instance enforces its lease as for any lock it made; next takes
-// it on its next try (against).
-func (z *ZooKeeper) adoptHanded(key, next, place string) {
+// adoptLock looks after waiter next's place when it may have become
+// next's lock without this instance knowing — a handoff or a claim whose
+// outcome is unknown: if it did, this instance enforces its lease as for
+// any lock it made, and next takes it on its next try (against).
+func (z *ZooKeeper) adoptLock(key, next, place string) {
 	z.retry(func(ctx context.Context) error {
 		n, err := z.get(ctx, place)
 		switch {

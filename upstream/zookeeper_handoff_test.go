@@ -255,3 +255,35 @@ func TestZooKeeperNoHandoffPastAWaiterMadeBetween(t *testing.T) {
 	}
 	mustGrant(t, other, key, o)
 }
+
+// TestZooKeeperUnknownClaimEndsAsALease: a place that became its waiter's
+// lock without the instance hearing of it (a claim whose caller's ctx
+// ended while it was on its way) is not left holding the key until the
+// session ends: when the place's keep runs out, the instance finds the
+// lock and ends it at its lease.
+func TestZooKeeperUnknownClaimEndsAsALease(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	raw := rawZK(t, srv.Addr())
+	key := "unknown-claim"
+	mustGrant(t, z, key, hold("a", time.Minute))
+	b := waitHold("b", time.Minute)
+	b.Waiter.Keep = 300 * time.Millisecond
+	mustBusy(t, z, key, b)
+	zkRelease(t, z, key, "a", true)
+
+	p, _ := place(t, raw, key, "b")
+	lock := zkData{Token: "b", Mode: engine.Lease}.lasts(time.Second)
+	if _, err := raw.Set(p, lock.encode(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if h, held, err := z.Inspect(testCtx(t), key); !held || err != nil || h.Token != "b" {
+		t.Fatalf("inspect: %+v %v %v", h, held, err)
+	}
+	eventually(t, 5*time.Second, "the lease of the unknown claim to end", func() bool {
+		return len(lockNodes(t, raw, key)) == 0
+	})
+	if left := time.Until(lock.expiry()); left > 0 {
+		t.Fatalf("the lock was deleted %v before its lease ran out", left)
+	}
+}

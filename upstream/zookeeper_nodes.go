@@ -220,7 +220,9 @@ func (z *ZooKeeper) endLease(p string, n *ownNode) {
 
 // endPlace deletes waiter place p once its keep has run out. The delete
 // expects version 0, the place as created: a place that became a lock
-// (written since) stays, and its lease timer takes over.
+// (written since) stays, and its lease timer takes over — armed here if
+// this instance did not know of the write (a claim whose caller's ctx
+// ended while it was on its way).
 func (z *ZooKeeper) endPlace(p string, n *ownNode, until time.Time) {
 	if wait := time.Until(until); wait > 0 {
 		z.rearm(p, n, wait)
@@ -238,6 +240,7 @@ func (z *ZooKeeper) endPlace(p string, n *ownNode, until time.Time) {
 		}
 		z.mu.Unlock()
 	case errors.Is(err, zk.ErrBadVersion):
+		z.adoptLock(n.key, n.token, p)
 	default:
 		z.rearm(p, n, z.retryDelay())
 	}
