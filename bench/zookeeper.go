@@ -97,22 +97,11 @@ func zkVersion(srvr string) string {
 func newZKProbe(zs *zktest.Server, pid int) *probe {
 	read := func(_ context.Context, c *costs) {
 		c.upstream += procCPU(zs.PID())
-		if out, err := zktest.FourLetter(zs.Addr(), "mntr"); err == nil {
-			c.cmds += integer(mntr(out)["zk_packets_received"])
+		if m, err := zktest.Mntr(zs.Addr()); err == nil {
+			c.cmds += integer(m["zk_packets_received"])
 		}
 	}
 	return &probe{pid: pid, upstream: read, closeFn: func() error { return nil }}
-}
-
-// mntr reads the reply to "mntr": one "name<TAB>value" a line.
-func mntr(out string) map[string]string {
-	m := map[string]string{}
-	for line := range strings.Lines(out) {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok {
-			m[k] = strings.TrimSpace(v)
-		}
-	}
-	return m
 }
 
 // zkRecipe is go-zookeeper's lock recipe, the peer of lockproxy's zookeeper

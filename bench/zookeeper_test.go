@@ -77,13 +77,6 @@ func TestZKVersion(t *testing.T) {
 	}
 }
 
-func TestMntr(t *testing.T) {
-	m := mntr("zk_version\t3.8.0, built on x\nzk_packets_sent\t3\nzk_packets_received\t4\nnot a pair\n")
-	if m["zk_packets_received"] != "4" || m["zk_packets_sent"] != "3" || m["zk_version"] != "3.8.0, built on x" || len(m) != 3 {
-		t.Fatalf("mntr = %v", m)
-	}
-}
-
 func TestWriteTableZooKeeper(t *testing.T) {
 	results := []outcome{
 		{impl: "lockproxy", conc: 1, cycles: 300, elapsed: time.Second, lat: []time.Duration{ms(1)}},

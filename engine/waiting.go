@@ -158,6 +158,9 @@ func (e *Engine) line(key string) []Waiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	q := e.waiting[key]
+	if len(q) == 0 {
+		return nil // no allocation on a release nobody waits for
+	}
 	line := make([]Waiter, 0, 2)
 	for _, w := range q[:min(len(q), 2)] {
 		line = append(line, w.place)

@@ -268,32 +268,25 @@ func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error)
 // the same multi makes it, just behind p unless another create came
 // between (placeMade): then the release can hand it the key (handOver).
 func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.Stat, error) {
-	next := a.h.Next
-	if next == nil || next.Keep <= 0 || a.z.hasPlace(a.key, next.ID) {
+	next := a.z.planPlace(a.key, a.h.Next)
+	if next == nil {
 		return a.z.set(ctx, p, d, 0)
 	}
-	prefix := a.dir + "/" + nodePrefix(next.ID, kindPlace)
-	ops := append([]any{&zk.SetDataRequest{Path: p, Data: d.encode(), Version: 0}},
-		a.z.createOps(a.dir, prefix, zkData{Token: next.ID, Name: next.Name})...)
+	ops := append([]any{&zk.SetDataRequest{Path: p, Data: d.encode(), Version: 0}}, next.ops(a.z)...)
 	// The caller's ctx does not cut the multi short: the place it makes is
 	// kept or swept, and should the caller be gone, Acquire drops the lock.
 	ctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
 	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
-	if err = multiErr(res, err, len(ops)); err == nil && (res[0].Stat == nil || res[2].Stat == nil) {
-		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
-	}
-	if err != nil {
-		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
-			a.z.spawn(func() { a.z.sweep(prefix) })
-		}
+	if err = multiDone(ops, res, err); err != nil {
+		next.failed(a.z, err)
 		return nil, zkErr("claim", p, err)
 	}
 	version := a.z.placeVersion(p)
 	if p == a.created {
 		version = a.version
 	}
-	a.z.placeMade(a.key, *next, res[1].String, res[2].Stat.Version, p, version)
+	next.made(a.z, a.key, res, p, version)
 	return res[0].Stat, nil
 }
 

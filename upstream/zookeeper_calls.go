@@ -257,11 +257,9 @@ func (z *ZooKeeper) multiCreateHooked(dir, prefix string, d zkData) created {
 
 // multiCreate runs createSeq's multi. Its error is the failing op's.
 func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
-	res, err := z.batch.multi(z.createOps(dir, prefix, d)...)
-	if err = multiErr(res, err, 2); err == nil && res[1].Stat == nil {
-		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
-	}
-	if err != nil {
+	ops := z.createOps(dir, prefix, d)
+	res, err := z.batch.multi(ops...)
+	if err = multiDone(ops, res, err); err != nil {
 		return created{err: err}
 	}
 	return created{path: res[0].String, czxid: res[1].Stat.Mzxid, version: res[1].Stat.Version, alone: res[1].Stat.NumChildren == 1}
@@ -275,6 +273,20 @@ func (z *ZooKeeper) createOps(dir, prefix string, d zkData) []any {
 		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
 		&zk.SetDataRequest{Path: dir, Version: -1},
 	}
+}
+
+// multiDone is the error of a multi of ops, as multiErr, or an error if a
+// set among them answered without the stat its caller reads.
+func multiDone(ops []any, res []zk.MultiResponse, err error) error {
+	if err = multiErr(res, err, len(ops)); err != nil {
+		return err
+	}
+	for i, op := range ops {
+		if _, isSet := op.(*zk.SetDataRequest); isSet && res[i].Stat == nil {
+			return errors.New("upstream: zookeeper: a multi's set answered without a stat")
+		}
+	}
+	return nil
 }
 
 // multiErr is the error of a multi of n ops: the request's, or the first

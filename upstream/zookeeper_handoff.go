@@ -68,17 +68,14 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 		return false
 	}
 	d := facts.want.lasts(facts.want.ttl())
-	ops := []any{
+	var after *nextPlace
+	if len(line) > 1 {
+		after = z.planPlace(key, &line[1])
+	}
+	ops := append([]any{
 		&zk.DeleteRequest{Path: lock, Version: -1},
 		&zk.SetDataRequest{Path: place, Data: d.encode(), Version: 0},
-	}
-	var after *engine.Waiter // the waiter whose place the multi makes
-	var prefix string
-	if len(line) > 1 && line[1].Keep > 0 && !z.hasPlace(key, line[1].ID) {
-		after = &line[1]
-		prefix = z.dir(key) + "/" + nodePrefix(after.ID, kindPlace)
-		ops = append(ops, z.createOps(z.dir(key), prefix, zkData{Token: after.ID, Name: after.Name})...)
-	}
+	}, after.ops(z)...)
 	// The client's ctx does not cut the multi short: its outcome is needed.
 	ctx, cancel := z.cleanupCtx(ctx)
 	defer cancel()
@@ -87,17 +84,12 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	// handoff is recorded, or the waiter reads and rewrites its place.
 	undo := z.deleteHere(lock)
 	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
-	if err = multiErr(res, err, len(ops)); err == nil && after != nil && res[3].Stat == nil {
-		err = errors.New("upstream: zookeeper: a multi's set answered without a stat")
-	}
-	if err != nil {
+	if err = multiDone(ops, res, err); err != nil {
 		undo()
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
 			z.spawn(func() { z.adoptLock(key, next, place) })
-			if after != nil {
-				z.spawn(func() { z.sweep(prefix) })
-			}
 		}
+		after.failed(z, err)
 		z.log.Debug("handoff not made; releasing", zap.String("key", key), zap.Error(err))
 		return false
 	}
@@ -109,16 +101,59 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	z.mu.Lock()
 	z.handed[zkLock{key, next}] = handoff{path: place, fence: stat.Czxid, version: stat.Version, data: d}
 	z.mu.Unlock()
-	if after != nil {
-		z.placeMade(key, *after, res[2].String, res[3].Stat.Version, place, facts.version)
-	}
+	after.made(z, key, res, place, facts.version)
 	return true
 }
 
-// placeMade keeps the place p that a handoff made for waiter w, which left
-// the container at version. It stands just behind before, the place handed
-// the key, when before's create left version-1: then it watches before;
-// else the waiter is put in line as after a grant (queue).
+// nextPlace is the place that a handoff's or a claim's multi makes for
+// the waiter after the one it gives the key to; its ops come last in the
+// multi. A nil *nextPlace makes none.
+type nextPlace struct {
+	w      engine.Waiter
+	dir    string
+	prefix string
+}
+
+// planPlace is the place to make for waiter w in key's line, or nil when
+// w needs none: no keep, or a place made through this session already.
+func (z *ZooKeeper) planPlace(key string, w *engine.Waiter) *nextPlace {
+	if w == nil || w.Keep <= 0 || z.hasPlace(key, w.ID) {
+		return nil
+	}
+	dir := z.dir(key)
+	return &nextPlace{w: *w, dir: dir, prefix: dir + "/" + nodePrefix(w.ID, kindPlace)}
+}
+
+// ops create the place (createOps).
+func (n *nextPlace) ops(z *ZooKeeper) []any {
+	if n == nil {
+		return nil
+	}
+	return z.createOps(n.dir, n.prefix, zkData{Token: n.w.ID, Name: n.w.Name})
+}
+
+// failed sweeps the place after a multi that failed with err, if it may
+// have been made after all.
+func (n *nextPlace) failed(z *ZooKeeper, err error) {
+	if n != nil && (unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded)) {
+		z.spawn(func() { z.sweep(n.prefix) })
+	}
+}
+
+// made keeps the place the multi made, whose answers end res; before is
+// the place or lock just handed on, whose create left beforeVersion.
+func (n *nextPlace) made(z *ZooKeeper, key string, res []zk.MultiResponse, before string, beforeVersion int32) {
+	if n == nil {
+		return
+	}
+	create, set := res[len(res)-2], res[len(res)-1]
+	z.placeMade(key, n.w, create.String, set.Stat.Version, before, beforeVersion)
+}
+
+// placeMade keeps the place p that a handoff or a claim made for waiter w,
+// which left the container at version. It stands just behind before, the
+// node given the key, when before's create left version-1: then it
+// watches before; else the waiter is put in line as after a grant (queue).
 func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int32, before string, beforeVersion int32) {
 	f := placeFacts{want: wanted(w.ID, w.TTL, w.Mode, w.Name), version: version}
 	if beforeVersion > 0 && version == beforeVersion+1 {

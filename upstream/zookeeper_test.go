@@ -556,21 +556,15 @@ func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 // that reads it counts as one.
 func packetsReceived(t *testing.T, addr string) int {
 	t.Helper()
-	out, err := zktest.FourLetter(addr, "mntr")
+	m, err := zktest.Mntr(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(out) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "zk_packets_received\t"); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
+	n, err := strconv.Atoi(m["zk_packets_received"])
+	if err != nil {
+		t.Fatalf("zk_packets_received in mntr: %v", err)
 	}
-	t.Fatalf("no zk_packets_received in mntr: %q", out)
-	return 0
+	return n
 }
 
 // TestZooKeeperBatchesUnderLoad: many clients locking and unlocking their

@@ -131,6 +131,27 @@ func (s *Server) Mode() (string, error) {
 	return "", nil // "This ZooKeeper instance is not currently serving requests"
 }
 
+// Mntr asks the server at addr for its statistics ("mntr"), by name. The
+// server counts the question as a packet received.
+func Mntr(addr string) (map[string]string, error) {
+	out, err := FourLetter(addr, "mntr")
+	if err != nil {
+		return nil, err
+	}
+	return parseMntr(out), nil
+}
+
+// parseMntr reads the reply to "mntr": one "name<TAB>value" a line.
+func parseMntr(out string) map[string]string {
+	m := map[string]string{}
+	for line := range strings.Lines(out) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
 // FourLetter sends a four-letter-word command to addr and returns the reply.
 func FourLetter(addr, cmd string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)

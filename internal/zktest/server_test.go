@@ -69,3 +69,10 @@ func TestEnsembleElectsAgain(t *testing.T) {
 		t.Errorf("leader does not count 2 synced followers:\n%s", stat)
 	}
 }
+
+func TestParseMntr(t *testing.T) {
+	m := parseMntr("zk_version\t3.8.0, built on x\nzk_packets_sent\t3\nzk_packets_received\t4\nnot a pair\n")
+	if m["zk_packets_received"] != "4" || m["zk_packets_sent"] != "3" || m["zk_version"] != "3.8.0, built on x" || len(m) != 3 {
+		t.Fatalf("parseMntr = %v", m)
+	}
+}
