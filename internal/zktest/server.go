@@ -24,10 +24,15 @@ var ReadyTimeout = 30 * time.Second
 // 20 ticks (400 ms to 4 s).
 const TickTime = 200
 
-// jvmFlags keep each JVM small and quick to start, and make the server
-// remove empty container nodes quickly, so tests can see it.
-const jvmFlags = "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto" +
-	" -Dznode.container.checkIntervalMs=200" // empty container nodes go within 0.2 s, not 60 s
+// ContainerCheck is how often the servers remove empty container nodes:
+// 0.2 s, so tests can see them go. ZooKeeper's own default is a minute.
+var ContainerCheck = 200 * time.Millisecond
+
+// jvmFlags keep each JVM small and quick to start, and set ContainerCheck.
+func jvmFlags() string {
+	return "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto" +
+		" -Dznode.container.checkIntervalMs=" + strconv.FormatInt(ContainerCheck.Milliseconds(), 10)
+}
 
 // ErrNotRunning is returned by Kill, Pause and Resume when the server's
 // process is not running.
@@ -72,7 +77,7 @@ func (s *Server) writeConfig(peers []string) error {
 // launch starts the server without waiting for it.
 func (s *Server) launch() error {
 	cmd := exec.Command(Script, "start-foreground", filepath.Join(s.dir, "zoo.cfg"))
-	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+jvmFlags)
+	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+jvmFlags())
 	cmd.Dir = s.dir
 	if err := s.Start(cmd, s.log()); err != nil {
 		return fmt.Errorf("zktest: %w", err)
