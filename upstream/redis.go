@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/rawconn"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -71,7 +72,7 @@ func orDefault[T int | string | time.Duration](v, def T) T {
 // may report a wrong outcome, and retrying is the quorum layer's business),
 // deadlines taken from the context, and pipelines on the one main pool.
 func (o RedisOptions) clientOptions() *redis.Options {
-	return &redis.Options{
+	opts := &redis.Options{
 		Addr:                  o.Addr,
 		Password:              o.Password,
 		DB:                    o.DB,
@@ -84,6 +85,8 @@ func (o RedisOptions) clientOptions() *redis.Options {
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
 	}
+	opts.Dialer = rawconn.Dialer(redis.NewDialer(opts))
+	return opts
 }
 
 // RedisNode is a quorum.Node over one Redis node. Concurrent calls share

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/rawconn"
 )
 
 var _ engine.Backend = (*ZooKeeper)(nil)
@@ -193,7 +194,7 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		lost:     map[zkLock]struct{}{},
 	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
+		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event), zk.WithDialer(rawconn.DialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: zookeeper: %w", err)
 	}
