@@ -38,7 +38,7 @@ type proxy struct {
 // binary it builds into dir once.
 type launcher struct {
 	inprocess bool
-	procs     int // the subprocess's GOMAXPROCS; 0: Go's default
+	procs     int // the subprocess's GOMAXPROCS; 0: lockproxy's choice
 	dir       string
 	bin       string // built on the first start of a subprocess
 }
@@ -93,19 +93,19 @@ func buildProxy(ctx context.Context, dir string) (string, error) {
 
 // subprocess is a lockproxy process this run started.
 type subprocess struct {
-	cmd    *exec.Cmd
-	ready  chan string   // the listen address, once
-	exited chan struct{} // closed once the process has exited
+	cmd     *exec.Cmd
+	ready   chan string   // the listen address, once
+	exited  chan struct{} // closed once the process has exited
+	threads string        // its GOMAXPROCS and what set it, logged before ready
 }
 
 // startSubprocess runs bin with args, which name the backend and its
-// servers, and waits until it serves. A positive procs is its GOMAXPROCS.
+// servers, and waits until it serves. A positive procs is its GOMAXPROCS;
+// 0 leaves the choice to lockproxy.
 func startSubprocess(ctx context.Context, bin string, args []string, procs int) (*proxy, error) {
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
-	desc := "subprocess pid %d"
 	if procs > 0 {
 		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(procs))
-		desc += ", GOMAXPROCS=" + strconv.Itoa(procs)
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -121,7 +121,8 @@ func startSubprocess(ctx context.Context, bin string, args []string, procs int) 
 		return nil, errors.Join(err, p.stop())
 	}
 	pid := cmd.Process.Pid
-	return &proxy{addr: addr, desc: fmt.Sprintf(desc, pid), pid: pid, stop: p.stop}, nil
+	desc := fmt.Sprintf("subprocess pid %d, %s", pid, p.threads)
+	return &proxy{addr: addr, desc: desc, pid: pid, stop: p.stop}, nil
 }
 
 // watch reads the process's log until it exits: it reports the listen
@@ -138,15 +139,20 @@ func (p *subprocess) watch(stderr io.Reader) {
 
 // logLine is the part of lockproxy's JSON log lines the bench reads.
 type logLine struct {
-	Level  string `json:"level"`
-	Msg    string `json:"msg"`
-	Listen string `json:"listen"`
+	Level      string `json:"level"`
+	Msg        string `json:"msg"`
+	Listen     string `json:"listen"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	SetBy      string `json:"set_by"`
 }
 
 func (p *subprocess) line(b []byte) {
 	var l logLine
 	if json.Unmarshal(b, &l) != nil || l.Level != "info" {
 		fmt.Fprintf(os.Stderr, "lockproxy: %s\n", b)
+	}
+	if l.Msg == "threads" {
+		p.threads = fmt.Sprintf("GOMAXPROCS=%d (%s)", l.GOMAXPROCS, l.SetBy)
 	}
 	if l.Msg == "lockproxy serving" && l.Listen != "" {
 		select {
