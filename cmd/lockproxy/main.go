@@ -113,7 +113,7 @@ func setThreads(cfg server.Config, log *zap.Logger) {
 // through one session, go-zookeeper's send and receive goroutines, so a
 // second thread is mostly woken to find nothing to do. On the benchmark's
 // two CPUs one thread cut lockproxy's CPU per cycle by about half and was
-// not slower at any concurrency measured (README, Benchmark).
+// not slower at any concurrency measured (README, Operations, Threads).
 func threads(cfg server.Config, env string) (int, string) {
 	switch {
 	case cfg.Threads > 0:
