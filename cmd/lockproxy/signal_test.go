@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,17 +34,8 @@ func TestSIGTERMDrains(t *testing.T) {
 	for i, n := range nodes {
 		addrs[i] = n.Addr()
 	}
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), "LOCKPROXY_TEST_MAIN_ARGS=--listen 127.0.0.1:0 --nodes "+strings.Join(addrs, ",")+" --config ../../config.example.toml")
-	stderr, err := child.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
-	addr := waitServing(t, bufio.NewScanner(stderr))
+	child, log := startMain(t, "--listen 127.0.0.1:0 --nodes "+strings.Join(addrs, ",")+" --config ../../config.example.toml")
+	addr := waitServing(t, log)
 
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -72,6 +64,27 @@ func TestSIGTERMDrains(t *testing.T) {
 			t.Fatalf("node %s still holds the bound lock after the drain: %d %v", a, n, err)
 		}
 	}
+}
+
+// startMain runs the real main with args in a child process, which is
+// killed when the test ends, and returns it and a scanner over its log
+// (stderr). The child's environment is the test's, without GOMAXPROCS,
+// plus env.
+func startMain(t *testing.T, args string, env ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") })
+	child.Env = append(child.Env, "LOCKPROXY_TEST_MAIN_ARGS="+args)
+	child.Env = append(child.Env, env...)
+	stderr, err := child.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	return child, bufio.NewScanner(stderr)
 }
 
 // waitServing reads the child's JSON log until it says where it listens.

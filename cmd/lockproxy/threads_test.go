@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/lockproxy/lockproxy/server"
@@ -73,25 +68,15 @@ func TestThreadsAreSet(t *testing.T) {
 	}
 }
 
-// childThreads starts main with args and GOMAXPROCS=env (unset when empty),
-// returns its threads line and kills it.
+// childThreads starts main with args and GOMAXPROCS=env (unset when empty)
+// and returns what its threads line says.
 func childThreads(t *testing.T, args, env string) (int, string) {
 	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") })
-	child.Env = append(child.Env, "LOCKPROXY_TEST_MAIN_ARGS="+args)
+	var extra []string
 	if env != "" {
-		child.Env = append(child.Env, "GOMAXPROCS="+env)
+		extra = append(extra, "GOMAXPROCS="+env)
 	}
-	stderr, err := child.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { child.Process.Kill(); child.Wait() }()
-	sc := bufio.NewScanner(stderr)
+	_, sc := startMain(t, args, extra...)
 	for sc.Scan() {
 		var line struct {
 			Msg        string

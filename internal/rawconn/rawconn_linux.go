@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -19,14 +20,39 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &conn{Conn: c, raw: raw}
+	rc := &conn{Conn: c, raw: raw}
+	rc.rd.fn, rc.wr.fn = rc.readFD, rc.writeFD
+	return rc
 }
 
 // conn is a net.Conn whose Read and Write are raw system calls; everything
 // else is c's.
 type conn struct {
 	net.Conn
-	raw syscall.RawConn
+	raw    syscall.RawConn
+	rd, wr call
+}
+
+// call is the Read or the Write in progress. Its callback is built once, in
+// Wrap, so a call allocates nothing. mu keeps concurrent calls in one
+// direction apart, as the socket's own lock, held by RawConn for the whole
+// call, already does.
+type call struct {
+	mu    sync.Mutex
+	buf   []byte
+	n     int // bytes moved
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// do runs the callback through rw (the RawConn's Read or Write) over p.
+func (k *call) do(rw func(func(uintptr) bool) error, p []byte) (int, syscall.Errno, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.buf, k.n, k.errno = p, 0, 0
+	err := rw(k.fn)
+	k.buf = nil
+	return k.n, k.errno, err
 }
 
 // SyscallConn is c's, for callers that inspect the socket (go-redis checks
@@ -37,25 +63,7 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case 0:
-				n = int(r)
-				return true
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until the socket is readable
-			default:
-				errno = e
-				return true
-			}
-		}
-	})
+	n, errno, err := c.rd.do(c.raw.Read, p)
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -67,25 +75,28 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *conn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.raw.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until the socket is writable
-			default:
-				errno = e
-				return true
-			}
+// readFD reads once into c.rd.buf; false asks RawConn to wait until the
+// socket is readable.
+func (c *conn) readFD(fd uintptr) bool {
+	k := &c.rd
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&k.buf[0])), uintptr(len(k.buf)))
+		switch e {
+		case 0:
+			k.n = int(r)
+			return true
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			k.errno = e
+			return true
 		}
-		return true
-	})
+	}
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	n, errno, err := c.wr.do(c.raw.Write, p)
 	switch {
 	case err != nil:
 		return n, c.opError("write", err)
@@ -93,6 +104,26 @@ func (c *conn) Write(p []byte) (int, error) {
 		return n, c.opError("write", errno)
 	}
 	return n, nil
+}
+
+// writeFD writes the rest of c.wr.buf; false asks RawConn to wait until the
+// socket is writable.
+func (c *conn) writeFD(fd uintptr) bool {
+	k := &c.wr
+	for k.n < len(k.buf) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&k.buf[k.n])), uintptr(len(k.buf)-k.n))
+		switch e {
+		case 0:
+			k.n += int(r)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			k.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // opError wraps err as net.Conn's own Read and Write do, so errors.Is finds

@@ -133,12 +133,7 @@ func TestReadDeadline(t *testing.T) {
 	for _, w := range wraps {
 		t.Run(w.name, func(t *testing.T) {
 			c, s := pair(t, w.wrap)
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.Read(make([]byte, 1))
-				done <- err
-			}()
-			time.Sleep(20 * time.Millisecond)
+			done := blockedRead(c)
 			c.SetReadDeadline(time.Unix(1, 0))
 			err := <-done
 			var ne net.Error
@@ -155,16 +150,23 @@ func TestReadDeadline(t *testing.T) {
 	}
 }
 
+// blockedRead starts a one-byte Read of c, gives it time to block, and
+// returns its error when it ends.
+func blockedRead(c net.Conn) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	return done
+}
+
 func TestUseAfterClose(t *testing.T) {
 	for _, w := range wraps {
 		t.Run(w.name, func(t *testing.T) {
 			c, _ := pair(t, w.wrap)
-			done := make(chan error, 1)
-			go func() {
-				_, err := c.Read(make([]byte, 1))
-				done <- err
-			}()
-			time.Sleep(20 * time.Millisecond)
+			done := blockedRead(c)
 			c.Close()
 			if err := <-done; !errors.Is(err, net.ErrClosed) {
 				t.Fatalf("read blocked at close: %v, want net.ErrClosed", err)
@@ -235,5 +237,23 @@ func TestListenerAndDialersWrap(t *testing.T) {
 	}
 	if _, err := DialTimeout("tcp", "127.0.0.1:1", time.Second); err == nil {
 		t.Error("DialTimeout to a closed port: no error")
+	}
+}
+
+// A Read or Write allocates nothing: they run on every request.
+func TestNoAllocations(t *testing.T) {
+	c, s := pair(t, Wrap)
+	go io.Copy(s, s) // echo
+	buf := make([]byte, 16)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per write and read, want 0", allocs)
 	}
 }
