@@ -83,7 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound of one LOCK+UNLOCK cycle")
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
-	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: lockproxy's own choice, its threads setting)")
+	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

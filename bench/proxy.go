@@ -93,15 +93,14 @@ func buildProxy(ctx context.Context, dir string) (string, error) {
 
 // subprocess is a lockproxy process this run started.
 type subprocess struct {
-	cmd     *exec.Cmd
-	ready   chan string   // the listen address, once
-	exited  chan struct{} // closed once the process has exited
-	threads string        // its GOMAXPROCS and what set it, logged before ready
+	cmd    *exec.Cmd
+	ready  chan string   // the listen address, once
+	exited chan struct{} // closed once the process has exited
 }
 
 // startSubprocess runs bin with args, which name the backend and its
 // servers, and waits until it serves. A positive procs is its GOMAXPROCS;
-// 0 leaves the choice to lockproxy.
+// 0 leaves Go's default (one per CPU, or the GOMAXPROCS environment).
 func startSubprocess(ctx context.Context, bin string, args []string, procs int) (*proxy, error) {
 	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	if procs > 0 {
@@ -121,7 +120,11 @@ func startSubprocess(ctx context.Context, bin string, args []string, procs int) 
 		return nil, errors.Join(err, p.stop())
 	}
 	pid := cmd.Process.Pid
-	desc := fmt.Sprintf("subprocess pid %d, %s", pid, p.threads)
+	threads := "GOMAXPROCS: Go's default"
+	if procs > 0 {
+		threads = fmt.Sprintf("GOMAXPROCS=%d", procs)
+	}
+	desc := fmt.Sprintf("subprocess pid %d, %s", pid, threads)
 	return &proxy{addr: addr, desc: desc, pid: pid, stop: p.stop}, nil
 }
 
@@ -139,20 +142,15 @@ func (p *subprocess) watch(stderr io.Reader) {
 
 // logLine is the part of lockproxy's JSON log lines the bench reads.
 type logLine struct {
-	Level      string `json:"level"`
-	Msg        string `json:"msg"`
-	Listen     string `json:"listen"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	SetBy      string `json:"set_by"`
+	Level  string `json:"level"`
+	Msg    string `json:"msg"`
+	Listen string `json:"listen"`
 }
 
 func (p *subprocess) line(b []byte) {
 	var l logLine
 	if json.Unmarshal(b, &l) != nil || l.Level != "info" {
 		fmt.Fprintf(os.Stderr, "lockproxy: %s\n", b)
-	}
-	if l.Msg == "threads" {
-		p.threads = fmt.Sprintf("GOMAXPROCS=%d (%s)", l.GOMAXPROCS, l.SetBy)
 	}
 	if l.Msg == "lockproxy serving" && l.Listen != "" {
 		select {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
-
-	"github.com/lockproxy/lockproxy/internal/rawconn"
 )
 
 // Config configures the server.
@@ -74,7 +72,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.srv = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.serve, s.accept, s.closed)
 	s.mu.Unlock()
-	err := s.srv.Serve(GuardListener(rawconn.Listener(ln), s.cfg.Limits))
+	err := s.srv.Serve(GuardListener(ln, s.cfg.Limits))
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}

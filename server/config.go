@@ -20,8 +20,6 @@ type Config struct {
 	MetricsListen string `toml:"metrics_listen"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
-	// Threads is GOMAXPROCS; 0 lets the command choose (config.example.toml).
-	Threads int `toml:"threads"`
 
 	Redlock   RedlockConfig   `toml:"redlock"`
 	ZooKeeper ZooKeeperConfig `toml:"zookeeper"`
@@ -147,9 +145,6 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("backend %q: want redlock, zookeeper or embedded", c.Backend)
-	}
-	if c.Threads < 0 {
-		return fmt.Errorf("threads must be 0 (choose) or positive, not %d", c.Threads)
 	}
 	if c.Locks.BoundLeaseMS <= 0 {
 		return fmt.Errorf("locks.bound_lease_ms must be positive")

@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/engine"
-	"github.com/lockproxy/lockproxy/internal/rawconn"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -85,7 +84,6 @@ func (o RedisOptions) clientOptions() *redis.Options {
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
 	}
-	opts.Dialer = rawconn.Dialer(redis.NewDialer(opts))
 	return opts
 }
 

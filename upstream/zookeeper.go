@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/engine"
-	"github.com/lockproxy/lockproxy/internal/rawconn"
 )
 
 var _ engine.Backend = (*ZooKeeper)(nil)
@@ -194,7 +193,7 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		lost:     map[zkLock]struct{}{},
 	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event), zk.WithDialer(rawconn.DialTimeout))
+		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
 	if err != nil {
 		return nil, fmt.Errorf("upstream: zookeeper: %w", err)
 	}

@@ -2,7 +2,6 @@
 //
 //	lockproxy [--config FILE] [--listen ADDR] [--backend redlock|zookeeper|embedded]
 //	          [--nodes HOST:PORT,...] [--zk HOST:PORT,...] [--metrics-listen ADDR]
-//	          [--threads N]
 //
 // Every flag overrides the config file's key of the same meaning.
 package main
@@ -13,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -43,7 +41,6 @@ func main() {
 		os.Exit(2)
 	}
 	defer log.Sync()
-	setThreads(cfg, log)
 	upstream.RouteLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -66,7 +63,6 @@ func configure(args []string) (server.Config, error) {
 	metrics := fs.String("metrics-listen", "", "HTTP address for /metrics, /healthz and /readyz (empty: off)")
 	password := fs.String("password", "", "password clients must give with AUTH or HELLO")
 	level := fs.String("log-level", cfg.LogLevel, "log level: debug, info, warn, error")
-	threads := fs.Int("threads", cfg.Threads, "threads running Go code, GOMAXPROCS (0: one for zookeeper, one per CPU otherwise)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -91,39 +87,10 @@ func configure(args []string) (server.Config, error) {
 	set("metrics-listen", func() { cfg.MetricsListen = *metrics })
 	set("password", func() { cfg.Password = *password })
 	set("log-level", func() { cfg.LogLevel = *level })
-	set("threads", func() { cfg.Threads = *threads })
 	if len(cfg.Redlock.Nodes) > 0 && cfg.Backend == "" {
 		cfg.Backend = "redlock" // nodes given without a backend mean redlock
 	}
 	return cfg, cfg.Validate()
-}
-
-// setThreads sets GOMAXPROCS as cfg asks and logs the threads and why.
-func setThreads(cfg server.Config, log *zap.Logger) {
-	n, why := threads(cfg, os.Getenv("GOMAXPROCS"))
-	if n > 0 {
-		runtime.GOMAXPROCS(n)
-	}
-	log.Info("threads", zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)), zap.String("set_by", why))
-}
-
-// threads is the GOMAXPROCS cfg asks for, or 0 to keep Go's, and what
-// decided it. env is the GOMAXPROCS environment variable, which Go applies
-// itself. The zookeeper backend gets one thread: its requests all go
-// through one session, go-zookeeper's send and receive goroutines, so a
-// second thread is mostly woken to find nothing to do. On the benchmark's
-// two CPUs one thread cut lockproxy's CPU per cycle by about half and was
-// not slower at any concurrency measured (README, Operations, Threads).
-func threads(cfg server.Config, env string) (int, string) {
-	switch {
-	case cfg.Threads > 0:
-		return cfg.Threads, "threads"
-	case env != "":
-		return 0, "GOMAXPROCS"
-	case cfg.BackendName() == "zookeeper":
-		return 1, "zookeeper backend"
-	}
-	return 0, "one per CPU"
 }
 
 func newLogger(level string) (*zap.Logger, error) {

@@ -60,7 +60,6 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--backend", "redlock"}, "needs redlock.nodes"},
 		{[]string{"--config", "/nonexistent.toml"}, "no such file"},
 		{[]string{"--bogus"}, "unknown flag"},
-		{[]string{"--threads", "-1"}, "threads must be 0"},
 	} {
 		if _, err := configure(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err %v, want %q", tc.args, err, tc.want)
