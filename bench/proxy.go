@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // Bounds of the lockproxy's lifecycle.
@@ -59,7 +59,7 @@ func (l *launcher) start(ctx context.Context, s suite, servers []string) (*proxy
 }
 
 func startInProcess(s suite, servers []string) (*proxy, error) {
-	cfg := server.Default()
+	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Backend = s.backend
 	if s.backend == "zookeeper" {
@@ -67,7 +67,7 @@ func startInProcess(s suite, servers []string) (*proxy, error) {
 	} else {
 		cfg.Redlock.Nodes = servers
 	}
-	in, err := server.Start(cfg, zap.NewNop())
+	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {
 		return nil, fmt.Errorf("start lockproxy in-process: %w", err)
 	}

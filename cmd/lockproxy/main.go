@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/upstream"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -44,7 +44,7 @@ func main() {
 	upstream.RouteLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := server.Run(ctx, cfg, log, drainTimeout); err != nil {
+	if err := instance.Run(ctx, cfg, log, drainTimeout); err != nil {
 		log.Error("lockproxy stopped", zap.Error(err))
 		os.Exit(1)
 	}
@@ -52,8 +52,8 @@ func main() {
 
 // configure reads the config file named by --config, if any, over the
 // defaults, then applies the flags the user set.
-func configure(args []string) (server.Config, error) {
-	cfg := server.Default()
+func configure(args []string) (instance.Config, error) {
+	cfg := instance.Default()
 	fs := pflag.NewFlagSet("lockproxy", pflag.ContinueOnError)
 	file := fs.String("config", "", "TOML config file (see config.example.toml)")
 	listen := fs.String("listen", cfg.Listen, "RESP listen address")

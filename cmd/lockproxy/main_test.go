@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // TestExampleConfigIsTheDefault: config.example.toml documents every key
@@ -17,7 +17,7 @@ func TestExampleConfigIsTheDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := server.Default()
+	want := instance.Default()
 	want.Redlock.Nodes, want.ZooKeeper.Servers = []string{}, []string{}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("example config differs from the defaults:\n got %+v\nwant %+v", cfg, want)

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 )
 
 // TestSetNXWithoutTTLIsBoundToTheConnection: SETNX's lock lives while the
 // connection does (renewed past the bound lease), and ends with it.
 func TestSetNXWithoutTTLIsBoundToTheConnection(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg) // bound lease 1.5 s
 		key := uniqueKey(t)
 		a, b := dialRaw(t, in.Addr()), newClient(t, in.Addr(), 2)
@@ -39,7 +39,7 @@ func TestSetNXWithoutTTLIsBoundToTheConnection(t *testing.T) {
 // TestExpireTurnsBoundLockIntoLease: SETNX then EXPIRE, the legacy
 // pattern; once EXPIRE ran, closing the connection no longer frees it.
 func TestExpireTurnsBoundLockIntoLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		a, b := dialRaw(t, in.Addr()), newClient(t, in.Addr(), 2)
@@ -62,7 +62,7 @@ func TestExpireTurnsBoundLockIntoLease(t *testing.T) {
 // TestLegacyAndNativeAreTheSameLocks: SET NX then UNLOCK, LOCK then GET,
 // and the compare-and-delete commands on LOCK's token.
 func TestLegacyAndNativeAreTheSameLocks(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		c := dialRaw(t, in.Addr())
@@ -109,7 +109,7 @@ var grantReply = regexp.MustCompile(`^\[(\S+) :\d+ :29\d\d\d\]$`)
 // legacy.del_from_any_connection off, DEL, UNLINK, DELEX and EXPIRE from
 // a connection that did not take the lock count 0 and change nothing.
 func TestDelFromOtherConnectionsCanBeRefused(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		cfg.Legacy.DelFromAnyConnection = false
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
@@ -137,7 +137,7 @@ func TestDelFromOtherConnectionsCanBeRefused(t *testing.T) {
 // constant ("SETNX lock 1"); of 20 clients racing with the same value, one
 // gets the lock.
 func TestSameValueFromManyClientsGrantsOnce(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		var wg sync.WaitGroup
@@ -170,7 +170,7 @@ func TestSameValueFromManyClientsGrantsOnce(t *testing.T) {
 // instance stops renewing it and does not release it when the client
 // leaves.
 func TestExpireThroughAnotherInstance(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		one, two := startInstance(t, cfg), startInstance(t, cfg)
 		key := uniqueKey(t)
 		a, b := dialRaw(t, one.Addr()), newClient(t, two.Addr(), 2)

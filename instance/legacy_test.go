@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // releaseScript is the compare-and-delete of the redis.io lock page.
@@ -62,7 +62,7 @@ var legacyScenarios = map[string][]string{
 // and on lockproxy, in RESP2 and RESP3, and compares the replies byte for
 // byte.
 func TestLegacyRepliesMatchRedis(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		plain := redistest.Start(t, redistest.Options{})
 		in := startInstance(t, cfg)
 		sha := sha1Hex(releaseScript)

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/zktest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"go.uber.org/zap"
 )
 
@@ -126,11 +126,11 @@ func startZKChild(t *testing.T, zkAddr string) (*exec.Cmd, string) {
 // serveZK is the child process of startZKChild: lockproxy over the
 // ZooKeeper at zkAddr, until killed (bounded: a minute).
 func serveZK(zkAddr string) {
-	cfg := server.Default()
+	cfg := instance.Default()
 	cfg.Listen, cfg.Backend, cfg.MetricsListen = "127.0.0.1:0", "zookeeper", ""
 	cfg.ZooKeeper.Servers, cfg.ZooKeeper.SessionTimeoutMS = []string{zkAddr}, 2000
 	cfg.Locks.BoundLeaseMS = 1500
-	in, err := server.Start(cfg, zap.NewNop())
+	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

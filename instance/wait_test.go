@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,7 +72,7 @@ func recv(t *testing.T, ch <-chan lockResult, d time.Duration, what string) lock
 // it, long before the holder's lease would have run out — through one
 // instance, and when holder and waiter use two different instances.
 func TestWaitHandoff(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		one, two := startInstance(t, cfg), startInstance(t, cfg)
 		for _, tc := range []struct {
 			name            string
@@ -98,7 +98,7 @@ func TestWaitHandoff(t *testing.T) {
 // TestWaitFIFO: 20 clients of one instance wait in turn; each release goes
 // to the one that waited longest.
 func TestWaitFIFO(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		holder := newClient(t, in.Addr(), 2)
@@ -149,7 +149,7 @@ func inOrder(t *testing.T, order chan int, n int) {
 // TestWaitTimeout: a WAIT that elapses answers null, on time, and leaves
 // no waiter behind.
 func TestWaitTimeout(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		c := newClient(t, in.Addr(), 3)
 		key := uniqueKey(t)
@@ -172,7 +172,7 @@ func TestWaitTimeout(t *testing.T) {
 // TestWait0WakesWhenHolderIsKilled: WAIT 0 blocks until the holder's
 // connection-bound lock is released because its client process was killed.
 func TestWait0WakesWhenHolderIsKilled(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		child := startHolder(t, in.Addr(), key)
@@ -187,7 +187,7 @@ func TestWait0WakesWhenHolderIsKilled(t *testing.T) {
 // TestWaiterKilled: a waiter whose connection dies stops waiting at once;
 // the next waiter gets the lock; no goroutine is left behind.
 func TestWaiterKilled(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		key := uniqueKey(t)
 		h := newClient(t, in.Addr(), 2)
@@ -246,7 +246,7 @@ func TestWaitWithoutNotifications(t *testing.T) {
 // each release goes to the waiter that arrived first, whichever instance it
 // waits in.
 func TestWaitOrderAcrossInstances(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		ins := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
 		key := uniqueKey(t)
 		probe := []*redis.Client{newClient(t, ins[0], 2), newClient(t, ins[1], 2)}

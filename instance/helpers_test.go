@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/internal/zktest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -24,8 +24,8 @@ func uniqueKey(t *testing.T) string {
 
 // testConfig is a redlock config over nodes on a free loopback port, with a
 // short bound lease so watchdog behaviour shows within a test.
-func testConfig(nodes []*redistest.Server) server.Config {
-	cfg := server.Default()
+func testConfig(nodes []*redistest.Server) instance.Config {
+	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Backend = "redlock"
 	cfg.Locks.BoundLeaseMS = 1500
@@ -40,20 +40,20 @@ type backendCase struct {
 	name string
 	// config starts the backend's servers for the test and returns the
 	// config of an instance over them; instances sharing it share locks.
-	config func(t *testing.T) server.Config
+	config func(t *testing.T) instance.Config
 }
 
 // backends are the backends every conformance test runs against — the
 // same test, the backend a parameter — so that their behaviour cannot
 // drift apart.
 var backends = []backendCase{
-	{"redlock", func(t *testing.T) server.Config { return testConfig(redistest.StartN(t, 3, redistest.Options{})) }},
-	{"zookeeper", func(t *testing.T) server.Config { return zkConfig(zktest.Start(t)) }},
+	{"redlock", func(t *testing.T) instance.Config { return testConfig(redistest.StartN(t, 3, redistest.Options{})) }},
+	{"zookeeper", func(t *testing.T) instance.Config { return zkConfig(zktest.Start(t)) }},
 }
 
 // zkConfig is a zookeeper config over zk with the short bound lease of
 // testConfig.
-func zkConfig(zk *zktest.Server) server.Config {
+func zkConfig(zk *zktest.Server) instance.Config {
 	cfg := testConfig(nil)
 	cfg.Backend = "zookeeper"
 	cfg.ZooKeeper.Servers = []string{zk.Addr()}
@@ -62,20 +62,20 @@ func zkConfig(zk *zktest.Server) server.Config {
 }
 
 // eachBackend runs test once per backend, as a subtest named after it.
-func eachBackend(t *testing.T, test func(t *testing.T, cfg server.Config)) {
+func eachBackend(t *testing.T, test func(t *testing.T, cfg instance.Config)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) { test(t, b.config(t)) })
 	}
 }
 
 // startInstance runs lockproxy in-process and drains it when the test ends.
-func startInstance(t *testing.T, cfg server.Config) *server.Instance {
+func startInstance(t *testing.T, cfg instance.Config) *instance.Instance {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	if os.Getenv("LOCKPROXY_TEST_LOG") != "" {
 		log = zaptest.NewLogger(t)
 	}
-	in, err := server.Start(cfg, log)
+	in, err := instance.Start(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func startInstance(t *testing.T, cfg server.Config) *server.Instance {
 }
 
 // startRedlock starts n real redis-servers and one lockproxy over them.
-func startRedlock(t *testing.T, n int) (*server.Instance, []*redistest.Server) {
+func startRedlock(t *testing.T, n int) (*instance.Instance, []*redistest.Server) {
 	t.Helper()
 	nodes := redistest.StartN(t, n, redistest.Options{})
 	return startInstance(t, testConfig(nodes)), nodes

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"net"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // redisCLI runs redis-cli against addr with script on its standard input
@@ -27,7 +27,7 @@ func redisCLI(t *testing.T, addr, script string, args ...string) []string {
 // TestRedisCLITranscript drives every native command through redis-cli and
 // checks the transcript line by line (patterns where values are random).
 func TestRedisCLITranscript(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		script := `PING
 CLIENT SETNAME cli-test

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,7 +79,7 @@ func TestDrainReleasesBoundLocks(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	cfg := testConfig(nodes)
 	cfg.Locks.BoundLeaseMS = 60000 // expiry would take a minute: only the drain frees it
-	in, err := server.Start(cfg, quietLogger(t))
+	in, err := instance.Start(cfg, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestDrainReleasesBoundLocks(t *testing.T) {
 // TestEmbeddedDefault: the default config serves locks with no external
 // service, leases really expire, and fences increase.
 func TestEmbeddedDefault(t *testing.T) {
-	cfg := server.Default()
+	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	in := startInstance(t, cfg)
 	c := newClient(t, in.Addr(), 3)

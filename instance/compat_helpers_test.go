@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // The compat tests drive real lock libraries, unmodified, through their own
@@ -45,7 +45,7 @@ func compatTargets(t *testing.T, check func(t *testing.T, addr string)) {
 		check(t, redistest.Start(t, redistest.Options{}).Addr())
 	})
 	t.Run("lockproxy", func(t *testing.T) {
-		eachBackend(t, func(t *testing.T, cfg server.Config) { check(t, startInstance(t, cfg).Addr()) })
+		eachBackend(t, func(t *testing.T, cfg instance.Config) { check(t, startInstance(t, cfg).Addr()) })
 	})
 }
 

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"runtime"
@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // TestBadArguments: each malformed request gets a Redis-style error, the
 // connection keeps serving, and no lock changes.
 func TestBadArguments(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		c := dialRaw(t, in.Addr())
 		longKey := strings.Repeat("k", 1025)
@@ -126,7 +126,7 @@ func TestProtocolAbuse(t *testing.T) {
 // TestMaxClients: a connection beyond max_clients is refused with Redis's
 // error; the others keep working.
 func TestMaxClients(t *testing.T) {
-	cfg := server.Default()
+	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Limits.MaxClients = 2
 	in := startInstance(t, cfg)

@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 )
 
 // TestNativeCommands runs every native command through go-redis in RESP2
 // and RESP3 against lockproxy over three real redis-servers.
 func TestNativeCommands(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		for _, proto := range []int{2, 3} {
 			t.Run(map[int]string{2: "RESP2", 3: "RESP3"}[proto], func(t *testing.T) {
@@ -98,7 +98,7 @@ func lockInfo(t *testing.T, c *redis.Client, key string) map[string]any {
 // while the connection lives, shows as bound, and is released when the
 // connection closes.
 func TestBoundLockRenewedAndReleased(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		ctx := context.Background()
 		holder, other := newClient(t, in.Addr(), 3), newClient(t, in.Addr(), 3)
@@ -129,7 +129,7 @@ func TestBoundLockRenewedAndReleased(t *testing.T) {
 // TestRenewTurnsBoundIntoLease: RENEW PX makes a bound lock a lease that
 // survives its connection.
 func TestRenewTurnsBoundIntoLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg server.Config) {
+	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		ctx := context.Background()
 		holder, other := newClient(t, in.Addr(), 2), newClient(t, in.Addr(), 2)

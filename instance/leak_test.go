@@ -1,4 +1,4 @@
-package server_test
+package instance_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/server"
+	"github.com/lockproxy/lockproxy/instance"
 )
 
 // TestNoGoroutineLeak: an instance that served bound and lease locks to
@@ -15,7 +15,7 @@ import (
 func TestNoGoroutineLeak(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	base := runtime.NumGoroutine()
-	in, err := server.Start(testConfig(nodes), quietLogger(t))
+	in, err := instance.Start(testConfig(nodes), quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
