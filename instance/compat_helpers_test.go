@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // The compat tests drive real lock libraries, unmodified, through their own

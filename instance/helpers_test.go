@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/internal/zktest"
-	"github.com/lockproxy/lockproxy/instance"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // releaseScript is the compare-and-delete of the redis.io lock page.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

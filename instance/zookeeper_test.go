@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/internal/zktest"
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/zktest"
 	"go.uber.org/zap"
 )
 
