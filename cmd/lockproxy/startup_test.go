@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/lockproxy/lockproxy/instance"
 )
 
@@ -123,8 +126,8 @@ func TestPasswordSources(t *testing.T) {
 	}
 	withFile := writeConfig(t, `password_file = "`+file+`"`+"\n")
 	for _, tc := range []struct {
-		args          []string
-		env           func(string) string
+		args           []string
+		env            func(string) string
 		pass, passFile string
 	}{
 		{[]string{"--config", withFile}, noEnv, "", file},
@@ -141,4 +144,27 @@ func TestPasswordSources(t *testing.T) {
 	if cfg.Redlock.Password != "nodes-env" {
 		t.Errorf("%s not used: %q", envNodePassword, cfg.Redlock.Password)
 	}
+}
+
+// TestExampleConfigListsEveryKey: every key of instance.Config appears in
+// config.example.toml, so that the file documents them all.
+func TestExampleConfigListsEveryKey(t *testing.T) {
+	var cfg instance.Config
+	md, err := toml.DecodeFile("../../config.example.toml", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(typ reflect.Type, path []string)
+	walk = func(typ reflect.Type, path []string) {
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			key := append(slices.Clone(path), f.Tag.Get("toml"))
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key)
+			} else if !md.IsDefined(key...) {
+				t.Errorf("config.example.toml lacks %s", strings.Join(key, "."))
+			}
+		}
+	}
+	walk(reflect.TypeOf(cfg), nil)
 }
