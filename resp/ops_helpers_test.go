@@ -31,9 +31,9 @@ type opsServer struct {
 
 type nopSession struct{}
 
-func (nopSession) Opened(*resp.Conn)   {}
-func (nopSession) Reset(*resp.Conn)    {}
-func (nopSession) Closed(*resp.Conn)   {}
+func (nopSession) Opened(*resp.Conn)  {}
+func (nopSession) Reset(*resp.Conn)   {}
+func (nopSession) Closed(*resp.Conn)  {}
 func (nopSession) Info(string) string { return "" }
 
 func newOpsServer(t *testing.T, cfg resp.Config) *opsServer {
