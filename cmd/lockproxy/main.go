@@ -4,7 +4,9 @@
 //	          [--nodes HOST:PORT,...] [--zk HOST:PORT,...] [--metrics-listen ADDR]
 //
 // Every flag overrides the config file's key of the same meaning. It takes
-// no positional arguments. Exit status: 0 after a drain (SIGINT, SIGTERM),
+// no positional arguments. SIGHUP re-reads the configuration and applies
+// what can change while serving (password, log level); certificates are
+// re-read whenever their files change. Exit status: 0 after a drain (SIGINT, SIGTERM),
 // --help or --version; 2 for a configuration that cannot work; 1 when
 // serving failed.
 package main
@@ -60,20 +62,62 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "lockproxy: %v\n(lockproxy --help lists the flags; config.example.toml the keys)\n", err)
 		return 2
 	}
-	log, err := newLogger(cfg.LogLevel, stderr)
-	if err != nil {
+	level := zap.NewAtomicLevel()
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		fmt.Fprintln(stderr, "lockproxy:", err)
 		return 2
 	}
+	log := newLogger(level, stderr)
 	defer log.Sync()
 	upstream.RouteLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := instance.Run(ctx, cfg, log, drainTimeout); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := func(in *instance.Instance) {
+		next, err := configure(args, getenv)
+		if err == nil {
+			_, _, err = in.Reload(next)
+		}
+		if err != nil {
+			log.Error("SIGHUP: configuration not reloaded; the running one stays", zap.Error(err))
+			return
+		}
+		if next.LogLevel != level.Level().String() {
+			_ = level.UnmarshalText([]byte(next.LogLevel))
+			log.Info("log level changed", zap.String("log_level", next.LogLevel))
+		}
+	}
+	if err := serve(ctx, cfg, log, hup, reload); err != nil {
 		log.Error("lockproxy stopped", zap.Error(err))
 		return 1
 	}
 	return 0
+}
+
+// serve runs an instance of cfg until ctx is done, reloading it on each
+// value from hup, then drains it.
+func serve(ctx context.Context, cfg instance.Config, log *zap.Logger, hup <-chan os.Signal, reload func(*instance.Instance)) error {
+	in, err := instance.Start(cfg, log)
+	if err != nil {
+		return err
+	}
+	var served error
+	for loop := true; loop; {
+		select {
+		case <-ctx.Done():
+			loop = false
+		case served = <-in.Served():
+			loop = false
+		case <-hup:
+			log.Info("SIGHUP: reloading the configuration")
+			reload(in)
+		}
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	return errors.Join(served, in.Shutdown(dctx))
 }
 
 // flags are lockproxy's command-line flags.
@@ -200,14 +244,11 @@ func impliedBackend(cfg *instance.Config) {
 	}
 }
 
-// newLogger writes JSON lines with ISO-8601 timestamps to w.
-func newLogger(level string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, err
-	}
+// newLogger writes JSON lines with ISO-8601 timestamps to w at level,
+// which SIGHUP may change.
+func newLogger(level zap.AtomicLevel, w io.Writer) *zap.Logger {
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(ec), zapcore.Lock(zapcore.AddSync(w)), zap.NewAtomicLevelAt(lvl))
-	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel)), nil
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(ec), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.ErrorLevel))
 }
