@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,10 +122,11 @@ func (c *opsClient) reply(t *testing.T) string {
 }
 
 // closed reports whether the server closed the connection with nothing
-// more to read.
+// more to read: EOF, or a reset when the server closed with the client's
+// bytes unread (as Redis's refusals do too).
 func (c *opsClient) closed() bool {
 	_, err := c.r.ReadByte()
-	return err == io.EOF
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func readReply(r *bufio.Reader) (string, error) {
