@@ -157,8 +157,10 @@ func (s *Server) kill(me *Conn, f killFilter) (killed int, self bool) {
 	return len(victims), self
 }
 
+// matches skips connections already closing: a second KILL of the same
+// client finds no such client, as in Redis.
 func (f killFilter) matches(c *Conn) bool {
-	return (f.id == 0 || c.id == f.id) &&
+	return !c.closing.Load() && (f.id == 0 || c.id == f.id) &&
 		(f.addr == "" || c.rc.RemoteAddr() == f.addr) &&
 		(f.laddr == "" || c.rc.NetConn().LocalAddr().String() == f.laddr)
 }

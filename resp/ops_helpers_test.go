@@ -85,7 +85,7 @@ func (s *opsServer) dial(t *testing.T) *opsClient {
 	var c net.Conn
 	var err error
 	if s.tls != nil {
-		c, err = tls.Dial("tcp", s.addr, s.tls)
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", s.addr, s.tls)
 	} else {
 		c, err = net.Dial("tcp", s.addr)
 	}

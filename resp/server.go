@@ -61,6 +61,7 @@ type Server struct {
 	pass      atomic.Pointer[string] // the password; SetPassword changes it
 	fullLog   rateLog                // refusals at max_clients
 	attackLog rateLog                // HTTP requests closed
+	tlsLog    rateLog                // failed TLS handshakes
 
 	mu    sync.Mutex
 	conns map[uint64]*Conn
@@ -75,7 +76,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	cfg.Limits = cfg.Limits.WithDefaults()
 	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}}
 	s.SetPassword(cfg.Password)
-	s.fullLog.every, s.attackLog.every = refusalLogEvery, refusalLogEvery
+	s.fullLog.every, s.attackLog.every, s.tlsLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery
 	if err := table.Add(append(s.handshake(), s.httpCommands()...)...); err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.srv = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.serve, s.accept, s.closed)
 	s.mu.Unlock()
 	if s.cfg.TLS != nil {
-		ln = tls.NewListener(ln, s.cfg.TLS)
+		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
 	}
 	err := s.srv.Serve(GuardListener(ln, s.cfg.Limits))
 	if errors.Is(err, net.ErrClosed) {
