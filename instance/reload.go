@@ -16,7 +16,8 @@ var reloadable = []string{"password", "password_file", "log_level"}
 // Reload applies what can change safely in a running instance — the
 // clients' password (re-reading password_file) — and logs it. It returns
 // the keys that changed and were applied, and those that changed but need a
-// restart (logged as such). An invalid cfg changes nothing.
+// restart (logged as such). An invalid cfg changes nothing. Calls must not
+// overlap (main makes them one at a time, on SIGHUP).
 func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
