@@ -15,6 +15,12 @@ type Config struct {
 	Backend string `toml:"backend"`
 	// Password, when set, must be given with AUTH or HELLO AUTH.
 	Password string `toml:"password"`
+	// PasswordFile names a file holding the password (one trailing newline
+	// is dropped); it is read at start-up and on SIGHUP.
+	PasswordFile string `toml:"password_file"`
+	// ProtectedMode refuses clients from other hosts while no password is
+	// set, as Redis's protected-mode does (default true).
+	ProtectedMode bool `toml:"protected_mode"`
 	// MetricsListen is the HTTP address of /metrics, /healthz and /readyz;
 	// empty disables it.
 	MetricsListen string `toml:"metrics_listen"`
@@ -27,6 +33,7 @@ type Config struct {
 	Locks     LocksConfig     `toml:"locks"`
 	Legacy    LegacyConfig    `toml:"legacy"`
 	Limits    LimitsConfig    `toml:"limits"`
+	TLS       TLSConfig       `toml:"tls"`
 }
 
 // LegacyConfig tunes the legacy commands (SET NX, DEL, EVAL, ...).
@@ -42,6 +49,7 @@ type LegacyConfig struct {
 type RedlockConfig struct {
 	Nodes         []string `toml:"nodes"`           // host:port of each independent Redis node
 	Password      string   `toml:"password"`        // the nodes' AUTH password
+	PasswordFile  string   `toml:"password_file"`   // file holding the nodes' AUTH password
 	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node
 	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
 	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
@@ -49,6 +57,7 @@ type RedlockConfig struct {
 	PoolSize      int      `toml:"pool_size"`       // connections per node; 0 = go-redis default
 	Pipelines     int      `toml:"pipelines"`       // concurrent pipelines per node
 	MaxBatch      int      `toml:"max_batch"`       // most scripts in one pipeline
+	TLS           NodeTLS  `toml:"tls"`             // TLS to the nodes
 }
 
 // ZooKeeperConfig configures the zookeeper backend.
@@ -90,8 +99,9 @@ type LimitsConfig struct {
 // configured: the embedded backend on 127.0.0.1:6380.
 func Default() Config {
 	return Config{
-		Listen:   "127.0.0.1:6380",
-		LogLevel: "info",
+		Listen:        "127.0.0.1:6380",
+		LogLevel:      "info",
+		ProtectedMode: true,
 		Redlock: RedlockConfig{
 			NodeTimeoutMS: 100,
 			DriftFactor:   0.01,
@@ -127,6 +137,9 @@ func (c Config) BackendName() string {
 
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
+	if err := c.validateOps(); err != nil {
+		return err
+	}
 	switch c.BackendName() {
 	case "embedded":
 		if c.Embedded.Nodes < 1 {

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,10 @@ type Instance struct {
 	metricsAddr string
 	closers     []func() // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
+	secrets     secrets     // passwords, read from their files
+	listenTLS   *tls.Config // nil: plain TCP
+	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
+	backendAddr []string    // the backend's nodes, for the start-up log
 	served      chan error
 	shutdown    chan struct{}
 }
@@ -45,6 +50,9 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 			in.closeBackend()
 		}
 	}()
+	if err := in.prepare(); err != nil {
+		return nil, err
+	}
 	backend, err := in.backend()
 	if err != nil {
 		return nil, err
@@ -68,7 +76,7 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 		return nil, err
 	}
 	go func() { in.served <- in.resp.Serve(in.ln) }()
-	log.Info("lockproxy serving", zap.String("listen", in.Addr()), zap.String("backend", cfg.BackendName()))
+	in.logServing()
 	return in, nil
 }
 
@@ -77,8 +85,9 @@ func (in *Instance) backend() (engine.Backend, error) {
 	if in.cfg.BackendName() == "zookeeper" {
 		return in.zookeeper()
 	}
-	addrs := in.cfg.Redlock.Nodes
+	addrs, tlsc := in.cfg.Redlock.Nodes, in.nodesTLS
 	if in.cfg.BackendName() == "embedded" {
+		tlsc = nil
 		emb, err := upstream.StartEmbedded(in.cfg.Embedded.Nodes)
 		if err != nil {
 			return nil, fmt.Errorf("embedded backend: %w", err)
@@ -92,7 +101,7 @@ func (in *Instance) backend() (engine.Backend, error) {
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
 		opts := upstream.RedisOptions{
-			Addr: a, Password: rc.Password, Prefix: rc.KeyPrefix,
+			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: tlsc,
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
 		}
 		in.nodes = append(in.nodes, opts)
@@ -100,9 +109,7 @@ func (in *Instance) backend() (engine.Backend, error) {
 		in.closers = append(in.closers, func() { _ = n.Close() })
 		nodes[i] = n
 	}
-	if len(nodes)%2 == 0 {
-		in.log.Warn("an even number of redlock nodes tolerates no more failures than one node fewer", zap.Int("nodes", len(nodes)))
-	}
+	in.backendAddr = addrs
 	return quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
@@ -126,6 +133,7 @@ func (in *Instance) zookeeper() (engine.Backend, error) {
 		return nil, fmt.Errorf("zookeeper backend: %w", err)
 	}
 	in.closers = append(in.closers, func() { _ = z.Close() })
+	in.backendAddr = zc.Servers
 	// Serve once the session is up, so that the first clients are not
 	// refused; an ensemble that is down is waited for in the background.
 	deadline := time.Now().Add(5 * time.Second)
@@ -166,9 +174,11 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		return nil, err
 	}
 	return resp.NewServer(resp.Config{
-		Password:   in.cfg.Password,
-		MaxClients: l.MaxClients,
-		Version:    Version,
+		Password:      in.secrets.clients,
+		ProtectedMode: in.cfg.ProtectedMode,
+		TLS:           in.listenTLS,
+		MaxClients:    l.MaxClients,
+		Version:       Version,
 		Limits: resp.Limits{
 			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
 			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,

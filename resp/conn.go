@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -18,6 +19,8 @@ type Conn struct {
 	created time.Time
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	closing atomic.Bool // Close was called: run no further command
 
 	// State is the Session's per-connection value.
 	State any
@@ -55,7 +58,10 @@ func (c *Conn) Name() string {
 }
 
 // Close closes the connection after flushing pending replies.
-func (c *Conn) Close() { c.rc.Close() }
+func (c *Conn) Close() {
+	c.closing.Store(true)
+	c.rc.Close()
+}
 
 // OK writes +OK.
 func (c *Conn) OK() { c.rc.WriteString("OK") }

@@ -7,6 +7,11 @@
 // (LOCK ... WAIT) watches its connection with WatchClose, so that a client
 // that disconnects or sends QUIT stops waiting at once.
 //
+// It also keeps the doors as Redis does: protected mode (no password: only
+// loopback clients), HTTP requests closed at their first line (POST,
+// Host:), optional TLS on the listener, CLIENT KILL, and log lines about
+// refused connections bounded in number.
+//
 // It knows nothing of locks: commands/ registers the lock commands in the
 // Table and learns of connections opening, resetting and closing through
 // the Session interface.

@@ -61,7 +61,8 @@ func (s *Server) checkAuth(user, pass string) bool {
 	if user != "" && user != "default" {
 		return false
 	}
-	return s.cfg.Password == "" || subtle.ConstantTimeCompare([]byte(pass), []byte(s.cfg.Password)) == 1
+	want := s.password()
+	return want == "" || subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
 }
 
 func (s *Server) auth(c *Conn, args [][]byte) {
@@ -69,7 +70,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		c.Error("ERR syntax error")
 		return
 	}
-	if s.cfg.Password == "" && len(args) == 2 {
+	if s.password() == "" && len(args) == 2 {
 		c.Error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return
 	}
@@ -170,12 +171,12 @@ func (s *Server) reset(c *Conn, _ [][]byte) {
 	s.session.Reset(c)
 	c.mu.Lock()
 	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
-	c.authed = s.cfg.Password == ""
+	c.authed = s.password() == ""
 	c.mu.Unlock()
 	c.Simple("RESET")
 }
 
-// client is CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|LIST|NO-EVICT|NO-TOUCH.
+// client is CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|LIST|NO-EVICT|NO-TOUCH|KILL|HELP.
 func (s *Server) client(c *Conn, args [][]byte) {
 	sub := strings.ToUpper(string(args[1]))
 	switch {
@@ -205,6 +206,10 @@ func (s *Server) client(c *Conn, args [][]byte) {
 		c.BulkString(s.clientList())
 	case (sub == "NO-EVICT" || sub == "NO-TOUCH") && len(args) == 3:
 		c.OK()
+	case sub == "KILL" && len(args) >= 3:
+		s.clientKill(c, args)
+	case sub == "HELP" && len(args) == 2:
+		clientHelp(c)
 	default:
 		c.Error("ERR unknown subcommand or wrong number of arguments for '" + clip(args[1]) + "'. Try CLIENT HELP.")
 	}

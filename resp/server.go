@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -23,6 +24,14 @@ type Config struct {
 	Limits Limits
 	// Version is lockproxy's version, shown by INFO.
 	Version string
+	// ProtectedMode refuses clients that are not on the loopback interface
+	// while no password is set, as Redis does.
+	ProtectedMode bool
+	// IsLocal decides whether a client's address is on this host, for
+	// protected mode; nil means IsLoopback. Tests replace it.
+	IsLocal func(addr string) bool
+	// TLS, when set, makes the listener speak TLS only.
+	TLS *tls.Config
 }
 
 // Session learns of connections' lives; commands/ implements it.
@@ -49,6 +58,11 @@ type Server struct {
 	clients atomic.Int64
 	handled sync.WaitGroup // Closed callbacks still running
 
+	pass      atomic.Pointer[string] // the password; SetPassword changes it
+	fullLog   rateLog                // refusals at max_clients
+	attackLog rateLog                // HTTP requests closed
+	tlsLog    rateLog                // failed TLS handshakes
+
 	mu    sync.Mutex
 	conns map[uint64]*Conn
 }
@@ -61,7 +75,9 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
 	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}}
-	if err := table.Add(s.handshake()...); err != nil {
+	s.SetPassword(cfg.Password)
+	s.fullLog.every, s.attackLog.every, s.tlsLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery
+	if err := table.Add(append(s.handshake(), s.httpCommands()...)...); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -72,6 +88,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.srv = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.serve, s.accept, s.closed)
 	s.mu.Unlock()
+	if s.cfg.TLS != nil {
+		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
+	}
 	err := s.srv.Serve(GuardListener(ln, s.cfg.Limits))
 	if errors.Is(err, net.ErrClosed) {
 		return nil
@@ -99,20 +118,36 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 }
 
+// refusalLogEvery is the least time between two log lines about refused
+// connections of one kind.
+const refusalLogEvery = 10 * time.Second
+
+// SetPassword changes the password new connections and AUTH need; empty
+// turns authentication off. Authenticated connections stay so.
+func (s *Server) SetPassword(p string) { s.pass.Store(&p) }
+
+func (s *Server) password() string { return *s.pass.Load() }
+
 // Clients is the number of open connections.
 func (s *Server) Clients() int { return int(s.clients.Load()) }
 
 func (s *Server) accept(rc redcon.Conn) bool {
+	if s.denied(rc.RemoteAddr()) {
+		rc.WriteError(msgDenied)
+		return false // redcon closes it, flushing the error first
+	}
 	if s.clients.Add(1) > int64(s.cfg.MaxClients) {
 		s.clients.Add(-1)
 		rc.WriteError("ERR max number of clients reached")
-		s.log.Warn("connection refused: max number of clients reached",
-			zap.String("addr", rc.RemoteAddr()), zap.Int("max_clients", s.cfg.MaxClients))
+		if ok, dropped := s.fullLog.allow(); ok {
+			s.log.Warn("connection refused: max number of clients reached", zap.String("addr", rc.RemoteAddr()),
+				zap.Int("max_clients", s.cfg.MaxClients), zap.Int("refused_not_logged_since_last", dropped))
+		}
 		return false // redcon closes it, flushing the error first
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{rc: rc, srv: s, id: s.nextID.Add(1), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2}
-	c.authed = s.cfg.Password == ""
+	c.authed = s.password() == ""
 	rc.SetContext(c)
 	s.mu.Lock()
 	s.conns[c.id] = c
@@ -142,6 +177,9 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 // serve dispatches one command.
 func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	c := rc.Context().(*Conn)
+	if c.closing.Load() {
+		return // closed by an earlier command of the same batch (QUIT, POST)
+	}
 	args := cmd.Args
 	def := s.table.lookup(args[0])
 	if def == nil {

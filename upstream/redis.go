@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,9 @@ const (
 type RedisOptions struct {
 	Addr     string // host:port of the node
 	Password string // AUTH password; empty for none
-	DB       int    // database number; default 0
+	// TLSConfig, when set, makes the connections to the node TLS.
+	TLSConfig *tls.Config
+	DB        int // database number; default 0
 	// Prefix is prepended to every key lockproxy writes on the node;
 	// default "lockproxy:".
 	Prefix string
@@ -74,6 +77,7 @@ func (o RedisOptions) clientOptions() *redis.Options {
 	opts := &redis.Options{
 		Addr:                  o.Addr,
 		Password:              o.Password,
+		TLSConfig:             o.TLSConfig,
 		DB:                    o.DB,
 		PoolSize:              o.PoolSize,
 		PipelinePoolSize:      -1,

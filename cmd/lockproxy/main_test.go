@@ -13,7 +13,7 @@ import (
 // TestExampleConfigIsTheDefault: config.example.toml documents every key
 // with its default, so loading it changes nothing.
 func TestExampleConfigIsTheDefault(t *testing.T) {
-	cfg, err := configure([]string{"--config", "../../config.example.toml"})
+	cfg, err := configure([]string{"--config", "../../config.example.toml"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ nodes = ["127.0.0.1:1"]
 node_timeout_ms = 250
 `)
 	cfg, err := configure([]string{"--config", file, "--listen", "127.0.0.1:7001", "--backend", "redlock",
-		"--nodes", "127.0.0.1:2,127.0.0.1:3,127.0.0.1:4"})
+		"--nodes", "127.0.0.1:2,127.0.0.1:3,127.0.0.1:4"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ node_timeout_ms = 250
 }
 
 func TestNodesAloneMeanRedlock(t *testing.T) {
-	cfg, err := configure([]string{"--nodes", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"})
+	cfg, err := configure([]string{"--nodes", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"}, noEnv)
 	if err != nil || cfg.BackendName() != "redlock" {
 		t.Fatalf("%v %v", cfg.BackendName(), err)
 	}
@@ -61,11 +61,13 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--config", "/nonexistent.toml"}, "no such file"},
 		{[]string{"--bogus"}, "unknown flag"},
 	} {
-		if _, err := configure(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := configure(tc.args, noEnv); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err %v, want %q", tc.args, err, tc.want)
 		}
 	}
 }
+
+func noEnv(string) string { return "" }
 
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()

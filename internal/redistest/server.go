@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,16 @@ type Options struct {
 	// AppendFsyncAlways turns on appendonly with appendfsync always, so a
 	// killed and restarted server keeps every acknowledged write.
 	AppendFsyncAlways bool
+	// TLS, when set, makes the server speak TLS only on its port.
+	TLS *TLS
+}
+
+// TLS is a redis-server's TLS setup: PEM files, and the client
+// configuration the readiness check dials with.
+type TLS struct {
+	CertFile, KeyFile, CAFile string
+	AuthClients               bool        // tls-auth-clients: clients must present a certificate
+	Client                    *tls.Config // how the readiness check connects
 }
 
 // Server is one redis-server process started by this package. Its methods
@@ -87,7 +98,7 @@ func (s *Server) Restart() error {
 	if err := s.Start(cmd, log); err != nil {
 		return fmt.Errorf("redistest: %w", err)
 	}
-	if err := waitReady(s.Addr(), s.Exited(), ReadyTimeout); err != nil {
+	if err := waitReady(s.Addr(), s.opts.TLS, s.Exited(), ReadyTimeout); err != nil {
 		_ = s.Kill()
 		return fmt.Errorf("redistest: %s did not start: %w (%s)\n%s", s.Addr(), err, s.State(), proctest.LogTail(log))
 	}
@@ -100,6 +111,12 @@ func (s *Server) args() []string {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--dir", s.dir, "--daemonize", "no", "--protected-mode", "no",
 	}
+	if t := s.opts.TLS; t != nil {
+		auth := map[bool]string{true: "yes", false: "no"}[t.AuthClients]
+		args[1] = "0"
+		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", t.CertFile,
+			"--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", auth)
+	}
 	if s.opts.AppendFsyncAlways {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}
@@ -108,12 +125,12 @@ func (s *Server) args() []string {
 
 // waitReady polls PING until the server answers PONG, the process exits, or
 // timeout passes.
-func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+func waitReady(addr string, t *TLS, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	poll := time.NewTicker(5 * time.Millisecond)
 	defer poll.Stop()
 	for {
-		err := ping(addr, deadline)
+		err := ping(addr, t, deadline)
 		if err == nil {
 			return nil
 		}
@@ -130,10 +147,13 @@ func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error
 
 // ping sends one PING and expects +PONG (a server still loading its data
 // replies -LOADING, which counts as not ready).
-func ping(addr string, deadline time.Time) error {
+func ping(addr string, t *TLS, deadline time.Time) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Until(deadline))
 	if err != nil {
 		return err
+	}
+	if t != nil {
+		conn = tls.Client(conn, t.Client)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(deadline)

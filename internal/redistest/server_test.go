@@ -75,7 +75,7 @@ func TestPauseResume(t *testing.T) {
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if err := ping(s.Addr(), time.Now().Add(100*time.Millisecond)); err == nil {
+	if err := ping(s.Addr(), nil, time.Now().Add(100*time.Millisecond)); err == nil {
 		t.Fatal("PING answered by a paused server")
 	}
 	if err := s.Resume(); err != nil {

@@ -1,0 +1,67 @@
+package instance
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// reloadable are the keys Reload applies to a running instance. The
+// certificate files are re-read whenever they change, reload or not;
+// log_level is applied by the caller, which owns the logger.
+var reloadable = []string{"password", "password_file", "log_level"}
+
+// Reload applies what can change safely in a running instance — the
+// clients' password (re-reading password_file) — and logs it. It returns
+// the keys that changed and were applied, and those that changed but need a
+// restart (logged as such). An invalid cfg changes nothing. Calls must not
+// overlap (main makes them one at a time, on SIGHUP).
+func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	pass, err := cfg.clientPassword()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, key := range changedKeys(in.cfg, cfg) {
+		if slices.Contains(reloadable, key) {
+			applied = append(applied, key)
+		} else {
+			restart = append(restart, key)
+		}
+	}
+	if pass != in.secrets.clients {
+		in.resp.SetPassword(pass)
+		in.secrets.clients = pass
+		if !slices.Contains(applied, "password") {
+			applied = append(applied, "password")
+		}
+	}
+	in.cfg.Password, in.cfg.PasswordFile, in.cfg.LogLevel = cfg.Password, cfg.PasswordFile, cfg.LogLevel
+	in.log.Info("configuration reloaded", zap.Strings("applied", applied))
+	if len(restart) > 0 {
+		in.log.Warn("changed settings need a restart to take effect", zap.Strings("keys", restart))
+	}
+	return applied, restart, nil
+}
+
+// changedKeys lists the dotted toml keys whose values differ.
+func changedKeys(a, b Config) []string {
+	var keys []string
+	var walk func(x, y reflect.Value, path []string)
+	walk = func(x, y reflect.Value, path []string) {
+		for i := 0; i < x.NumField(); i++ {
+			key := append(slices.Clone(path), x.Type().Field(i).Tag.Get("toml"))
+			if x.Field(i).Kind() == reflect.Struct {
+				walk(x.Field(i), y.Field(i), key)
+			} else if !reflect.DeepEqual(x.Field(i).Interface(), y.Field(i).Interface()) {
+				keys = append(keys, strings.Join(key, "."))
+			}
+		}
+	}
+	walk(reflect.ValueOf(a), reflect.ValueOf(b), nil)
+	return keys
+}

@@ -1,0 +1,32 @@
+package resp
+
+import (
+	"sync"
+	"time"
+)
+
+// rateLog lets a repeated event log at most one line per interval, so that
+// a client cannot fill the log (a flood of refused connections, say). The
+// line it lets through says how many it held back since the last one.
+type rateLog struct {
+	every time.Duration
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+// allow reports whether to log this event, and how many were not logged
+// since the last that was.
+func (r *rateLog) allow() (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		r.dropped++
+		return false, 0
+	}
+	dropped := r.dropped
+	r.last, r.dropped = now, 0
+	return true, dropped
+}
