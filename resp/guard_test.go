@@ -538,3 +538,39 @@ func BenchmarkGuard(b *testing.B) {
 		})
 	}
 }
+
+// guardReadCounter counts the Reads made through it.
+type guardReadCounter struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *guardReadCounter) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
+
+// TestGuardReadsWholeCommands: redcon parses its whole buffer again, and
+// recurses, after every Read that completes no command. Sent a byte at a
+// time, a 100 kB command must still reach redcon in a few Reads (its buffer
+// doubling), not one per byte.
+func TestGuardReadsWholeCommands(t *testing.T) {
+	data := []byte(guardFrame("ECHO", strings.Repeat("x", 100000)) + "PING\r\n")
+	var chunks [][]byte
+	for i := range data {
+		chunks = append(chunks, data[i:i+1])
+	}
+	rc := &guardReadCounter{r: resp.Guard(&guardConn{chunks: chunks}, resp.Limits{})}
+	rd := redcon.NewReader(rc)
+	var got int
+	for {
+		cmds, err := rd.ReadCommands()
+		got += len(cmds)
+		if err != nil {
+			break
+		}
+	}
+	if got != 2 || rc.reads > 16 {
+		t.Fatalf("%d commands in %d Reads, want 2 in at most 16", got, rc.reads)
+	}
+}

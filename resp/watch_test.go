@@ -43,6 +43,11 @@ type watchSeen struct{ n, capacity int }
 
 func newWatchServer(t *testing.T, lim Limits) *watchServer {
 	t.Helper()
+	return newWatchServerConfig(t, Config{Limits: lim})
+}
+
+func newWatchServerConfig(t *testing.T, cfg Config) *watchServer {
+	t.Helper()
 	goroutines := runtime.NumGoroutine()
 	s := &watchServer{
 		blocked: make(chan struct{}, 16),
@@ -55,7 +60,7 @@ func newWatchServer(t *testing.T, lim Limits) *watchServer {
 	if err := table.Add(Command{Name: "block", Arity: -1, Handler: s.block}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(Config{Limits: lim}, table, watchSession{s.closed}, zap.NewNop())
+	srv, err := NewServer(cfg, table, watchSession{s.closed}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
