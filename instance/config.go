@@ -93,6 +93,12 @@ type LimitsConfig struct {
 	MaxInlineBytes  int `toml:"max_inline_bytes"`
 	MaxRequestBytes int `toml:"max_request_bytes"`
 	MaxWaiters      int `toml:"max_waiters"`
+	// MaxBufferedBytes caps the bytes buffered for all clients' incomplete requests together.
+	MaxBufferedBytes int `toml:"max_buffered_bytes"`
+	// AuthTimeoutMS: with a password set, a connection not authenticated by then is closed.
+	AuthTimeoutMS int `toml:"auth_timeout_ms"`
+	// IdleTimeoutMS: a connection silent that long, and not blocked in LOCK ... WAIT, is closed; 0: never.
+	IdleTimeoutMS int `toml:"idle_timeout_ms"`
 }
 
 // Default returns the configuration lockproxy runs with when nothing is
@@ -123,6 +129,9 @@ func Default() Config {
 			MaxInlineBytes:  64 << 10,
 			MaxRequestBytes: 4 << 20,
 			MaxWaiters:      10000,
+
+			MaxBufferedBytes: 256 << 20,
+			AuthTimeoutMS:    10000,
 		},
 	}
 }

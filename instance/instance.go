@@ -182,6 +182,9 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		Limits: resp.Limits{
 			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
 			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
+			MaxBuffered: l.MaxBufferedBytes,
+			AuthTimeout: time.Duration(l.AuthTimeoutMS) * time.Millisecond,
+			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
 		},
 	}, table, h, in.log)
 }

@@ -19,6 +19,8 @@ type Conn struct {
 	created time.Time
 	ctx     context.Context
 	cancel  context.CancelFunc
+	guard   *guardConn  // nil if the listener is not guarded
+	authTTL *time.Timer // closes the connection if it has not authenticated in time
 
 	closing atomic.Bool // Close was called: run no further command
 
@@ -32,6 +34,25 @@ type Conn struct {
 	libName string
 	libVer  string
 	lastCmd string
+}
+
+// setAuthed records whether c has authenticated. Until it has, the guard
+// applies the unauthenticated limits and a timer closes the connection
+// after Limits.AuthTimeout. c.mu is held, or c is not yet shared.
+func (c *Conn) setAuthed(v bool) {
+	c.authed = v
+	if c.guard == nil {
+		return
+	}
+	c.guard.authed.Store(v)
+	if c.authTTL != nil {
+		c.authTTL.Stop()
+		c.authTTL = nil
+	}
+	if !v {
+		g := c.guard
+		c.authTTL = time.AfterFunc(c.srv.cfg.Limits.AuthTimeout, func() { _ = g.Close() })
+	}
 }
 
 // ID is the connection's unique id (CLIENT ID).

@@ -12,6 +12,7 @@ var (
 	ErrInlineTooLong    = errors.New("resp: inline command longer than the limit")
 	ErrRequestTooLarge  = errors.New("resp: request larger than the limit")
 	ErrHeaderTooLong    = errors.New("resp: length header longer than the limit")
+	ErrBufferedTooMuch  = errors.New("resp: bytes buffered for all clients over the limit")
 	ErrMalformedRequest = errors.New("resp: malformed request")
 )
 
@@ -20,7 +21,7 @@ var (
 // against a limit of 1048576 shows as 10000000, and the client asked for at
 // least Got. For a negative length Got is its magnitude.
 type LimitError struct {
-	Err   error // ErrBulkTooLong, ErrTooManyArgs, ErrInlineTooLong, ErrRequestTooLarge or ErrHeaderTooLong
+	Err   error // ErrBulkTooLong, ErrTooManyArgs, ErrInlineTooLong, ErrRequestTooLarge, ErrHeaderTooLong or ErrBufferedTooMuch
 	Limit int   // the limit in force
 	Got   int
 }

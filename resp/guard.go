@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"io"
 	"math"
 	"net"
@@ -8,22 +9,29 @@ import (
 	"time"
 )
 
-// Limits bound what one client may send. Zero fields take the defaults.
+// Limits bound what clients may send. Zero fields take the defaults, except
+// IdleTimeout, where zero means no timeout.
 type Limits struct {
-	MaxBulk    int // longest bulk string, or inline argument, in bytes (default 1 MiB)
-	MaxArgs    int // most elements in one multibulk request, or words in one inline command (default 4096)
-	MaxInline  int // longest inline (telnet-style) command line in bytes, "\r\n" excluded (default 64 KiB, like Redis)
-	MaxRequest int // most bytes of one multibulk request frame, headers included (default 4 MiB)
+	MaxBulk     int           // longest bulk string in bytes (default 1 MiB)
+	MaxArgs     int           // most arguments in one command (default 4096)
+	MaxInline   int           // longest inline (telnet-style) line in bytes, "\r\n" excluded (default 64 KiB, as Redis)
+	MaxRequest  int           // most bytes buffered for one connection's next command (default 4 MiB)
+	MaxBuffered int           // most bytes buffered for all connections together (default 256 MiB)
+	AuthTimeout time.Duration // a connection not authenticated by then is closed, when a password is set (default 10s)
+	IdleTimeout time.Duration // a connection that sends nothing for that long, unless a command of its own blocks, is closed (0: never)
 }
 
 const (
-	defaultMaxBulk    = 1 << 20
-	defaultMaxArgs    = 4096
-	defaultMaxInline  = 64 << 10
-	defaultMaxRequest = 4 << 20
+	defaultMaxBulk     = 1 << 20
+	defaultMaxArgs     = 4096
+	defaultMaxInline   = 64 << 10
+	defaultMaxRequest  = 4 << 20
+	defaultMaxBuffered = 256 << 20
+	defaultAuthTimeout = 10 * time.Second
 
-	// maxLimit caps every limit so that a length read digit by digit cannot overflow an int.
-	maxLimit = (math.MaxInt - 9) / 10
+	// What a client that has not authenticated may send, as Redis allows.
+	unauthMaxArgs = 10
+	unauthMaxBulk = 16384
 
 	// maxHeader is the longest "*N" or "$LEN" header line, in bytes before its '\n'.
 	maxHeader = 32
@@ -34,21 +42,29 @@ const (
 
 // Redis's replies to the limit errors.
 const (
-	replyBulkTooLong    = "-ERR Protocol error: invalid bulk length\r\n"
-	replyTooManyArgs    = "-ERR Protocol error: invalid multibulk length\r\n"
-	replyInlineTooLong  = "-ERR Protocol error: too big inline request\r\n"
-	replyRequestTooLong = "-ERR Protocol error: too big request\r\n"
-	replyCountTooLong   = "-ERR Protocol error: too big mbulk count string\r\n"
-	replyLengthTooLong  = "-ERR Protocol error: too big bulk count string\r\n"
+	replyBulkTooLong     = "-ERR Protocol error: invalid bulk length\r\n"
+	replyTooManyArgs     = "-ERR Protocol error: invalid multibulk length\r\n"
+	replyUnauthBulk      = "-ERR Protocol error: unauthenticated bulk length\r\n"
+	replyUnauthArgs      = "-ERR Protocol error: unauthenticated multibulk length\r\n"
+	replyInlineTooLong   = "-ERR Protocol error: too big inline request\r\n"
+	replyRequestTooLong  = "-ERR Protocol error: too big request\r\n"
+	replyCountTooLong    = "-ERR Protocol error: too big mbulk count string\r\n"
+	replyLengthTooLong   = "-ERR Protocol error: too big bulk count string\r\n"
+	replyBufferedTooMuch = "-ERR max buffered bytes of all clients reached\r\n"
 )
 
-// WithDefaults returns l with every zero or negative field set to its default
-// and every field capped at a value that cannot overflow while digits are read.
+// WithDefaults returns l with every zero or negative field set to its
+// default (IdleTimeout to 0) and every size capped so that sums cannot overflow.
 func (l Limits) WithDefaults() Limits {
 	l.MaxBulk = limitOr(l.MaxBulk, defaultMaxBulk)
 	l.MaxArgs = limitOr(l.MaxArgs, defaultMaxArgs)
 	l.MaxInline = limitOr(l.MaxInline, defaultMaxInline)
 	l.MaxRequest = limitOr(l.MaxRequest, defaultMaxRequest)
+	l.MaxBuffered = limitOr(l.MaxBuffered, defaultMaxBuffered)
+	if l.AuthTimeout <= 0 {
+		l.AuthTimeout = defaultAuthTimeout
+	}
+	l.IdleTimeout = max(l.IdleTimeout, 0)
 	return l
 }
 
@@ -56,37 +72,81 @@ func limitOr(v, def int) int {
 	if v <= 0 {
 		return def
 	}
-	return min(v, maxLimit)
+	return min(v, math.MaxInt32)
 }
 
-// Guard wraps c so that Read fails once the client's byte stream breaks a limit.
+// unauthenticated returns the limits for a client that has not authenticated.
+func (l Limits) unauthenticated() Limits {
+	l.MaxArgs = min(l.MaxArgs, unauthMaxArgs)
+	l.MaxBulk = min(l.MaxBulk, unauthMaxBulk)
+	return l
+}
+
+// budget counts the bytes buffered for all the connections of a listener.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take reserves n bytes, or nothing and reports false if that would pass max.
+func (b *budget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (b *budget) give(n int) { b.used.Add(-int64(n)) }
+
+// Guard wraps c so that its Read refuses a client's byte stream once it
+// breaks a limit, before redcon buffers it; each listener of GuardListener
+// shares one budget of MaxBuffered bytes, and a lone Guard has its own.
 //
-// Guard frames the stream as redcon does, byte by byte and without buffering:
-// a frame starting with '*' is a multibulk request, any other byte starts an
-// inline command ending at '\n', which redcon splits into words. A "*N" or
-// "$LEN" header line may be 32 bytes long. MaxRequest bounds multibulk frames;
-// an inline frame is bounded by MaxInline, and its words by MaxArgs and MaxBulk.
+// redcon keeps every byte of an incomplete command, parses the whole buffer
+// again after each Read and recurses once per Read. So Guard follows the
+// command framing (a "*N" header and N "$LEN" bulk strings, or an inline line
+// ending at '\n') and:
+//   - reads on until a command is complete or p is full, so redcon parses a
+//     command only a few times however the client splits it;
+//   - refuses a command whose bytes so far pass MaxRequest (MaxInline for an
+//     inline line), or the MaxBuffered budget, which counts the bytes of
+//     every connection's incomplete command;
+//   - checks the "*N" and "$LEN" headers against MaxArgs and MaxBulk, as
+//     redcon's bugs require (see header);
+//   - before the client authenticates, returns one command per Read, so that
+//     the next is checked against the unauthenticated limits (10 arguments,
+//     16384-byte strings, as Redis) only while AUTH has not run.
 //
-// The Read that meets a frame breaking a limit returns only the bytes before
-// that frame, so the complete commands ahead of it are still served; the next
-// Read writes Redis's error reply to c, waiting at most a second, and returns
-// a *LimitError, as does every Read after it. Input redcon rejects as
-// malformed is passed through up to the byte where redcon rejects it, and
-// every Read after that returns ErrMalformedRequest.
+// The Read that meets a command breaking a limit returns the bytes before
+// it; the next Read writes Redis's error reply to c, waiting at most a
+// second, and returns a *LimitError, as does every Read after it. Input
+// redcon rejects as malformed is passed through up to the byte where redcon
+// rejects it, and redcon replies; every Read after it returns ErrMalformedRequest.
 //
 // Read must not be called concurrently.
 func Guard(c net.Conn, lim Limits) net.Conn {
-	return &guardConn{Conn: c, framer: framer{lim: lim.WithDefaults()}}
+	lim = lim.WithDefaults()
+	return newGuard(c, lim, &budget{max: int64(lim.MaxBuffered)})
 }
 
-// GuardListener wraps every connection ln accepts with Guard.
+func newGuard(c net.Conn, lim Limits, b *budget) *guardConn {
+	g := &guardConn{Conn: c, lim: lim, budget: b}
+	g.authed.Store(true)
+	return g
+}
+
+// GuardListener wraps every connection ln accepts with Guard; they share
+// one MaxBuffered budget.
 func GuardListener(ln net.Listener, lim Limits) net.Listener {
-	return &guardListener{Listener: ln, lim: lim.WithDefaults()}
+	lim = lim.WithDefaults()
+	return &guardListener{Listener: ln, lim: lim, budget: &budget{max: int64(lim.MaxBuffered)}}
 }
 
 type guardListener struct {
 	net.Listener
-	lim Limits
+	lim    Limits
+	budget *budget
 }
 
 func (l *guardListener) Accept() (net.Conn, error) {
@@ -94,7 +154,7 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Guard(c, l.lim), nil
+	return newGuard(c, l.lim, l.budget), nil
 }
 
 var (
@@ -102,74 +162,27 @@ var (
 	_ net.Listener = (*guardListener)(nil)
 )
 
-type guardState uint8
-
-const (
-	gsFrame  guardState = iota // between frames
-	gsInline                   // in an inline command line
-	gsCount                    // in the "*N\r\n" header
-	gsDollar                   // expecting the '$' of the next bulk string
-	gsLength                   // in a "$LEN\r\n" header
-	gsData                     // in bulk data
-	gsCR                       // expecting the '\r' after bulk data
-	gsLF                       // expecting the '\n' after bulk data
-	gsDead                     // after malformed input redcon rejects
-)
-
 type guardConn struct {
 	net.Conn
-	framer       // has framed every byte Read returned
-	err    error // sticky, returned by every Read once set
+	lim    Limits
+	budget *budget
+	authed atomic.Bool // the unauthenticated limits do not apply
+	fr     framer      // has framed every byte Read returned
+	held   int         // bytes of the incomplete command held from the budget
+	// charged is what g holds from the budget (held and look), or -1 once closed.
+	charged atomic.Int64
+	err     error  // sticky, returned by every Read once set
+	reply   string // Redis's reply to the broken limit, still to be written
 
-	// A watch (watch.go) reads the socket while a command blocks. Read
-	// serves what it read, then the error that ended it, before the socket.
-	watch   *watch
+	// Bytes read from the socket but not yet returned (a watch's, or those
+	// after an unauthenticated client's command), then the error that ended
+	// the reading. watch.go reads into them while a command blocks.
 	look    []byte
 	lookErr error
-	rdl     atomic.Pointer[time.Time] // the read deadline last set, which a watch restores
+	watch   *watch
 }
 
-// framer frames a byte stream as redcon does and checks it against the limits.
-type framer struct {
-	lim   Limits
-	reply string // Redis's reply to the broken limit, still to be written
-	st    guardState
-	req   int // bytes of the current multibulk frame so far
-	args  int // bulk strings still expected in the current frame
-	left  int // bulk data bytes still expected
-	hdr   headerLine
-	inl   inlineLine
-	qm    int8 // how the current frame's first argument matches "quit": qmNo, qmYes, or bytes matched so far
-	quit  bool // a QUIT command has been framed
-}
-
-// Values of framer.qm besides the 0 to 4 bytes of "quit" matched so far.
-const (
-	qmNo  = -1 // the first argument is not "quit"
-	qmYes = 5  // the first argument was "quit"
-)
-
-// headerLine is the state of a "*N" or "$LEN" line.
-type headerLine struct {
-	n   int  // bytes before '\n' so far, '*' or '$' included
-	val int  // value of the digits so far
-	neg bool // the value has a '-' sign
-	cr  bool // the last byte was '\r'
-	bad bool // redcon will reject the line at its '\n'
-}
-
-// inlineLine is the state of an inline command line, split into words as redcon does.
-type inlineLine struct {
-	n      int  // bytes before '\n' so far
-	words  int  // complete words
-	word   int  // bytes of the current word
-	quote  byte // the quote the current word opened, or 0
-	cr     bool // the last byte was '\r'; it is data unless '\n' follows
-	esc    bool // the last byte was a backslash inside quotes
-	closed bool // the last byte closed a quote, so a space must follow
-	bad    bool // redcon will reject the line at its '\n'
-}
-
+// Read returns what the client sent, as Guard describes.
 func (g *guardConn) Read(p []byte) (int, error) {
 	if g.watch != nil {
 		g.watch.stop() // the handler did not
@@ -177,16 +190,85 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	if g.err != nil {
 		return 0, g.fail()
 	}
-	n, err := g.readAhead(p)
-	keep, serr := g.scan(p[:n])
-	if serr == nil {
-		return n, err
+	n := 0
+	for n < len(p) {
+		m, rerr := g.peek(p[n:])
+		used, ended, serr := g.scan(p[n : n+m])
+		rest := p[n+used : n+m]
+		if serr != nil {
+			rest = nil // what follows the offending byte is never read
+		}
+		g.consume(rest, m)
+		n += used
+		switch {
+		case serr != nil:
+			g.err = serr
+			if n > 0 {
+				return n, nil
+			}
+			return 0, g.fail()
+		case rerr != nil:
+			if n > 0 { // redcon drops the bytes of a Read that fails
+				g.lookErr = rerr
+				return n, nil
+			}
+			return 0, rerr
+		case ended:
+			return n, nil
+		}
 	}
-	g.err = serr
-	if keep > 0 {
-		return keep, nil
+	return n, nil
+}
+
+// peek copies into p what a watch read, or else reads the socket.
+func (g *guardConn) peek(p []byte) (int, error) {
+	if len(g.look) > 0 {
+		return copy(p, g.look), nil
 	}
-	return 0, g.fail()
+	if g.lookErr != nil {
+		return 0, g.lookErr
+	}
+	if g.lim.IdleTimeout > 0 {
+		_ = g.Conn.SetReadDeadline(time.Now().Add(g.lim.IdleTimeout))
+	}
+	return g.Conn.Read(p)
+}
+
+// consume drops the m bytes peek returned from the lookahead, and keeps
+// rest, the part of them not returned, for the next Read.
+func (g *guardConn) consume(rest []byte, m int) {
+	if len(g.look) > 0 {
+		g.look = g.look[m-len(rest):]
+		g.hold(len(rest)-m, false)
+		if len(g.look) == 0 {
+			g.look = nil
+		}
+		return
+	}
+	if len(rest) > 0 {
+		g.hold(len(rest), false) // the bytes are read: over the budget or not
+		g.look = append([]byte(nil), rest...)
+	}
+}
+
+// scan frames p under the limits in force and holds the bytes of the
+// incomplete command from the budget. See framer.scan for the results.
+func (g *guardConn) scan(p []byte) (int, bool, error) {
+	lim := g.lim
+	authed := g.authed.Load()
+	if !authed {
+		lim = lim.unauthenticated()
+	}
+	used, ended, err := g.fr.scan(p, &lim, !authed)
+	if err != nil {
+		g.reply = replyFor(err, g.fr.st, authed)
+	}
+	if !g.hold(g.fr.req-g.held, true) {
+		g.reply = replyBufferedTooMuch
+		return 0, false, &LimitError{Err: ErrBufferedTooMuch, Limit: lim.MaxBuffered, Got: int(g.budget.used.Load())}
+	}
+	g.held = g.fr.req
+	return used, ended, err
 }
 
 // fail writes the pending reply, once and best effort, and returns the sticky error.
@@ -199,390 +281,296 @@ func (g *guardConn) fail() error {
 	return g.err
 }
 
-// scan advances the state machine over p. On a broken limit it returns the
-// number of bytes of p before the offending frame; on malformed input, the
-// number of bytes up to and including the one redcon rejects.
-func (g *framer) scan(p []byte) (int, error) {
-	start := 0 // where the current frame starts in p, 0 if it started before p
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		var err error
-		switch g.st {
-		case gsData:
-			k := min(g.left, len(p)-i)
-			if g.qm >= 0 && g.qm < qmYes { // in the first argument
-				g.quitBytes(p[i : i+k])
+// hold changes by n bytes what g holds from the budget. With capped, it
+// reports false, holding nothing more, if n more bytes would pass the budget.
+func (g *guardConn) hold(n int, capped bool) bool {
+	if n > 0 && capped && !g.budget.take(n) {
+		return false
+	}
+	if n > 0 && !capped {
+		g.budget.used.Add(int64(n))
+	}
+	for {
+		cur := g.charged.Load()
+		if cur < 0 { // closed: Close gave back all g held
+			g.budget.give(max(n, 0))
+			return true
+		}
+		if g.charged.CompareAndSwap(cur, cur+int64(n)) {
+			g.budget.give(max(-n, 0))
+			return true
+		}
+	}
+}
+
+// Close closes the connection and gives back what it holds from the
+// budget. It may be called from any goroutine, more than once.
+func (g *guardConn) Close() error {
+	if held := g.charged.Swap(-1); held > 0 {
+		g.budget.give(int(held))
+	}
+	return g.Conn.Close()
+}
+
+// replyFor is Redis's reply to a broken limit.
+func replyFor(err error, st frameState, authed bool) string {
+	le, ok := err.(*LimitError)
+	if !ok {
+		return "" // malformed: redcon replies
+	}
+	switch {
+	case le.Err == ErrBulkTooLong && !authed && le.Limit == unauthMaxBulk:
+		return replyUnauthBulk
+	case le.Err == ErrTooManyArgs && !authed && le.Limit == unauthMaxArgs:
+		return replyUnauthArgs
+	case le.Err == ErrBulkTooLong:
+		return replyBulkTooLong
+	case le.Err == ErrTooManyArgs:
+		return replyTooManyArgs
+	case le.Err == ErrInlineTooLong:
+		return replyInlineTooLong
+	case le.Err == ErrRequestTooLarge:
+		return replyRequestTooLong
+	case st == stCount:
+		return replyCountTooLong
+	default:
+		return replyLengthTooLong
+	}
+}
+
+type frameState uint8
+
+const (
+	stFrame  frameState = iota // between commands
+	stInline                   // in an inline line
+	stCount                    // in the "*N\r\n" header
+	stDollar                   // expecting the '$' of the next bulk string
+	stLength                   // in a "$LEN\r\n" header
+	stData                     // in bulk data
+	stCR                       // expecting the '\r' after bulk data
+	stLF                       // expecting the '\n' after bulk data
+	stDead                     // after input redcon rejects
+)
+
+// framer follows the command framing of a byte stream as redcon reads it.
+type framer struct {
+	st     frameState
+	req    int // bytes of the current command so far
+	args   int // bulk strings still expected
+	left   int // bulk data bytes still expected
+	bad    bool
+	line   []byte // the header line so far, after '*' or '$'
+	spaces int    // spaces in the inline line so far
+	// QUIT is recognised, for a watch, from the first headLen bytes of a
+	// command and where its first bulk string starts and how long it is.
+	head     []byte
+	firstAt  int // -1 until the first "$LEN" header has been read
+	firstLen int
+	quit     bool // a complete QUIT command has been framed
+}
+
+// headLen is how much of a command is kept to recognise QUIT: the longest
+// "*N" and "$LEN" header lines and "quit".
+const headLen = 2*(maxHeader+2) + 4
+
+// scan frames p. It returns how many bytes of p redcon may have: all of p;
+// or, with one set, those up to the end of the first command p completes; or
+// on a broken limit (a *LimitError), those before the offending command; or
+// on malformed input (ErrMalformedRequest), those up to and including the
+// byte where redcon rejects it. ended reports whether a command ended in p.
+func (f *framer) scan(p []byte, lim *Limits, one bool) (used int, ended bool, err error) {
+	start := 0 // where the current command starts in p, 0 if before p
+	for i := 0; i < len(p); {
+		if f.st == stDead {
+			return i, ended, ErrMalformedRequest
+		}
+		if f.st == stFrame {
+			if ended && one {
+				return i, true, nil
 			}
-			g.left -= k
-			g.req += k
-			i += k - 1
-			if g.left == 0 {
-				g.st = gsCR
-			}
-		case gsCount, gsLength:
-			err = g.header(c)
-		case gsDollar:
-			if n := g.fastBulk(p[i:]); n > 0 {
-				i += n - 1
-				continue
-			}
-			err = g.dollar(c)
-		case gsCR:
-			g.req++
-			g.hdr.bad = c != '\r'
-			g.st = gsLF
-		case gsLF:
-			g.endBulk(c)
-		case gsInline:
-			err = g.inline(c)
-		case gsFrame:
 			start = i
-			if n := g.fastCount(p[i:]); n > 0 {
-				i += n - 1
-				continue
-			}
-			err = g.frame(c)
-		case gsDead:
-			return i, ErrMalformedRequest
 		}
+		k, err := f.step(p[i:], lim)
 		if err != nil {
-			return start, err
+			return start, ended, err
+		}
+		f.keepHead(p[i : i+k])
+		i += k
+		f.req += k
+		if f.st == stFrame {
+			ended = true
+			f.endCommand()
+		} else if f.req > lim.MaxRequest && f.st != stDead {
+			return start, ended, &LimitError{Err: ErrRequestTooLarge, Limit: lim.MaxRequest, Got: f.req}
 		}
 	}
-	if g.st == gsDead {
-		return len(p), ErrMalformedRequest
+	if f.st == stDead {
+		return len(p), ended, ErrMalformedRequest
 	}
-	return len(p), nil
+	return len(p), ended, nil
 }
 
-// fastCount consumes a "*N\r\n" line at the start of b and returns its
-// length, if the line is all in b, well formed, without leading zeros and
-// within the limits. Otherwise it returns 0 and the line is read byte by
-// byte, to the same effect.
-func (g *framer) fastCount(b []byte) int {
-	v, n := fastHeader(b, '*', g.lim.MaxArgs)
-	if n == 0 || v == 0 || n > g.lim.MaxRequest {
-		return 0
-	}
-	g.st, g.req, g.args, g.qm = gsDollar, n, v, 0
-	return n
-}
-
-// fastBulk is fastCount for a "$LEN\r\n" line, and for the bulk data and
-// "\r\n" after it too if they are in b.
-func (g *framer) fastBulk(b []byte) int {
-	v, n := fastHeader(b, '$', g.lim.MaxBulk)
-	if n == 0 || g.req+n+v+2 > g.lim.MaxRequest {
-		return 0
-	}
-	end := n + v + 2
-	if end > len(b) || b[end-2] != '\r' || b[end-1] != '\n' {
-		g.st, g.req, g.left = gsData, g.req+n, v
-		if v == 0 {
-			g.st = gsCR
+// step consumes at least one byte at the start of b and returns how many.
+func (f *framer) step(b []byte, lim *Limits) (int, error) {
+	c := b[0]
+	switch f.st {
+	case stFrame:
+		if c == '*' {
+			f.st, f.line, f.firstAt = stCount, f.line[:0], -1
+			return 1, nil
 		}
-		return n
+		f.st, f.spaces = stInline, 0
+		return f.inline(b, lim)
+	case stInline:
+		return f.inline(b, lim)
+	case stCount, stLength:
+		return 1, f.header(c, lim)
+	case stDollar:
+		f.st, f.line = stLength, f.line[:0]
+		if c != '$' {
+			f.st = stDead
+		}
+		return 1, nil
+	case stData:
+		k := min(f.left, len(b))
+		if f.left -= k; f.left == 0 {
+			f.st = stCR
+		}
+		return k, nil
+	case stCR:
+		f.bad, f.st = c != '\r', stLF
+	case stLF:
+		f.endBulk(c)
 	}
-	g.req += end
-	if g.qm == 0 { // the first argument, whole
-		g.quitBytes(b[n : n+v])
-		g.endArg()
-	}
-	if g.args--; g.args == 0 {
-		g.endFrame()
-	}
-	return end
+	return 1, nil
 }
 
-// fastHeader parses a header line of prefix, digits with no leading zero, and
-// "\r\n" at the start of b, and returns its value and length. The length is
-// 0 if b does not start with such a line or its value is over max.
-func fastHeader(b []byte, prefix byte, max int) (val, n int) {
-	if len(b) < 4 || b[0] != prefix || b[1] == '0' && b[2] != '\r' {
-		return 0, 0
+// inline consumes inline bytes up to and including a '\n'. Besides
+// MaxInline, it bounds what redcon's inline parser allocates: a buffer the
+// size of the rest of the line for each word, so a line of n bytes with w
+// spaces costs up to n*(w+1) bytes, which must stay within MaxRequest.
+func (f *framer) inline(b []byte, lim *Limits) (int, error) {
+	k := bytes.IndexByte(b, '\n') + 1
+	if k == 0 {
+		k = len(b)
 	}
-	i := 1
-	for ; i < len(b); i++ {
-		d := b[i] - '0'
-		if d > 9 {
-			break
+	f.spaces += bytes.Count(b[:k], []byte{' '})
+	n := f.req + k // the line's bytes so far, less "\r\n" below
+	if b[k-1] == '\n' {
+		f.st = stFrame
+		n--
+		if k >= 2 && b[k-2] == '\r' || k == 1 && f.bad {
+			n--
 		}
-		if val = val*10 + int(d); val > max {
-			return 0, 0
-		}
+	} else if f.bad = b[k-1] == '\r'; f.bad { // maybe the '\r' before '\n'
+		n--
 	}
-	if i == 1 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
-		return 0, 0
+	if n > lim.MaxInline || n*(f.spaces+1) > lim.MaxRequest {
+		return 0, &LimitError{Err: ErrInlineTooLong, Limit: lim.MaxInline, Got: n}
 	}
-	return val, i + 2
-}
-
-func (g *framer) frame(c byte) error {
-	g.qm = 0
-	if c == '*' {
-		g.st, g.req, g.hdr = gsCount, 1, headerLine{n: 1}
-		return nil
-	}
-	g.st, g.inl = gsInline, inlineLine{}
-	return g.inline(c)
+	return k, nil
 }
 
 // header consumes a byte of a "*N" or "$LEN" line, after the '*' or '$'.
-func (g *framer) header(c byte) error {
-	if err := g.count(); err != nil {
-		return err
-	}
-	h := &g.hdr
-	if c == '\n' {
-		return g.endHeader()
-	}
-	if h.n++; h.n > maxHeader {
-		return g.limit(ErrHeaderTooLong, maxHeader, h.n)
-	}
-	h.bad = h.bad || h.cr // a '\r' not followed by '\n' is no digit
-	h.cr = c == '\r'
-	switch {
-	case h.cr || h.bad:
-	case c >= '0' && c <= '9':
-		return g.digit(c)
-	case c == '-' && h.n == 2:
-		h.neg = true
-	default:
-		h.bad = true
-	}
-	return nil
-}
-
-// digit adds a digit to the header value. A negative value is limited too:
-// redcon's parseInt wraps around, so "*-9999999999999999999" is a huge count
-// to it, and "$-9999999999999999999" a huge length.
-func (g *framer) digit(c byte) error {
-	h := &g.hdr
-	h.val = h.val*10 + int(c-'0')
-	if g.st == gsCount && h.val > g.lim.MaxArgs {
-		return g.limit(ErrTooManyArgs, g.lim.MaxArgs, h.val)
-	}
-	if g.st == gsLength && h.val > g.lim.MaxBulk {
-		return g.limit(ErrBulkTooLong, g.lim.MaxBulk, h.val)
-	}
-	return nil
-}
-
-// endHeader handles the '\n' of a header line. redcon wants "\r\n" after
-// the digits, at least one element and no negative length but "-0".
-func (g *framer) endHeader() error {
-	h := &g.hdr
-	count := g.st == gsCount
-	switch {
-	case !h.cr || h.bad || count && (h.neg || h.val == 0) || h.neg && h.val != 0:
-		g.st = gsDead
-	case count:
-		g.st, g.args = gsDollar, h.val
-	case g.req+h.val+2 > g.lim.MaxRequest:
-		return g.limit(ErrRequestTooLarge, g.lim.MaxRequest, g.req+h.val+2)
-	case h.val == 0:
-		g.st = gsCR
-	default:
-		g.st, g.left = gsData, h.val
-	}
-	return nil
-}
-
-func (g *framer) dollar(c byte) error {
-	if err := g.count(); err != nil {
-		return err
-	}
-	if c != '$' {
-		g.st = gsDead
+func (f *framer) header(c byte, lim *Limits) error {
+	if c != '\n' {
+		if len(f.line) == maxHeader-1 { // the '*' or '$' counts
+			return &LimitError{Err: ErrHeaderTooLong, Limit: maxHeader, Got: maxHeader + 1}
+		}
+		f.line = append(f.line, c)
 		return nil
 	}
-	g.st, g.hdr = gsLength, headerLine{n: 1}
+	if len(f.line) == 0 || f.line[len(f.line)-1] != '\r' {
+		f.st = stDead
+		return nil
+	}
+	v, ok := parseInt(f.line[:len(f.line)-1])
+	if f.st == stCount {
+		return f.count(v, ok, lim)
+	}
+	return f.length(v, ok, lim)
+}
+
+// count checks a "*N" header. redcon loops N times over the buffer before it
+// looks at the data, so a huge N (its parseInt also wraps a negative one
+// around to a huge positive) spins it forever: N must be within MaxArgs.
+func (f *framer) count(v int, ok bool, lim *Limits) error {
+	switch {
+	case ok && (v > lim.MaxArgs || v < -lim.MaxArgs):
+		return &LimitError{Err: ErrTooManyArgs, Limit: lim.MaxArgs, Got: abs(v)}
+	case !ok || v <= 0:
+		f.st = stDead
+	default:
+		f.st, f.args = stDollar, v
+	}
 	return nil
 }
+
+// length checks a "$LEN" header. redcon adds LEN to an index unchecked, so
+// a length near the int range overflows and panics it: LEN must be within
+// MaxBulk, and the command within MaxRequest.
+func (f *framer) length(v int, ok bool, lim *Limits) error {
+	switch {
+	case ok && (v > lim.MaxBulk || v < -lim.MaxBulk):
+		return &LimitError{Err: ErrBulkTooLong, Limit: lim.MaxBulk, Got: abs(v)}
+	case !ok || v < 0:
+		f.st = stDead
+		return nil
+	case f.req+1+v+2 > lim.MaxRequest:
+		return &LimitError{Err: ErrRequestTooLarge, Limit: lim.MaxRequest, Got: f.req + 1 + v + 2}
+	}
+	if f.firstAt < 0 {
+		f.firstAt, f.firstLen = f.req+1, v // f.req counts the bytes before this '\n'
+	}
+	f.st, f.left = stData, v
+	if v == 0 {
+		f.st = stCR
+	}
+	return nil
+}
+
+// parseInt is redcon's: an optional '-' and digits, "" and "-" being 0. It
+// saturates where redcon's wraps around, which count and length refuse.
+func parseInt(b []byte) (int, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = min(n*10+int(c-'0'), math.MaxInt32)
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+func abs(v int) int { return max(v, -v) }
 
 // endBulk handles the byte where redcon expects the '\n' after bulk data.
-// The frame size was checked against MaxRequest at the "$LEN" header.
-func (g *framer) endBulk(c byte) {
-	g.req++
-	g.args--
-	switch {
-	case g.hdr.bad || c != '\n':
-		g.st = gsDead
-		return
-	case g.args == 0:
-		g.endArg()
-		g.endFrame()
+func (f *framer) endBulk(c byte) {
+	switch f.args--; {
+	case f.bad || c != '\n':
+		f.st = stDead
+	case f.args == 0:
+		f.st = stFrame
 	default:
-		g.endArg()
-		g.st = gsDollar
+		f.st = stDollar
 	}
 }
 
-// count adds a header byte to the frame size.
-func (g *framer) count() error {
-	if g.req++; g.req > g.lim.MaxRequest {
-		return g.limit(ErrRequestTooLarge, g.lim.MaxRequest, g.req)
-	}
-	return nil
-}
-
-// inline consumes a byte of an inline command line. A '\r' counts as data
-// until the next byte shows it is not the one before '\n', which redcon drops.
-func (g *framer) inline(c byte) error {
-	l := &g.inl
-	if c == '\n' {
-		if l.bad || l.quote != 0 {
-			g.st = gsDead
-			return nil
-		}
-		if l.word > 0 {
-			if err := g.endWord(); err != nil {
-				return err
-			}
-		}
-		g.endFrame()
-		return nil
-	}
-	if l.n++; l.n > g.lim.MaxInline && (l.n > g.lim.MaxInline+1 || c != '\r') {
-		return g.limit(ErrInlineTooLong, g.lim.MaxInline, l.n)
-	}
-	if l.cr {
-		if err := g.char('\r'); err != nil {
-			return err
-		}
-	}
-	if l.cr = c == '\r'; l.cr {
-		return nil
-	}
-	return g.char(c)
-}
-
-// char splits inline data into words as redcon does: spaces separate words,
-// a word may be in double or single quotes and then must be followed by a space,
-// and a backslash inside quotes escapes the next byte: "\n", "\r" and "\t"
-// stand for control characters, and any other byte for itself.
-func (g *framer) char(c byte) error {
-	l := &g.inl
-	switch {
-	case l.bad:
-	case l.quote != 0:
-		return g.quoted(c)
-	case l.closed && c != ' ':
-		l.bad = true
-	case c == ' ':
-		l.closed = false
-		if l.word > 0 {
-			l.word = 0
-			return g.endWord()
-		}
-	case c == '"' || c == '\'':
-		l.bad = l.word > 0
-		l.quote = c
-	default:
-		return g.grow(c)
-	}
-	return nil
-}
-
-func (g *framer) quoted(c byte) error {
-	l := &g.inl
-	switch {
-	case l.esc:
-		l.esc = false
-		c = unescape(c)
-	case c == l.quote:
-		l.quote, l.closed, l.word = 0, true, 0
-		return g.endWord()
-	case c == '\\':
-		l.esc = true
-		return nil
-	}
-	return g.grow(c)
-}
-
-func unescape(c byte) byte {
-	switch c {
-	case 'n':
-		return '\n'
-	case 'r':
-		return '\r'
-	case 't':
-		return '\t'
-	}
-	return c
-}
-
-// grow adds c to the current word.
-func (g *framer) grow(c byte) error {
-	g.quitByte(c)
-	if g.inl.word++; g.inl.word > g.lim.MaxBulk {
-		return g.limit(ErrBulkTooLong, g.lim.MaxBulk, g.inl.word)
-	}
-	return nil
-}
-
-func (g *framer) endWord() error {
-	g.endArg()
-	if g.inl.words++; g.inl.words > g.lim.MaxArgs {
-		return g.limit(ErrTooManyArgs, g.lim.MaxArgs, g.inl.words)
-	}
-	return nil
-}
-
-// limit records Redis's reply to a broken limit and returns the error.
-func (g *framer) limit(err error, limit, got int) error {
-	switch {
-	case err == ErrBulkTooLong:
-		g.reply = replyBulkTooLong
-	case err == ErrTooManyArgs:
-		g.reply = replyTooManyArgs
-	case err == ErrInlineTooLong:
-		g.reply = replyInlineTooLong
-	case err == ErrRequestTooLarge:
-		g.reply = replyRequestTooLong
-	case g.st == gsCount:
-		g.reply = replyCountTooLong
-	default:
-		g.reply = replyLengthTooLong
-	}
-	return &LimitError{Err: err, Limit: limit, Got: got}
-}
-
-// quitBytes matches bytes of the current frame's first argument against
-// "quit" in any letter case, as the command table does. It ignores the bytes
-// of later arguments, whose match is settled.
-func (g *framer) quitBytes(b []byte) {
-	for _, c := range b {
-		if g.qm < 0 || g.qm == qmYes {
-			return
-		}
-		g.quitByte(c)
+func (f *framer) keepHead(b []byte) {
+	if n := len(f.head); n < headLen {
+		f.head = append(f.head, b[:min(len(b), headLen-n)]...)
 	}
 }
 
-func (g *framer) quitByte(c byte) {
-	switch {
-	case g.qm < 0 || g.qm == qmYes:
-	case g.qm < 4 && c|0x20 == "quit"[g.qm]: // | 0x20 lowers the case of letters, and only they can match
-		g.qm++
-	default:
-		g.qm = qmNo
-	}
-}
-
-// endArg settles the match when an argument ends: the first is "quit" or not.
-func (g *framer) endArg() {
-	switch {
-	case g.qm == 4:
-		g.qm = qmYes
-	case g.qm < 4:
-		g.qm = qmNo
-	}
-}
-
-// endFrame ends a well-formed frame, which is a QUIT command if its first
-// argument is "quit" (QUIT takes any arguments).
-func (g *framer) endFrame() {
-	g.st = gsFrame
-	g.quit = g.quit || g.qm == qmYes
+// endCommand ends a well-formed command.
+func (f *framer) endCommand() {
+	f.quit = f.quit || f.isQuit()
+	f.req, f.bad, f.head = 0, false, f.head[:0]
 }

@@ -83,7 +83,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		return
 	}
 	c.mu.Lock()
-	c.authed = true
+	c.setAuthed(true)
 	c.mu.Unlock()
 	c.OK()
 }
@@ -134,7 +134,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		c.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
-	c.authed = true
+	c.setAuthed(true)
 	c.proto = proto
 	if name != nil {
 		c.name = *name
@@ -171,7 +171,7 @@ func (s *Server) reset(c *Conn, _ [][]byte) {
 	s.session.Reset(c)
 	c.mu.Lock()
 	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
-	c.authed = s.password() == ""
+	c.setAuthed(s.password() == "")
 	c.mu.Unlock()
 	c.Simple("RESET")
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,7 +148,8 @@ func (s *Server) accept(rc redcon.Conn) bool {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{rc: rc, srv: s, id: s.nextID.Add(1), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2}
-	c.authed = s.password() == ""
+	c.guard, _ = rc.NetConn().(*guardConn)
+	c.setAuthed(s.password() == "")
 	rc.SetContext(c)
 	s.mu.Lock()
 	s.conns[c.id] = c
@@ -165,6 +167,9 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 	defer s.handled.Done()
 	s.clients.Add(-1)
 	c.cancel()
+	if c.authTTL != nil {
+		c.authTTL.Stop()
+	}
 	s.mu.Lock()
 	delete(s.conns, c.id)
 	s.mu.Unlock()
@@ -181,13 +186,18 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 		return // closed by an earlier command of the same batch (QUIT, POST)
 	}
 	args := cmd.Args
+	c.mu.Lock()
+	authed := c.authed
+	c.mu.Unlock()
+	if s.tooBig(c, args, authed) {
+		return
+	}
 	def := s.table.lookup(args[0])
 	if def == nil {
 		c.Error(unknownCommand(args))
 		return
 	}
 	c.mu.Lock()
-	authed := c.authed
 	c.lastCmd = def.Name
 	c.mu.Unlock()
 	switch {
@@ -198,6 +208,31 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	default:
 		def.Handler(c, args)
 	}
+}
+
+// tooBig refuses a command with more arguments, or a longer one, than the
+// limits allow, as Redis does, closing the connection. The guard checks RESP
+// headers before the bytes arrive; this check is the one for inline commands.
+func (s *Server) tooBig(c *Conn, args [][]byte, authed bool) bool {
+	lim := s.cfg.Limits
+	if !authed {
+		lim = lim.unauthenticated()
+	}
+	reply := ""
+	if len(args) > lim.MaxArgs {
+		reply = replyFor(&LimitError{Err: ErrTooManyArgs, Limit: lim.MaxArgs}, stFrame, authed)
+	}
+	for _, a := range args {
+		if len(a) > lim.MaxBulk {
+			reply = replyFor(&LimitError{Err: ErrBulkTooLong, Limit: lim.MaxBulk}, stFrame, authed)
+		}
+	}
+	if reply == "" {
+		return false
+	}
+	c.Error(strings.TrimSuffix(reply[1:], "\r\n"))
+	c.Close()
+	return true
 }
 
 // unknownCommand is Redis's error for a command it does not know.

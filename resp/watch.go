@@ -1,11 +1,13 @@
 package resp
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
-	"sync"
 	"time"
+
+	"github.com/tidwall/redcon"
 )
 
 // WatchClose starts watching the client's socket while the current command
@@ -17,13 +19,10 @@ import (
 // until the watching goroutine has stopped reading. Calling WatchClose on a
 // connection that is not guarded returns a gone that never closes.
 //
-// A QUIT already pipelined behind the current command closes gone at once.
-// The watch keeps at most Limits.MaxRequest bytes; once that many wait, it
-// stops reading and gone closes only if a QUIT is among them, so a client
-// that closes after flooding is noticed when redcon reads again. Frames are
-// checked against the limits when redcon reads them; no QUIT after a frame
-// the guard will refuse counts. The connection's read deadline does not
-// apply while watching and is restored by stop.
+// The watch keeps at most Limits.MaxRequest bytes, held from the MaxBuffered
+// budget; once that many wait, it stops reading, and gone closes only if a
+// QUIT is among them. No QUIT after a command the guard will refuse counts.
+// The idle timeout does not run while watching.
 //
 // WatchClose and stop must be called from the handler's goroutine. A
 // WatchClose while a watch runs returns that watch's gone and a stop that
@@ -41,18 +40,18 @@ func (c *Conn) WatchClose() (gone <-chan struct{}, stop func()) {
 type watch struct {
 	g       *guardConn
 	fr      framer // frames what the watch reads, to find a QUIT
-	framing bool   // fr has met no frame the guard will refuse
+	framing bool   // fr has met no command the guard will refuse
 	gone    chan struct{}
 	done    chan struct{} // closed when the goroutine has stopped reading
-	once    sync.Once
+	stopped bool
 }
 
 func (g *guardConn) watchClose() (<-chan struct{}, func()) {
 	if w := g.watch; w != nil {
 		return w.gone, func() {}
 	}
-	w := &watch{g: g, fr: g.framer, framing: g.err == nil, gone: make(chan struct{}), done: make(chan struct{})}
-	w.frame(g.look) // read by an earlier watch, not yet by redcon
+	w := &watch{g: g, fr: g.fr.clone(), framing: g.err == nil, gone: make(chan struct{}), done: make(chan struct{})}
+	w.frame(g.look) // not yet returned to redcon
 	if w.fr.quit || g.lookErr != nil {
 		close(w.gone)
 		return w.gone, func() {}
@@ -69,15 +68,20 @@ func (g *guardConn) watchClose() (<-chan struct{}, func()) {
 	return w.gone, w.stop
 }
 
-// run reads until gone closes, the lookahead is full or stop's deadline
-// ends a Read.
+// watchChunk is the most one Read of a watch asks for.
+const watchChunk = 16 << 10
+
+// run reads until gone closes, the lookahead is full, the budget is spent
+// or stop's deadline ends a Read.
 func (w *watch) run() {
 	defer close(w.done)
 	g := w.g
-	for len(g.look) < g.lim.MaxRequest {
-		n, err := g.Conn.Read(w.room())
-		g.look = g.look[:len(g.look)+n]
-		w.frame(g.look[len(g.look)-n:])
+	buf := make([]byte, watchChunk)
+	for room := min(watchChunk, g.lim.MaxRequest-len(g.look)); room > 0; room = min(watchChunk, g.lim.MaxRequest-len(g.look)) {
+		n, err := g.Conn.Read(buf[:room])
+		g.hold(n, false) // the bytes are read: over the budget or not
+		g.look = append(g.look, buf[:n]...)
+		w.frame(buf[:n])
 		switch {
 		case w.fr.quit:
 			close(w.gone)
@@ -88,72 +92,61 @@ func (w *watch) run() {
 			g.lookErr = err
 			close(w.gone)
 			return
+		case g.budget.used.Load() > g.budget.max:
+			return // no more until redcon reads
 		}
 	}
 }
 
-// room returns the free end of the lookahead, which grows to MaxRequest bytes.
-func (w *watch) room() []byte {
-	g := w.g
-	if len(g.look) == cap(g.look) {
-		look := make([]byte, len(g.look), min(max(2*len(g.look), 4096), g.lim.MaxRequest))
-		copy(look, g.look)
-		g.look = look
-	}
-	return g.look[len(g.look):cap(g.look)]
-}
-
-// frame frames b, which follows what fr has framed, until a frame breaks a
-// limit or is malformed: redcon will get no further.
+// frame frames b, which follows what fr has framed, until a command breaks
+// a limit or is malformed: redcon will get no further.
 func (w *watch) frame(b []byte) {
 	if !w.framing {
 		return
 	}
-	if _, err := w.fr.scan(b); err != nil {
+	lim := w.g.lim
+	if !w.g.authed.Load() {
+		lim = lim.unauthenticated()
+	}
+	if _, _, err := w.fr.scan(b, &lim, false); err != nil {
 		w.framing = false
 	}
 }
 
 // stop ends the watch: a read deadline in the past ends the goroutine's
-// Read, and the deadline set before is restored once it has returned.
+// Read. The next Read of the guard sets the deadline again.
 func (w *watch) stop() {
-	w.once.Do(func() {
-		g := w.g
-		_ = g.Conn.SetReadDeadline(time.Unix(1, 0))
-		<-w.done // a net.Conn's Read returns once its deadline passes
-		var t time.Time
-		if p := g.rdl.Load(); p != nil {
-			t = *p
-		}
-		_ = g.Conn.SetReadDeadline(t)
-		g.watch = nil
-	})
-}
-
-// readAhead reads what a watch read, then the error that ended it, and then
-// the socket.
-func (g *guardConn) readAhead(p []byte) (int, error) {
-	if len(g.look) > 0 {
-		n := copy(p, g.look)
-		if g.look = g.look[n:]; len(g.look) == 0 {
-			g.look = nil
-		}
-		return n, nil
+	if w.stopped {
+		return
 	}
-	if g.lookErr != nil {
-		return 0, g.lookErr
+	w.stopped = true
+	_ = w.g.Conn.SetReadDeadline(time.Unix(1, 0))
+	<-w.done // a net.Conn's Read returns once its deadline passes
+	_ = w.g.Conn.SetReadDeadline(time.Time{})
+	w.g.watch = nil
+}
+
+// clone returns a copy of f that shares no memory with it.
+func (f *framer) clone() framer {
+	c := *f
+	c.line = bytes.Clone(f.line)
+	c.head = bytes.Clone(f.head)
+	return c
+}
+
+// isQuit reports whether the well-formed command just framed is QUIT, in
+// any letter case, as the command table finds it. An inline line longer
+// than headLen counts only if it starts with "quit " unquoted.
+func (f *framer) isQuit() bool {
+	h := f.head
+	switch {
+	case h[0] == '*':
+		return f.firstLen == 4 && f.firstAt+4 <= len(h) && bytes.EqualFold(h[f.firstAt:f.firstAt+4], quit)
+	case len(h) < headLen: // the whole line, '\n' included
+		cmd, err := redcon.Parse(h)
+		return err == nil && bytes.EqualFold(cmd.Args[0], quit)
 	}
-	return g.Conn.Read(p)
+	return bytes.EqualFold(h[:4], quit) && h[4] == ' '
 }
 
-// SetReadDeadline sets the read deadline, which a watch restores when it stops.
-func (g *guardConn) SetReadDeadline(t time.Time) error {
-	g.rdl.Store(&t)
-	return g.Conn.SetReadDeadline(t)
-}
-
-// SetDeadline sets the read and write deadlines.
-func (g *guardConn) SetDeadline(t time.Time) error {
-	g.rdl.Store(&t)
-	return g.Conn.SetDeadline(t)
-}
+var quit = []byte("quit")

@@ -43,6 +43,11 @@ type watchSeen struct{ n, capacity int }
 
 func newWatchServer(t *testing.T, lim Limits) *watchServer {
 	t.Helper()
+	return newWatchServerConfig(t, Config{Limits: lim})
+}
+
+func newWatchServerConfig(t *testing.T, cfg Config) *watchServer {
+	t.Helper()
 	goroutines := runtime.NumGoroutine()
 	s := &watchServer{
 		blocked: make(chan struct{}, 16),
@@ -55,7 +60,7 @@ func newWatchServer(t *testing.T, lim Limits) *watchServer {
 	if err := table.Add(Command{Name: "block", Arity: -1, Handler: s.block}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(Config{Limits: lim}, table, watchSession{s.closed}, zap.NewNop())
+	srv, err := NewServer(cfg, table, watchSession{s.closed}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,8 +488,8 @@ func (c *watchDeadlineConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
-// TestWatchStop checks that stop ends the goroutine and restores the read
-// deadline, that Read then serves the bytes read ahead, and that a Read
+// TestWatchStop checks that stop ends the goroutine and clears the read
+// deadline (the next Read sets the idle timeout's), that Read then serves the bytes read ahead, and that a Read
 // stops a watch its handler forgot to.
 func TestWatchStop(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
@@ -492,11 +497,6 @@ func TestWatchStop(t *testing.T) {
 	defer cli.Close()
 	dc := &watchDeadlineConn{Conn: srv, deadlines: make(chan time.Time, 8)}
 	g := Guard(dc, Limits{}).(*guardConn)
-	idle := time.Now().Add(time.Hour)
-	if err := g.SetReadDeadline(idle); err != nil {
-		t.Fatal(err)
-	}
-	watchFor(t, dc.deadlines, "deadline")
 
 	for _, how := range []string{"stop", "Read"} {
 		gone, stop := g.watchClose()
@@ -522,8 +522,8 @@ func TestWatchStop(t *testing.T) {
 		for range 3 {
 			got = append(got, watchFor(t, dc.deadlines, "deadline"))
 		}
-		if !got[0].IsZero() || got[1].After(time.Now()) || !got[2].Equal(idle) {
-			t.Fatalf("%s: read deadlines %v; want none while watching, one past, then %v", how, got, idle)
+		if !got[0].IsZero() || got[1].After(time.Now()) || !got[2].IsZero() {
+			t.Fatalf("%s: read deadlines %v; want none while watching, one past, then none", how, got)
 		}
 		select {
 		case <-gone:
@@ -562,8 +562,12 @@ func FuzzWatchQuit(f *testing.F) {
 		k := int(pre) % (len(data) + 1)
 		got, readErr, gone, took := watchFuzzRun(t, lim, data[:k], watchSplit(data[k:], split), eof)
 		seen := data[:k+took]
-		wantGone := watchRefQuit(seen, lim) || eof && took == len(data)-k && took < lim.MaxRequest
-		if gone != wantGone {
+		quit, doomed := watchRefQuit(seen, lim)
+		wantGone := quit || eof && took == len(data)-k && took < lim.MaxRequest
+		// The guard does not check inline quotes: after a line redcon
+		// refuses, a QUIT may count, which does no harm, as redcon closes
+		// the connection when it reads that line.
+		if gone != wantGone && !(gone && doomed) {
 			t.Fatalf("gone %v, want %v: %d bytes then %d watched of %q (eof %v)", gone, wantGone, k, took, data, eof)
 		}
 		want, wantErr := watchRefRead(seen, k, lim)
@@ -691,17 +695,17 @@ func (s *watchStream) SetWriteDeadline(time.Time) error { return nil }
 // watchRefQuit reports whether redcon, reading data through a guard byte by
 // byte, so that it parses each command as soon as it is complete, gets a
 // QUIT command.
-func watchRefQuit(data []byte, lim Limits) bool {
+func watchRefQuit(data []byte, lim Limits) (quit, doomed bool) {
 	rd := redcon.NewReader(iotest.OneByteReader(Guard(&watchStream{r: bytes.NewReader(data)}, lim)))
 	for {
 		cmds, err := rd.ReadCommands()
 		for _, c := range cmds {
 			if strings.EqualFold(string(c.Args[0]), "quit") {
-				return true
+				return true, false
 			}
 		}
 		if err != nil {
-			return false
+			return false, err != io.EOF
 		}
 	}
 }
