@@ -42,7 +42,7 @@ type LegacyConfig struct {
 type RedlockConfig struct {
 	Nodes         []string `toml:"nodes"`           // host:port of each independent Redis node
 	Password      string   `toml:"password"`        // the nodes' AUTH password
-	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node
+	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node; 0: TTL/20 within [250ms, 2s]
 	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
 	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
 	KeyPrefix     string   `toml:"key_prefix"`      // prefix of lockproxy's keys on the nodes
@@ -93,7 +93,7 @@ func Default() Config {
 		Listen:   "127.0.0.1:6380",
 		LogLevel: "info",
 		Redlock: RedlockConfig{
-			NodeTimeoutMS: 100,
+			NodeTimeoutMS: 0, // automatic: a share of each lock's TTL
 			DriftFactor:   0.01,
 			DriftFixedMS:  2,
 			KeyPrefix:     "lockproxy:",

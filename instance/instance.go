@@ -103,11 +103,13 @@ func (in *Instance) backend() (engine.Backend, error) {
 	if len(nodes)%2 == 0 {
 		in.log.Warn("an even number of redlock nodes tolerates no more failures than one node fewer", zap.Int("nodes", len(nodes)))
 	}
-	return quorum.New(nodes, quorum.Config{
+	r := quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
 		DriftFixed:  ms(rc.DriftFixedMS),
-	}), nil
+	})
+	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	return r, nil
 }
 
 // zookeeper builds the zookeeper backend. A watched predecessor's release

@@ -232,7 +232,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key, line, deadlines}, acquireArgs(op.Hold, op.Attempt)
+		keys := []string{lock, n.prefix + "fence:" + op.Key, line, deadlines, n.prefix + "undone:" + op.Attempt}
+		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
@@ -243,7 +244,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
-		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next}
+		keys := []string{lock, line, deadlines, n.prefix + "undone:" + op.Undo}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next, op.Undo, millis(op.UndoFor)}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
@@ -268,7 +270,11 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	if w := h.Next; w != nil {
 		next, nextSince, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt}
+	fresh := ""
+	if h.Fresh {
+		fresh = "1"
+	}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt, fresh}
 }
 
 // wrap adds the node's address to err.
