@@ -78,10 +78,9 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 // takes nothing, whatever order the node runs the two in; and it is sent
 // again until each node answers.
 func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
-	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Undo: attempt, UndoFor: h.TTL}
-	if h.Fresh {
-		op.Attempt = attempt // not a hold the same token had before
-	}
+	// Only what this attempt took or refreshed: a rollback that lands late
+	// must not remove a later attempt's hold of the same token.
+	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
 	if !c.calls.landed() {

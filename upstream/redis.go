@@ -162,18 +162,35 @@ func (n *RedisNode) Stats() Stats {
 // Do queues op for the node's pipelines and returns at once; the reply
 // arrives on done. It implements quorum.Node. Errors in the reply do not
 // carry the node's address: the caller knows which node it asked.
+//
+// When the queue is full (the node is slow or paused and its pipelines are
+// stuck), the call waits for room in a goroutine of its own, so that a
+// fan-out never waits on one node before sending to the others.
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
 	c := &call{ctx: ctx, op: op, tag: tag, done: done}
 	n.mu.RLock()
-	defer n.mu.RUnlock()
 	if n.closed {
+		n.mu.RUnlock()
 		c.fail(ErrClosed)
 		return
 	}
 	select {
 	case n.calls <- c:
-	case <-ctx.Done():
-		c.fail(ctx.Err())
+		n.mu.RUnlock()
+	default:
+		go n.enqueue(c) // it keeps the read lock until c is queued
+	}
+}
+
+// enqueue queues c once there is room, or fails it when its context ends.
+// It releases the read lock Do took for it: Close waits for it (the
+// workers keep draining meanwhile), so no call is queued after Close.
+func (n *RedisNode) enqueue(c *call) {
+	defer n.mu.RUnlock()
+	select {
+	case n.calls <- c:
+	case <-c.ctx.Done():
+		c.fail(c.ctx.Err())
 	}
 }
 
