@@ -192,8 +192,10 @@ var _ engine.EarlyReleaser = (*Redlock)(nil)
 //
 // It reports false only when so many nodes said the token does not hold
 // the key that no majority can; answers that do not decide it give an
-// engine.UnknownOutcomeError. Either way the release is carried on, in the
-// background, to every node that did not answer it. Where the grant's own
+// engine.UnknownOutcomeError, and the release is carried on, in the
+// background, to every node that did not answer it. (After a decided
+// release, a minority that missed it lets the lease expire: carrying every
+// release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	op := &Op{Kind: OpRelease, Key: key, Token: token}
@@ -206,9 +208,11 @@ func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, line []eng
 	t := newTally(r.quorum, len(r.nodes))
 	calls, err := r.fanout(ctx, r.timeout(op.UndoFor), op, sent,
 		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.settled() })
-	r.finish(calls, op)
 	if err == nil {
 		err = t.verdict("release", engine.ErrNotHeld)
+	}
+	if err != nil && !errors.Is(err, engine.ErrNotHeld) {
+		r.finish(calls, op) // undecided: a silent node may complete a majority of holders
 	}
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
