@@ -47,6 +47,7 @@ type options struct {
 	inprocess  bool
 	procs      int
 	cpuprofile string
+	faults     bool
 }
 
 func main() {
@@ -84,6 +85,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
+	fs.BoolVar(&o.faults, "faults", false, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -45,6 +45,12 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
+	if o.faults && ctx.Err() == nil {
+		fmt.Fprintln(w)
+		if err := runFaults(ctx, o, l, dir, w); err != nil {
+			return err
+		}
+	}
 	return ctx.Err()
 }
 

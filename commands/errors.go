@@ -41,16 +41,26 @@ var noQuorumOutcome = map[string]string{
 	"inspect": "the holder is unknown",
 }
 
+// unknownOutcome says what an undecided operation leaves behind, by operation.
+var unknownOutcome = map[string]string{
+	"extend":  "the lease may not be renewed, and the lock was not seen lost; retry RENEW",
+	"release": "the lock may still be held; the release is retried on the silent nodes, and UNLOCK may be retried",
+}
+
 // replyError is the RESP error line for err: the one place where domain
 // errors become client-visible text.
 func replyError(key string, err error) string {
 	var nq *quorum.NoQuorumError
 	var arg argError
+	var unknown *engine.UnknownOutcomeError
 	switch {
 	case errors.As(err, &arg):
 		return arg.Error()
 	case errors.As(err, &nq):
 		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
+	case errors.As(err, &unknown):
+		return fmt.Sprintf("TIMEOUT outcome unknown: %d of %d nodes held the lock for that token, %d did not, %d did not answer; %s",
+			unknown.Yes, unknown.Yes+unknown.No+unknown.Silent, unknown.No, unknown.Silent, unknownOutcome[unknown.Op])
 	case errors.Is(err, engine.ErrLost):
 		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
 	case errors.Is(err, engine.ErrUnavailable):

@@ -45,3 +45,26 @@ func (e *BusyError) Error() string {
 
 // Unwrap makes a BusyError match ErrNotAcquired.
 func (e *BusyError) Unwrap() error { return ErrNotAcquired }
+
+// ErrOutcomeUnknown is matched (errors.Is) by every UnknownOutcomeError.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
+
+// UnknownOutcomeError says that the store's answers do not decide an
+// operation on a lock that may be held: enough nodes answered, but neither
+// "done" nor "not held" has a majority, because some nodes did not answer.
+// The lock may or may not be held by the token; a release is still carried
+// to the nodes that did not answer.
+type UnknownOutcomeError struct {
+	Op     string // "extend", "release"
+	Yes    int    // nodes where the token held the lock (and the op was done)
+	No     int    // nodes where it did not hold it
+	Silent int    // nodes that did not answer in time
+	Err    error  // the silent nodes' errors, joined
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("%s: %v: %d nodes held it, %d did not, %d did not answer: %v", e.Op, ErrOutcomeUnknown, e.Yes, e.No, e.Silent, e.Err)
+}
+
+// Unwrap exposes ErrOutcomeUnknown and the nodes' errors.
+func (e *UnknownOutcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }

@@ -50,7 +50,7 @@ type RedlockConfig struct {
 	Nodes         []string `toml:"nodes"`           // host:port of each independent Redis node
 	Password      string   `toml:"password"`        // the nodes' AUTH password
 	PasswordFile  string   `toml:"password_file"`   // file holding the nodes' AUTH password
-	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node
+	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node; 0: TTL/20 within [250ms, 2s]
 	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
 	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
 	KeyPrefix     string   `toml:"key_prefix"`      // prefix of lockproxy's keys on the nodes
@@ -109,7 +109,7 @@ func Default() Config {
 		LogLevel:      "info",
 		ProtectedMode: true,
 		Redlock: RedlockConfig{
-			NodeTimeoutMS: 100,
+			NodeTimeoutMS: 0, // automatic: a share of each lock's TTL
 			DriftFactor:   0.01,
 			DriftFixedMS:  2,
 			KeyPrefix:     "lockproxy:",

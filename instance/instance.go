@@ -110,11 +110,13 @@ func (in *Instance) backend() (engine.Backend, error) {
 		nodes[i] = n
 	}
 	in.backendAddr = addrs
-	return quorum.New(nodes, quorum.Config{
+	r := quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
 		DriftFixed:  ms(rc.DriftFixedMS),
-	}), nil
+	})
+	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	return r, nil
 }
 
 // zookeeper builds the zookeeper backend. A watched predecessor's release

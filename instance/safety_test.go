@@ -219,8 +219,8 @@ func grantOnce(ctx context.Context, c *redis.Client, key string, check *grantChe
 	time.Sleep(200 * time.Microsecond) // hold it: a second holder would overlap
 	check.leave()
 	err = c.Do(ctx, "UNLOCK", key, g.token).Err()
-	if err != nil && ctx.Err() == nil && !strings.HasPrefix(err.Error(), "NOQUORUM") {
-		return fmt.Errorf("UNLOCK: %w", err) // NOQUORUM during a fault: the lease expires
+	if err != nil && ctx.Err() == nil && !strings.HasPrefix(err.Error(), "NOQUORUM") && !strings.HasPrefix(err.Error(), "TIMEOUT outcome unknown") {
+		return fmt.Errorf("UNLOCK: %w", err) // NOQUORUM or unknown during a fault: the lease expires
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func (c Config) intRanges() []intRange {
 	const huge = 1 << 40
 	hour := 3600 * 1000
 	return []intRange{
-		{"redlock.node_timeout_ms", c.Redlock.NodeTimeoutMS, 1, hour},
+		{"redlock.node_timeout_ms", c.Redlock.NodeTimeoutMS, 0, hour},
 		{"redlock.drift_fixed_ms", c.Redlock.DriftFixedMS, 0, hour},
 		{"redlock.pool_size", c.Redlock.PoolSize, 0, 10000},
 		{"redlock.pipelines", c.Redlock.Pipelines, 1, 1000},

@@ -23,48 +23,69 @@ import (
 // tokens") explains why the fence strictly increases.
 func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
 	start := time.Now()
-	attempt := ""
-	if h.Fresh {
-		attempt = engine.NewToken()
-	}
-	fence, agreed, claimed, err := r.claim(ctx, key, h, attempt)
-	if err == nil && !agreed {
-		err = r.commit(ctx, key, h.Token, fence)
+	attempt := engine.NewToken()
+	c, err := r.claim(ctx, key, h, attempt)
+	if err == nil && !c.agreed {
+		err = r.commit(ctx, key, h.Token, c.fence, h.TTL)
 	}
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
-			r.settle(key, h.Token, claimed)
-			return engine.Grant{Token: h.Token, Fence: fence, Validity: v}, nil
+			r.settle(key, h, attempt, c.calls)
+			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v}, nil
 		}
 		err = engine.ErrNotAcquired
 	}
-	claimed.Wait() // an acquire still in flight must not land after the rollback
-	r.rollback(ctx, key, h.Token, attempt)
+	r.undo(key, h, attempt, c)
 	return engine.Grant{}, err
 }
 
-// claim runs phase one. It returns the fence, whether a majority of
-// holders recorded it already (agreed: no commit needed), and the flight of
-// its calls.
-func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt string) (fence int64, agreed bool, calls *flight, err error) {
+// claimed is the result of phase one.
+type claimed struct {
+	fence  int64
+	agreed bool    // a majority of holders recorded the fence already: no commit needed
+	taken  uint64  // bit i: node i answered that another token holds the key
+	calls  *flight // the acquires, some perhaps still in flight
+}
+
+// claim runs phase one.
+func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt string) (c claimed, err error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var s claimSummary
-	calls, err = fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpAcquire, Key: key, Hold: h, Attempt: attempt},
+	c.calls, err = r.fanout(ctx, r.timeout(h.TTL), &Op{Kind: OpAcquire, Key: key, Hold: h, Attempt: attempt}, nil,
 		func(rep Reply) bool {
 			t.add(rep.Claim.State != Taken, rep.Err)
 			if rep.Err == nil {
 				s.add(rep.Claim)
+				if rep.Claim.State == Taken {
+					c.taken |= 1 << rep.Tag
+				}
 			}
 			return t.decided()
 		})
 	if err == nil {
 		err = t.outcome("acquire", &engine.BusyError{RetryAfter: s.busy.freeAfter(r.quorum, t.n)})
 	}
-	if err != nil {
-		return 0, false, calls, err
+	if err == nil {
+		c.fence, c.agreed = s.fence(r.quorum)
 	}
-	fence, agreed = s.fence(r.quorum)
-	return fence, agreed, calls, nil
+	return c, err
+}
+
+// undo rolls a refused attempt back, in the background, on every node
+// that did not refuse it: the caller's answer does not wait for it. The
+// rollback marks the attempt undone on each node where it has not landed,
+// so an acquire that lands later (its call timed out, the node was paused)
+// takes nothing, whatever order the node runs the two in; and it is sent
+// again until each node answers.
+func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
+	// Only what this attempt took or refreshed: a rollback that lands late
+	// must not remove a later attempt's hold of the same token.
+	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
+	all := uint64(1)<<len(r.nodes) - 1
+	r.carry(op, all&^c.taken)
+	if !c.calls.landed() {
+		r.bg.Go(c.calls.Wait) // the late answers still tell the nodes' health
+	}
 }
 
 // claimSummary gathers the phase-one replies that decide the fence.
@@ -111,57 +132,37 @@ func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 }
 
 // commit runs phase two.
-func (r *Redlock) commit(ctx context.Context, key, token string, fence int64) error {
-	_, err := r.count(ctx, &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, "acquire", engine.ErrNotAcquired)
-	return err
-}
-
-// count fans op out, counts the nodes whose reply is OK, and turns the
-// count into op's outcome (see tally.outcome).
-func (r *Redlock) count(ctx context.Context, op *Op, name string, no error) (*flight, error) {
-	return r.countThen(ctx, op, nil, name, no)
-}
-
-// countThen is count that runs sent once op is on its way to every node.
-func (r *Redlock) countThen(ctx context.Context, op *Op, sent func(), name string, no error) (*flight, error) {
+func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, ttl time.Duration) error {
 	t := newTally(r.quorum, len(r.nodes))
-	calls, err := fanoutThen(ctx, r.nodes, r.cfg.NodeTimeout, op, sent,
+	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, nil,
 		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.decided() })
 	if err != nil {
-		return calls, err
+		return err
 	}
-	return calls, t.outcome(name, no)
-}
-
-// rollback releases token's key on every node, waiting for all of them;
-// for a fresh acquire, only where attempt took it.
-func (r *Redlock) rollback(ctx context.Context, key, token, attempt string) {
-	ctx, cancel := r.cleanup(ctx)
-	defer cancel()
-	calls, _ := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpRelease, Key: key, Token: token, Rollback: true, Attempt: attempt},
-		func(Reply) bool { return false })
-	calls.Wait()
+	return t.outcome("acquire", engine.ErrNotAcquired)
 }
 
 // Extend resets the lease of key held by token on a majority of nodes; a
 // zero ttl reuses the lease the lock was last given. The validity counts
-// from the shortest lease a majority applied.
+// from the shortest lease a majority applied. It reports ErrNotHeld only
+// when so many nodes said so that no majority can hold the lock; answers
+// that do not decide it give an engine.UnknownOutcomeError.
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	start := time.Now()
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
-	_, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode},
+	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode}, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
 			leased = leased || rep.Err == nil && rep.TTL < 0
 			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
 				applied = rep.TTL
 			}
-			return t.decided()
+			return t.settled()
 		})
 	if err == nil {
-		err = t.outcome("extend", engine.ErrNotHeld)
+		err = t.verdict("extend", engine.ErrNotHeld)
 	}
 	if errors.Is(err, engine.ErrNotHeld) && leased {
 		err = engine.ErrNotBound
@@ -188,13 +189,31 @@ var _ engine.EarlyReleaser = (*Redlock)(nil)
 // node, the default), so an acquire started after sent lands behind the
 // release on every node — often in the same round trip. The nodes are told
 // of line's first waiter, which this instance wakes itself.
+//
+// It reports false only when so many nodes said the token does not hold
+// the key that no majority can; answers that do not decide it give an
+// engine.UnknownOutcomeError, and the release is carried on, in the
+// background, to every node that did not answer it. (After a decided
+// release, a minority that missed it lets the lease expire: carrying every
+// release to a slow node would bury it in retries.) Where the grant's own
+// acquires may still be in flight, the release marks them undone.
 func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	r.landed(key, token)
-	next := ""
+	op := &Op{Kind: OpRelease, Key: key, Token: token}
 	if len(line) > 0 {
-		next = line[0].ID
+		op.Next = line[0].ID
 	}
-	_, err := r.countThen(ctx, &Op{Kind: OpRelease, Key: key, Token: token, Next: next}, sent, "release", engine.ErrNotHeld)
+	if p := r.pending(key, token); p.attempt != "" {
+		op.Undo, op.UndoFor = p.attempt, p.ttl
+	}
+	t := newTally(r.quorum, len(r.nodes))
+	calls, err := r.fanout(ctx, r.timeout(op.UndoFor), op, sent,
+		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.settled() })
+	if err == nil {
+		err = t.verdict("release", engine.ErrNotHeld)
+	}
+	if err != nil && !errors.Is(err, engine.ErrNotHeld) {
+		r.finish(calls, op) // undecided: a silent node may complete a majority of holders
+	}
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
 	}
@@ -221,7 +240,7 @@ func (h heldTimes) freeAfter(quorum, n int) time.Duration {
 // expire.
 func (r *Redlock) Leave(ctx context.Context, key, waiter string) error {
 	t := newTally(r.quorum, len(r.nodes))
-	calls, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpLeave, Key: key, Token: waiter},
+	calls, err := r.fanout(ctx, r.timeout(0), &Op{Kind: OpLeave, Key: key, Token: waiter}, nil,
 		func(rep Reply) bool { t.add(rep.OK, rep.Err); return false })
 	calls.Wait()
 	if err != nil {

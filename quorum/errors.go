@@ -8,6 +8,10 @@ import (
 // ErrNoQuorum is matched (errors.Is) by every NoQuorumError.
 var ErrNoQuorum = errors.New("no quorum")
 
+// ErrSuspected is the presumed failure of a suspected node that a fan-out
+// did not wait for: it failed its recent calls in a row.
+var ErrSuspected = errors.New("not waited for: the node failed its recent calls")
+
 // NoQuorumError says that fewer than a majority of nodes answered, so the
 // outcome of the operation is unknown and nothing was granted.
 type NoQuorumError struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,15 +22,39 @@ type fakeNode struct {
 	delay   time.Duration // every call waits this long first
 	hang    chan struct{} // if set, calls block until it is closed or ctx is done
 	entries map[string]*fakeEntry
+	undone  map[string]bool // attempts a release marked undone
 	counter map[string]int64
 	commits int // Commit calls served
+	// paused: calls are queued unapplied, and their callers get their
+	// context's error when it ends, as with a SIGSTOPped Redis whose
+	// connection the caller dropped; resume applies them.
+	paused bool
+	queued []func()
+}
+
+// pause makes the node queue calls without applying them.
+func (f *fakeNode) pause() { f.mu.Lock(); f.paused = true; f.mu.Unlock() }
+
+// resume applies the queued calls, in reverse order if reverse (a call on
+// a dropped connection may run after a later one), and serves calls again.
+func (f *fakeNode) resume(reverse bool) {
+	f.mu.Lock()
+	q := f.queued
+	f.queued, f.paused = nil, false
+	f.mu.Unlock()
+	if reverse {
+		slices.Reverse(q)
+	}
+	for _, apply := range q {
+		apply()
+	}
 }
 
 type fakeEntry struct {
 	Entry
 	ttl     time.Duration
 	expires time.Time
-	attempt string // the fresh acquire that took it
+	attempt string // the acquire that took it
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -37,7 +62,7 @@ var _ Node = (*fakeNode)(nil)
 func newFakeNodes(n int) []*fakeNode {
 	nodes := make([]*fakeNode, n)
 	for i := range nodes {
-		nodes[i] = &fakeNode{name: fmt.Sprintf("fake%d", i), entries: map[string]*fakeEntry{}, counter: map[string]int64{}}
+		nodes[i] = &fakeNode{name: fmt.Sprintf("fake%d", i), entries: map[string]*fakeEntry{}, undone: map[string]bool{}, counter: map[string]int64{}}
 	}
 	return nodes
 }
@@ -104,13 +129,14 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attem
 	defer f.mu.Unlock()
 	c := Claim{Counter: f.counter[key]}
 	switch e := f.live(key); {
+	case f.undone[attempt]:
 	case e == nil:
 		f.counter[key]++
 		c.Counter = f.counter[key]
 		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL), attempt}
 		c.State, c.Fence = Acquired, c.Counter
-	case e.Token == h.Token && attempt == "":
-		e.ttl, e.expires = h.TTL, time.Now().Add(h.TTL)
+	case e.Token == h.Token && !h.Fresh:
+		e.ttl, e.expires, e.attempt = h.TTL, time.Now().Add(h.TTL), attempt
 		c.State, c.Fence = Mine, e.Fence
 	default:
 		c.Held = time.Until(e.expires)
@@ -156,12 +182,15 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	return ttl, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, key, token, attempt string) (bool, error) {
+func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string) (bool, error) {
 	if err := f.enter(ctx); err != nil {
 		return false, err
 	}
 	defer f.mu.Unlock()
 	e := f.live(key)
+	if undo != "" && (e == nil || e.attempt != undo) {
+		f.undone[undo] = true
+	}
 	if e == nil || e.Token != token || attempt != "" && e.attempt != attempt {
 		return false, nil
 	}
@@ -189,13 +218,27 @@ func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error)
 // could see the straggler land.
 func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 	f.mu.Lock()
-	down := f.down
+	down, paused := f.down, f.paused
+	if paused {
+		f.queued = append(f.queued, func() { f.apply(context.Background(), op, tag, make(chan Reply, 1)) })
+	}
 	f.mu.Unlock()
-	go func() {
+	if paused {
+		go func() { <-ctx.Done(); done <- Reply{Tag: tag, Err: ctx.Err()} }()
+		return
+	}
+	if down {
+		go func() { done <- Reply{Tag: tag, Err: errDown} }()
+		return
+	}
+	go f.apply(ctx, op, tag, done)
+}
+
+// apply runs op on the node and replies to done.
+func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+	{
 		r := Reply{Tag: tag}
 		switch {
-		case down:
-			r.Err = errDown
 		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
 		case op.Kind == OpCommit:
@@ -203,10 +246,10 @@ func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 		case op.Kind == OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
 		case op.Kind == OpRelease:
-			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt)
+			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt, op.Undo)
 		case op.Kind == OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
 		}
 		done <- r
-	}()
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
 )
 
 // flight is one fan-out: an Op sent to every node, whose replies arrive on
@@ -12,42 +14,54 @@ import (
 type flight struct {
 	replies chan Reply
 	n, got  int
+	failed  uint64 // bit i: node i's call failed (among the replies read)
 	cancel  context.CancelFunc
+	health  *health
 }
 
 // fanout sends op to every node and feeds their replies to decide in
 // arrival order until decide returns true, every node has answered, or ctx
-// is done (then it returns ctx's error).
+// is done (then it returns ctx's error). A suspected node is not waited
+// for: once every other node has answered, a majority of them without
+// error, decide gets ErrSuspected for it (its real answer, if it came
+// first, counts instead). Without such a majority, only the suspects can
+// still make one, and they are waited for.
 //
-// All calls share one context, detached from ctx's cancellation and
-// bounded by timeout: calls still running when fanout returns finish in the
+// All calls share one context, detached from ctx's cancellation, bounded
+// by timeout and ended by Close: calls still running when fanout returns finish in the
 // background, so a write the caller no longer waits for (the last nodes of
 // a release, a commit beyond the quorum) still reaches every node that
 // answers in time.
-func fanout(ctx context.Context, nodes []Node, timeout time.Duration, op *Op, decide func(Reply) bool) (*flight, error) {
-	return fanoutThen(ctx, nodes, timeout, op, nil, decide)
-}
-
-// fanoutThen is fanout that runs sent, if not nil, once op is on its way to
-// every node.
-func fanoutThen(ctx context.Context, nodes []Node, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
-	f := &flight{replies: make(chan Reply, len(nodes)), n: len(nodes)}
+func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
+	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
 	var cctx context.Context
-	cctx, f.cancel = context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	for i, n := range nodes {
+	cctx, f.cancel = context.WithTimeout(r.life, timeout)
+	for i, n := range r.nodes {
 		n.Do(cctx, op, i, f.replies)
 	}
 	if sent != nil {
 		sent()
 	}
+	suspects := r.health.suspected()
+	awaited, answers := f.n-popcount(suspects), 0
 	for f.got < f.n {
+		if awaited == 0 && suspects != 0 && answers >= r.quorum {
+			r.presume(suspects, decide)
+			break
+		}
 		select {
-		case r := <-f.replies:
-			f.got++
-			if r.Err != nil {
-				r.Err = &NodeError{Node: nodes[r.Tag].String(), Err: r.Err}
+		case rep := <-f.replies:
+			f.note(rep)
+			if suspects&(1<<rep.Tag) == 0 {
+				awaited--
 			}
-			if decide(r) {
+			suspects &^= 1 << rep.Tag
+			if rep.Err == nil {
+				answers++
+			} else {
+				rep.Err = &NodeError{Node: r.nodes[rep.Tag].String(), Err: rep.Err}
+			}
+			if decide(rep) {
 				f.release()
 				return f, nil
 			}
@@ -57,6 +71,33 @@ func fanoutThen(ctx context.Context, nodes []Node, timeout time.Duration, op *Op
 	}
 	f.release()
 	return f, nil
+}
+
+// presume feeds decide an ErrSuspected for each node in suspects, until
+// it decides.
+func (r *Redlock) presume(suspects uint64, decide func(Reply) bool) {
+	for i, n := range r.nodes {
+		if suspects&(1<<i) != 0 && decide(Reply{Tag: i, Err: &NodeError{Node: n.String(), Err: ErrSuspected}}) {
+			return
+		}
+	}
+}
+
+func popcount(x uint64) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+// note counts a reply read from the flight and tells the nodes' health.
+func (f *flight) note(rep Reply) {
+	f.got++
+	f.health.note(rep.Tag, rep.Err)
+	if rep.Err != nil {
+		f.failed |= 1 << rep.Tag
+	}
 }
 
 // release frees the shared context once every call has landed; calls still
@@ -70,8 +111,8 @@ func (f *flight) release() {
 // Wait blocks until every call of the fan-out has landed. Only one
 // goroutine at a time may wait, after fanout returned.
 func (f *flight) Wait() {
-	for ; f.got < f.n; f.got++ {
-		<-f.replies
+	for f.got < f.n {
+		f.note(<-f.replies)
 	}
 	f.cancel()
 }
@@ -103,8 +144,8 @@ func (t *tally) answered() int { return t.yes + t.no }
 func (t *tally) pending() int  { return t.n - t.answered() - len(t.errs) }
 
 // decided reports whether waiting for more answers could change the
-// outcome: a quorum said yes, or a quorum can no longer say yes and it is
-// already known whether a majority answered at all.
+// outcome of an acquire: a quorum said yes, or a quorum can no longer say
+// yes and it is already known whether a majority answered at all.
 func (t *tally) decided() bool {
 	if t.yes >= t.q {
 		return true
@@ -115,7 +156,7 @@ func (t *tally) decided() bool {
 	return t.answered() >= t.q || t.answered()+t.pending() < t.q
 }
 
-// outcome turns the count into the operation's result: nil for a quorum of
+// outcome turns the count into an acquire's result: nil for a quorum of
 // yes, no when a majority answered but not yes, a NoQuorumError otherwise.
 func (t *tally) outcome(op string, no error) error {
 	switch {
@@ -128,6 +169,35 @@ func (t *tally) outcome(op string, no error) error {
 	}
 }
 
+// settled reports whether waiting could change the verdict of an
+// operation on a lock that may be held (extend, release): a quorum said
+// yes, more than n-q said no (a majority cannot hold it), or nobody is left.
+func (t *tally) settled() bool {
+	return t.yes >= t.q || t.no > t.n-t.q || t.pending() == 0
+}
+
+// verdict turns the count into the result of an operation on a lock that
+// may be held: nil for a quorum of yes; no only when so many nodes said no
+// that no majority can hold it; otherwise the truth is unknown — a
+// NoQuorumError when fewer than a majority answered, an
+// engine.UnknownOutcomeError when they answered but did not decide.
+func (t *tally) verdict(op string, no error) error {
+	switch {
+	case t.yes >= t.q:
+		return nil
+	case t.no > t.n-t.q:
+		return no
+	case t.answered() < t.q:
+		return t.noQuorum(op)
+	default:
+		return t.unknown(op)
+	}
+}
+
 func (t *tally) noQuorum(op string) error {
 	return &NoQuorumError{Op: op, Answered: t.answered(), Needed: t.q, Nodes: t.n, Err: errors.Join(t.errs...)}
+}
+
+func (t *tally) unknown(op string) error {
+	return &engine.UnknownOutcomeError{Op: op, Yes: t.yes, No: t.no, Silent: t.n - t.answered(), Err: errors.Join(t.errs...)}
 }

@@ -55,7 +55,7 @@ func (in *inspection) agree(entries []Entry) bool {
 func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
 	start := time.Now()
 	in := &inspection{t: newTally(r.quorum, len(r.nodes)), r: r, votes: map[string][]Entry{}}
-	if _, err := fanout(ctx, r.nodes, r.cfg.NodeTimeout, &Op{Kind: OpInspect, Key: key}, in.add); err != nil {
+	if _, err := r.fanout(ctx, r.timeout(0), &Op{Kind: OpInspect, Key: key}, nil, in.add); err != nil {
 		return engine.Holder{}, false, err
 	}
 	held := in.votes[in.best]

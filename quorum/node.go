@@ -47,7 +47,8 @@ const (
 	// OpAcquire sets Key to Hold.Token with TTL Hold.TTL if the key is free,
 	// raising the key's fencing counter by one and recording the new value
 	// as the lock's fence, or resets the TTL if Hold.Token already holds it;
-	// all in one atomic step. Reply: Claim.
+	// all in one atomic step, and nothing if Attempt was undone (see
+	// Op.Undo). Reply: Claim.
 	OpAcquire OpKind = iota
 	// OpCommit raises the key's fencing counter to at least Fence, and
 	// records Fence for Token if Token holds the key. Reply: OK (held).
@@ -78,10 +79,19 @@ type Op struct {
 	// keeps its place in the key's line. A release by the holder gives up
 	// the token's place on every node.
 	Rollback bool
-	// Attempt names one fresh acquire (engine.Hold.Fresh) on every node, and
-	// its rollback: the rollback removes only holds that attempt took, not
-	// one the same token had before. Empty otherwise.
+	// Attempt names one acquire on every node (the lock records it). On an
+	// OpRelease it limits the release to holds that attempt took: a fresh
+	// acquire's rollback (engine.Hold.Fresh) must not remove a hold the same
+	// token had before. Empty: any hold of Token.
 	Attempt string
+	// Undo is, for an OpRelease, an acquire attempt that may not have landed
+	// on the node yet (its call timed out, or is still in flight): unless
+	// the node shows it landed, the release marks it undone for UndoFor, and
+	// the attempt takes nothing if it lands later. This keeps a late acquire
+	// from outliving the release, whatever the order in which the node runs
+	// the two (a call on a dropped connection may run after a later one).
+	Undo    string
+	UndoFor time.Duration
 	// Next is, for an OpRelease, the releasing instance's first waiter for
 	// Key, which that instance wakes itself: a node need not announce the
 	// release when it is the only one in line.

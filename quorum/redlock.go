@@ -10,14 +10,29 @@ import (
 
 // Defaults for Config's zero fields.
 const (
-	DefaultNodeTimeout = 100 * time.Millisecond
 	DefaultDriftFactor = 0.01
 	DefaultDriftFixed  = 2 * time.Millisecond
 )
 
+// The automatic node timeout (Config.NodeTimeout zero) is a fraction of
+// the lease, within a floor and a cap: Redlock's rule that the timeout be
+// small against the TTL, with a floor that a loaded machine meets. An
+// operation without a TTL of its own (release, inspect) uses the timeout of
+// the default bound lease, engine.DefaultBoundLease.
+const (
+	NodeTimeoutShare = 20 // the timeout is TTL/NodeTimeoutShare...
+	MinNodeTimeout   = 250 * time.Millisecond
+	MaxNodeTimeout   = 2 * time.Second
+)
+
+// carryFor is how long a rollback or release that a node did not answer is
+// sent to it again, once per node timeout, until it answers.
+const carryFor = time.Minute
+
 // Config tunes a Redlock.
 type Config struct {
-	// NodeTimeout bounds each call to one node (default 100ms).
+	// NodeTimeout bounds each call to one node. Zero: TTL/20 within
+	// [250ms, 2s] (see MinNodeTimeout).
 	NodeTimeout time.Duration
 	// DriftFactor is the clock drift allowed per unit of TTL (default 0.01).
 	DriftFactor float64
@@ -31,59 +46,80 @@ type Redlock struct {
 	nodes  []Node
 	quorum int
 	cfg    Config
+	health *health
+
+	life context.Context // ended by Close: background work stops
+	stop context.CancelFunc
+	bg   sync.WaitGroup // background rollbacks and releases
 
 	mu       sync.Mutex
-	inflight map[grantID]chan struct{} // grants whose acquires beyond the quorum are still in flight; closed once landed
+	inflight map[grantID]pendingAcquire // grants whose acquires beyond the quorum are still in flight
 }
 
 type grantID struct{ key, token string }
+
+// pendingAcquire is a grant's attempt while some of its acquires are in
+// flight: a release marks it undone where it has not landed.
+type pendingAcquire struct {
+	attempt string
+	ttl     time.Duration
+}
 
 var _ engine.Backend = (*Redlock)(nil)
 
 // New returns a Redlock over nodes; a majority (len/2+1) decides.
 func New(nodes []Node, cfg Config) *Redlock {
-	if cfg.NodeTimeout <= 0 {
-		cfg.NodeTimeout = DefaultNodeTimeout
-	}
 	if cfg.DriftFactor <= 0 {
 		cfg.DriftFactor = DefaultDriftFactor
 	}
 	if cfg.DriftFixed <= 0 {
 		cfg.DriftFixed = DefaultDriftFixed
 	}
-	return &Redlock{nodes: nodes, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[grantID]chan struct{}{}}
+	q := len(nodes)/2 + 1
+	r := &Redlock{nodes: nodes, quorum: q, cfg: cfg, health: newHealth(len(nodes), q), inflight: map[grantID]pendingAcquire{}}
+	r.life, r.stop = context.WithCancel(context.Background())
+	return r
 }
 
-// settle remembers a grant's acquires that are still in flight until they
-// land, so that a release does not overtake them and leave the key set on
-// a node after the holder let go.
-func (r *Redlock) settle(key, token string, calls *flight) {
+// timeout is the node timeout of an operation on a lease of ttl (zero: no
+// TTL of its own).
+func (r *Redlock) timeout(ttl time.Duration) time.Duration {
+	if r.cfg.NodeTimeout > 0 {
+		return r.cfg.NodeTimeout
+	}
+	if ttl <= 0 {
+		ttl = engine.DefaultBoundLease
+	}
+	return min(max(ttl/NodeTimeoutShare, MinNodeTimeout), MaxNodeTimeout)
+}
+
+// settle remembers a grant whose acquires are still in flight until they
+// land, so that a release marks them undone where they have not landed
+// and a late acquire does not leave the key set after the holder let go.
+func (r *Redlock) settle(key string, h engine.Hold, attempt string, calls *flight) {
 	if calls.landed() {
 		return
 	}
-	id, done := grantID{key, token}, make(chan struct{})
+	id, p := grantID{key, h.Token}, pendingAcquire{attempt, h.TTL}
 	r.mu.Lock()
-	r.inflight[id] = done
+	r.inflight[id] = p
 	r.mu.Unlock()
-	go func() { // the flight's only reader from now on
+	r.bg.Go(func() { // the flight's only reader from now on
 		calls.Wait()
 		r.mu.Lock()
-		if r.inflight[id] == done {
+		if r.inflight[id] == p {
 			delete(r.inflight, id)
 		}
 		r.mu.Unlock()
-		close(done)
-	}()
+	})
 }
 
-// landed waits until the acquires of key's grant to token have landed.
-func (r *Redlock) landed(key, token string) {
+// pending is the attempt of key's grant to token whose acquires may not
+// have landed yet, if any.
+func (r *Redlock) pending(key, token string) pendingAcquire {
 	r.mu.Lock()
-	done := r.inflight[grantID{key, token}]
-	r.mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	defer r.mu.Unlock()
+	return r.inflight[grantID{key, token}]
 }
 
 // Quorum is the number of nodes that must agree.
@@ -99,11 +135,11 @@ func (r *Redlock) validity(ttl time.Duration, start time.Time) time.Duration {
 	return ttl - time.Since(start) - r.drift(ttl)
 }
 
-// cleanup returns a context for rollback work that outlives a cancelled
-// request but not the node timeout.
-func (r *Redlock) cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.NodeTimeout)
+// Close stops the background rollbacks and releases and waits for them;
+// the nodes belong to the caller. A node that misses a rollback lets the
+// lock expire with its lease.
+func (r *Redlock) Close() error {
+	r.stop()
+	r.bg.Wait()
+	return nil
 }
-
-// Close does nothing: the nodes belong to the caller.
-func (r *Redlock) Close() error { return nil }

@@ -82,9 +82,7 @@ func TestAcquireEveryFailureSubset(t *testing.T) {
 				if nq.Answered > up || nq.Needed != n/2+1 || !errors.Is(err, errDown) {
 					t.Fatalf("error %+v", nq)
 				}
-				if got := holders(nodes, "k", "tok"); got != 0 {
-					t.Fatalf("failed attempt left the key on %d nodes", got)
-				}
+				waitCount(t, nodes, "k", "tok", 0) // rolled back in the background
 			})
 		}
 	}
@@ -150,14 +148,17 @@ func TestAcquireHeldByAnother(t *testing.T) {
 	if holders(nodes, "k", "b") != 0 || holders(nodes, "k", "a") != 3 {
 		t.Fatal("failed attempt changed the nodes")
 	}
-	// Held by another on a minority only: a majority is still free.
+	// Held by another on a minority only: a majority is still free. (The
+	// release is carried to node 0 once it is up unless its Redlock closes.)
 	nodes[0].setDown(true)
-	if _, err := r.Release(ctx, "k", "a"); err != nil {
+	other := New(asNodes(nodes), Config{})
+	if _, err := other.Release(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
 	}
+	other.Close()
 	nodes[0].setDown(false)
 	g, err := r.Acquire(ctx, "k", hold("b"))
-	if err != nil || g.Fence != 2 {
+	if err != nil || g.Fence < 2 { // above a's; b's refused attempt may have raised a counter, landing late
 		t.Fatalf("grant %+v, %v", g, err)
 	}
 }
@@ -275,9 +276,7 @@ func TestAcquireWithNoValidityLeft(t *testing.T) {
 	if _, err := r.Acquire(context.Background(), "k", h); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("err %v", err)
 	}
-	if holders(nodes, "k", "a") != 0 {
-		t.Fatal("not rolled back")
-	}
+	waitCount(t, nodes, "k", "a", 0)
 }
 
 // TestAcquireCancelled: a caller that goes away gets its context's error
@@ -296,13 +295,11 @@ func TestAcquireCancelled(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	close(hang) // the rollback waits for the hung nodes to answer
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
-	if holders(nodes, "k", "a") != 0 {
-		t.Fatal("cancelled attempt left the key held")
-	}
+	close(hang) // the rollback is carried to the hung nodes once they answer
+	waitCount(t, nodes, "k", "a", 0)
 }
 
 func commits(nodes []*fakeNode) int {
@@ -348,38 +345,33 @@ func TestCommitOnlyWhenCountersDisagree(t *testing.T) {
 	}
 }
 
-// TestReleaseWaitsForStragglingAcquire: an UNLOCK right after a grant whose
-// acquire on the slowest node is still in flight waits for it to land, then
-// releases every node — and never hangs (20 rounds: a race between two
-// readers of the grant's replies would hang about half of them).
-func TestReleaseWaitsForStragglingAcquire(t *testing.T) {
+// TestReleaseUndoesStragglingAcquire: an UNLOCK right after a grant whose
+// acquire on the slowest node is still in flight does not wait for it; it
+// marks the attempt undone there, so the straggler takes nothing when it
+// lands, and the key is free on every node.
+func TestReleaseUndoesStragglingAcquire(t *testing.T) {
 	ctx := context.Background()
 	for i := range 20 {
 		nodes := newFakeNodes(3)
-		hang := make(chan struct{})
-		nodes[2].hang = hang
+		nodes[2].pause()
 		r := New(asNodes(nodes), Config{NodeTimeout: time.Minute})
 		tok := fmt.Sprint("t", i)
-		if _, err := r.Acquire(ctx, "k", hold(tok)); err != nil {
+		h := hold(tok)
+		h.TTL = time.Hour // no expiry to hide a straggler
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
 			t.Fatal(err)
 		}
-		released := make(chan error, 1)
-		go func() { _, err := r.Release(ctx, "k", tok); released <- err }()
-		select {
-		case err := <-released:
-			t.Fatalf("round %d: release returned (%v) before the straggling acquire landed", i, err)
-		case <-time.After(20 * time.Millisecond):
+		if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+			t.Fatalf("round %d: release %v %v", i, ok, err)
 		}
-		close(hang)
-		select {
-		case err := <-released:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: release hung", i)
-		}
+		nodes[2].resume(i%2 == 0) // the release lands first, then the straggler; or the other way
 		waitCount(t, nodes, "k", tok, 0)
+		if err := r.Close(); err != nil { // every background call has landed
+			t.Fatal(err)
+		}
+		if n := holders(nodes, "k", tok); n != 0 {
+			t.Fatalf("round %d: the straggling acquire outlived the release on %d nodes", i, n)
+		}
 	}
 }
 

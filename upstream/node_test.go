@@ -219,7 +219,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := raw.HGetAll(ctx, "lockproxy:lock:k").Result()
-		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000"}
+		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": ""}
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("HGETALL = %v, %v; want %v", got, err, want)
 		}

@@ -166,18 +166,35 @@ func (n *RedisNode) Stats() Stats {
 // Do queues op for the node's pipelines and returns at once; the reply
 // arrives on done. It implements quorum.Node. Errors in the reply do not
 // carry the node's address: the caller knows which node it asked.
+//
+// When the queue is full (the node is slow or paused and its pipelines are
+// stuck), the call waits for room in a goroutine of its own, so that a
+// fan-out never waits on one node before sending to the others.
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
 	c := &call{ctx: ctx, op: op, tag: tag, done: done}
 	n.mu.RLock()
-	defer n.mu.RUnlock()
 	if n.closed {
+		n.mu.RUnlock()
 		c.fail(ErrClosed)
 		return
 	}
 	select {
 	case n.calls <- c:
-	case <-ctx.Done():
-		c.fail(ctx.Err())
+		n.mu.RUnlock()
+	default:
+		go n.enqueue(c) // it keeps the read lock until c is queued
+	}
+}
+
+// enqueue queues c once there is room, or fails it when its context ends.
+// It releases the read lock Do took for it: Close waits for it (the
+// workers keep draining meanwhile), so no call is queued after Close.
+func (n *RedisNode) enqueue(c *call) {
+	defer n.mu.RUnlock()
+	select {
+	case n.calls <- c:
+	case <-c.ctx.Done():
+		c.fail(c.ctx.Err())
 	}
 }
 
@@ -236,7 +253,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		return acquireScript, []string{lock, n.prefix + "fence:" + op.Key, line, deadlines}, acquireArgs(op.Hold, op.Attempt)
+		keys := []string{lock, n.prefix + "fence:" + op.Key, line, deadlines, n.prefix + "undone:" + op.Attempt}
+		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
@@ -247,7 +265,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
-		return releaseScript, []string{lock, line, deadlines}, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next}
+		keys := []string{lock, line, deadlines, n.prefix + "undone:" + op.Undo}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next, op.Undo, millis(op.UndoFor)}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
@@ -272,7 +291,11 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	if w := h.Next; w != nil {
 		next, nextSince, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt}
+	fresh := ""
+	if h.Fresh {
+		fresh = "1"
+	}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt, fresh}
 }
 
 // wrap adds the node's address to err.

@@ -51,7 +51,7 @@ func TestStartupMistakes(t *testing.T) {
 		{"--config " + conf(t, "drift_factor = -0.1", "redlock"), "redlock.drift_factor"},
 		{"--config " + conf(t, "max_clients = -5", "limits"), "limits.max_clients = -5: must be in 1.."},
 		{"--config " + conf(t, "max_clients = 0", "limits"), "limits.max_clients = 0"},
-		{"--config " + conf(t, "node_timeout_ms = 0", "redlock"), "redlock.node_timeout_ms = 0"},
+		{"--config " + conf(t, "node_timeout_ms = -1", "redlock"), "redlock.node_timeout_ms = -1"},
 		{"--config " + conf(t, "pipelines = 0", "redlock"), "redlock.pipelines = 0"},
 		{"--config " + conf(t, "pool_size = -1", "redlock"), "redlock.pool_size = -1"},
 		{"--config " + conf(t, "session_timeout_ms = -1", "zookeeper"), "zookeeper.session_timeout_ms = -1"},

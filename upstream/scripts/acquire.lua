@@ -4,26 +4,32 @@
 -- atomic step. A waiter that is refused takes (or keeps) its place in line.
 -- KEYS[1] lock hash, KEYS[2] fencing counter,
 -- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
--- KEYS[4] line deadlines (sorted set: waiter -> µs after which it is gone)
+-- KEYS[4] line deadlines (sorted set: waiter -> µs after which it is gone),
+-- KEYS[5] this attempt's undo mark (set by a rollback or release that may
+-- have come first: an acquire that finds it takes nothing)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
 -- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
 -- arrival, ARGV[7] now, ARGV[8] how long its place is kept (all three in
 -- microseconds of the waiting instance's clock), ARGV[9] the next waiter
 -- of this instance ('' for none) and ARGV[10] its arrival: it takes its
 -- place in line when this acquire succeeds, with no round trip of its own;
--- ARGV[11] names this attempt for a fresh acquire (SET NX: refused even when
--- the token already holds the key, since legacy values need not be unique),
--- '' for an acquire that may be retried by the holder. A fresh acquire
--- records it, so that its rollback removes only what it took.
+-- ARGV[11] names this attempt; the lock records it, so that a rollback or
+-- release can tell whether this acquire has landed. ARGV[12] is '1' for a
+-- fresh acquire (SET NX: refused even when the token already holds the key,
+-- since legacy values need not be unique), '' for an acquire that may be
+-- retried by the holder.
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
 -- The hash keeps the ttl so that a renewal without one reuses it.
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0
+if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
+  return {0, counter, 0}
+end
 local holder = redis.call('HGET', KEYS[1], 'token')
 local waiter = ARGV[5]
-if holder == ARGV[1] and ARGV[11] == '' then
-  redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
+if holder == ARGV[1] and ARGV[12] ~= '1' then
+  redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0}
 end
@@ -54,10 +60,7 @@ else
     end
     counter = counter + 1
     redis.call('SET', KEYS[2], counter)
-    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2])
-    if ARGV[11] ~= '' then
-      redis.call('HSET', KEYS[1], 'attempt', ARGV[11])
-    end
+    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, counter, counter}
   end

@@ -3,13 +3,19 @@
 -- any place it held in the key's line (as a waiter, the token names its
 -- place): a waiter granted elsewhere may have been refused, and placed in
 -- line, on this node.
--- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines
+-- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines,
+-- KEYS[4] the undo mark of the acquire attempt ARGV[7]
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
 -- rollback must not remove a hold the same token had before; ARGV[6] the
 -- releasing instance's first waiter ('' for none), which that instance
--- wakes itself: when it is the only one in line, nobody needs the message
+-- wakes itself: when it is the only one in line, nobody needs the message;
+-- ARGV[7] an acquire attempt that may not have landed on this node yet
+-- ('' for none) and ARGV[8] how long, in ms, to remember it: unless the lock
+-- shows that attempt landed, the release marks it undone, so that it takes
+-- nothing when it lands later (on a connection that was dropped meanwhile,
+-- its order against this release is unknown).
 -- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
 -- only while someone other than ARGV[6] waits in the key's line: a waiter refused through any
 -- instance holds a place on the nodes that refused it, and its own instance
@@ -18,6 +24,9 @@
 -- of it.
 if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
+end
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[7] then
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
 end
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
   return 0

@@ -1,0 +1,131 @@
+package netfault
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy forwards TCP connections to a target, each chunk of bytes, in
+// either direction, delay after it was read: a link with that much extra
+// latency (not less bandwidth).
+type Proxy struct {
+	ln     net.Listener
+	target string
+	delay  atomic.Int64 // time.Duration
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Listen starts a proxy to target on a free loopback port, with no delay.
+func Listen(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.serve)
+	return p, nil
+}
+
+// Addr is the address clients dial instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay sets the delay of bytes read from now on.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Close stops the proxy and closes its connections.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	err := p.ln.Close()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.forward(c) })
+	}
+}
+
+// track registers c for Close; false if the proxy is closed.
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) forward(c net.Conn) {
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(c) || !p.track(up) {
+		c.Close()
+		up.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { p.pipe(up, c) })
+	wg.Go(func() { p.pipe(c, up) })
+	wg.Wait()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// chunk is bytes read, and when they may be written.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies src to dst, each chunk delayed; it closes both when either
+// side fails.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer dst.Close()
+	defer src.Close()
+	for ch := range chunks {
+		if wait := time.Until(ch.due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if _, err := dst.Write(ch.b); err != nil && !errors.Is(err, net.ErrClosed) {
+			src.Close() // the reader stops, and chunks is closed
+		}
+	}
+}

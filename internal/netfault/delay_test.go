@@ -1,0 +1,82 @@
+package netfault
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// echoServer answers each line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip sends a line through conn and reads it back.
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, line string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.ReadString('\n')
+	if err != nil || got != line+"\n" {
+		t.Fatalf("echo %q: %q %v", line, got, err)
+	}
+	return time.Since(start)
+}
+
+// TestDelay: bytes pass through unchanged and in order, and a round trip
+// under a delay d takes at least 2d (there and back). Only the lower bound
+// is checked: a loaded machine may take longer.
+func TestDelay(t *testing.T) {
+	p, err := Listen(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(c)
+	roundTrip(t, c, r, "hello")
+	const d = 50 * time.Millisecond
+	p.SetDelay(d)
+	if took := roundTrip(t, c, r, "slow"); took < 2*d {
+		t.Fatalf("round trip under a %v delay took %v, want at least %v", d, took, 2*d)
+	}
+	p.SetDelay(0)
+	for i := range 100 {
+		roundTrip(t, c, r, string(rune('a'+i%26)))
+	}
+}
