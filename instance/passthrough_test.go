@@ -3,6 +3,8 @@ package instance_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -202,6 +204,9 @@ func TestPassthroughRefusesMixedKeys(t *testing.T) {
 	if p.onLockNodes(t, "lock:tx") != 0 {
 		t.Fatal("an aborted transaction took its lock")
 	}
+	if err := c.Do(ctx, "SUBSCRIBE", "news").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
+		t.Fatalf("SUBSCRIBE: %v, want a refusal (pub/sub is not relayed)", err)
+	}
 	if v, err := c.Get(ctx, "cache:b").Result(); err != nil || v != "v" {
 		t.Fatalf("connection not usable after refusals: %q, %v", v, err)
 	}
@@ -291,4 +296,44 @@ func TestPassthroughNoLockKeys(t *testing.T) {
 	if d.Exists(ctx, "job").Val() != 0 || d.Get(ctx, "plain").Val() != "v" || p.onLockNodes(t, "job") < 2 {
 		t.Fatal("SET NX did not go to the lock nodes, or SET not to the data Redis")
 	}
+}
+
+// TestPassthroughInfoMetrics: INFO names the data Redis and /metrics counts
+// forwarded commands and failures.
+func TestPassthroughInfoMetrics(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	cfg := testConfig(redistest.StartN(t, 3, redistest.Options{}))
+	cfg.Passthrough.Address = data.Addr()
+	cfg.MetricsListen = "127.0.0.1:0"
+	in := startInstance(t, cfg)
+	ctx := context.Background()
+	c := newClient(t, in.Addr(), 2)
+	for i := 0; i < 3; i++ {
+		c.Incr(ctx, "n")
+	}
+	info := c.Info(ctx, "passthrough").Val()
+	if !strings.Contains(info, "data_redis:"+data.Addr()) || !strings.Contains(info, "forwarded_commands:3") {
+		t.Fatalf("INFO passthrough:\n%s", info)
+	}
+	if err := data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c.Incr(ctx, "n")
+	body := httpGet(t, "http://"+in.MetricsAddr()+"/metrics")
+	for _, want := range []string{"lockproxy_forwarded_commands_total 4", "lockproxy_forward_failures_total 1"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

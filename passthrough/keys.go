@@ -26,6 +26,12 @@ var keyless = set("keys", "scan", "config", "publish", "subscribe", "psubscribe"
 var allKeys = set("mget", "del", "unlink", "exists", "touch", "watch", "sinter", "sunion", "sdiff",
 	"sinterstore", "sunionstore", "sdiffstore", "pfcount", "pfmerge")
 
+// unrelayed are commands after which the data Redis sends replies nobody
+// asked for (pushes, a replication stream): a connection answering one
+// request with one reply cannot relay them, so they are refused.
+var unrelayed = set("subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
+	"monitor", "sync", "psync")
+
 // blocking are commands that wait on the data Redis without a time bound.
 var blocking = set("blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
 	"xread", "xreadgroup", "wait", "waitaof")

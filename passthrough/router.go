@@ -71,6 +71,8 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 		return false
 	}
 	switch r.classify(name, args) {
+	case refused:
+		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis yet (pub/sub and replication streams)")
 	case toLocks:
 		if !st.multi {
 			return false
@@ -92,12 +94,16 @@ const (
 	toData destination = iota
 	toLocks
 	mixed
+	refused
 )
 
 // classify decides where a command goes.
 func (r *Router) classify(name string, args [][]byte) destination {
 	if local[name] {
 		return toLocks
+	}
+	if unrelayed[name] {
+		return refused
 	}
 	if len(r.locks) == 0 {
 		return r.lockShaped(name, args)
