@@ -34,19 +34,20 @@ import (
 
 // options are the command line.
 type options struct {
-	suites     []suite // the backends to run, each with at least one impl
-	conc       []int   // uncontended concurrency levels; none if empty
-	contended  int     // clients of the contended case; 0: no contended case
-	hold       time.Duration
-	impls      []string
-	duration   time.Duration
-	warmup     time.Duration
-	cycles     int64
-	timeout    time.Duration
-	samples    int
-	inprocess  bool
-	procs      int
-	cpuprofile string
+	suites      []suite // the backends to run, each with at least one impl
+	conc        []int   // uncontended concurrency levels; none if empty
+	contended   int     // clients of the contended case; 0: no contended case
+	hold        time.Duration
+	impls       []string
+	duration    time.Duration
+	warmup      time.Duration
+	cycles      int64
+	timeout     time.Duration
+	samples     int
+	inprocess   bool
+	procs       int
+	cpuprofile  string
+	passthrough bool // measure forwarded GET/SET instead (issue 14)
 }
 
 func main() {
@@ -59,7 +60,11 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
+	if o.passthrough {
+		err = runPassthrough(ctx, o, os.Stdout)
+	} else {
+		err = run(ctx, o, os.Stdout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -84,6 +89,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
+	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
