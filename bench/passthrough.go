@@ -108,6 +108,9 @@ func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, bud
 					err = c.Get(ctx, key).Err()
 				}
 				if err != nil && !errors.Is(err, redis.Nil) {
+					if bad == 0 {
+						fmt.Fprintln(os.Stderr, "passthrough bench:", err)
+					}
 					bad++
 				}
 				mine = append(mine, time.Since(t0))

@@ -126,7 +126,7 @@ func Default() Config {
 			MaxRequestBytes: 4 << 20,
 			MaxWaiters:      10000,
 		},
-		Passthrough: PassthroughConfig{TimeoutMS: 5000},
+		Passthrough: PassthroughConfig{TimeoutMS: 5000, LockKeys: []string{}},
 	}
 }
 

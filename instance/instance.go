@@ -183,6 +183,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		return nil, err
 	} else if in.router != nil {
 		session, route = withInfo{h, in.router}, in.router.Route
+		in.closers = append(in.closers, in.router.Close)
 	}
 	return resp.NewServer(resp.Config{
 		Route:         route,

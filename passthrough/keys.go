@@ -32,6 +32,11 @@ var allKeys = set("mget", "del", "unlink", "exists", "touch", "watch", "sinter",
 var unrelayed = set("subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
 	"monitor", "sync", "psync")
 
+// stateful are commands that leave state on their upstream connection: a
+// client sending one gets a connection of its own from then on.
+var stateful = set("multi", "exec", "discard", "watch", "unwatch", "select", "swapdb", "client", "hello",
+	"readonly", "readwrite", "asking", "reset", "auth")
+
 // blocking are commands that wait on the data Redis without a time bound.
 var blocking = set("blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
 	"xread", "xreadgroup", "wait", "waitaof")

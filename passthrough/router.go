@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type Router struct {
 
 	mu      sync.Mutex
 	clients map[uint64]*client
+
+	smu    sync.Mutex
+	shared map[int][]*shared // by protocol version: connections plain commands share
 }
 
 // client is one client connection's forwarding state.
@@ -54,7 +58,7 @@ func New(cfg Config) *Router {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	return &Router{cfg: cfg, locks: cfg.LockKeys, clients: map[uint64]*client{}}
+	return &Router{cfg: cfg, locks: cfg.LockKeys, clients: map[uint64]*client{}, shared: map[int][]*shared{}}
 }
 
 // Stats are the router's counters.
@@ -158,6 +162,9 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 // send forwards args and writes the reply to c unless quiet.
 func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quiet bool) ([]byte, bool) {
 	r.stats.Forwarded.Add(1)
+	if st.up == nil && !quiet && !st.multi && !blocking[name] && !stateful[name] {
+		return r.sendShared(c, args)
+	}
 	if st.up == nil {
 		up, err := dial(r.cfg, c.Proto())
 		if err != nil {
@@ -179,6 +186,58 @@ func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quie
 		c.Raw(reply)
 	}
 	return reply, true
+}
+
+// sendShared forwards a command that leaves no state on its connection
+// over a connection shared with other clients.
+func (r *Router) sendShared(c *resp.Conn, args [][]byte) ([]byte, bool) {
+	s, err := r.sharedFor(c.Proto(), c.ID())
+	var reply []byte
+	if err == nil {
+		reply, err = s.do(args, r.cfg.Timeout)
+	}
+	if err != nil {
+		r.stats.Failed.Add(1)
+		c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+		return nil, false
+	}
+	c.Raw(reply)
+	return reply, true
+}
+
+// sharedFor is the shared connection of client id in proto, dialled anew
+// when missing or broken. There is one per CPU and protocol version.
+func (r *Router) sharedFor(proto int, id uint64) (*shared, error) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	conns := r.shared[proto]
+	if conns == nil {
+		conns = make([]*shared, runtime.GOMAXPROCS(0))
+		r.shared[proto] = conns
+	}
+	i := int(id % uint64(len(conns)))
+	if conns[i] == nil || conns[i].broken() {
+		u, err := dial(r.cfg, proto)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = newShared(u)
+	}
+	return conns[i], nil
+}
+
+// Close closes the shared connections.
+func (r *Router) Close() {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	for _, conns := range r.shared {
+		for _, s := range conns {
+			if s != nil {
+				s.close()
+			}
+		}
+	}
+	r.shared = map[int][]*shared{}
 }
 
 // fail drops a broken upstream connection and tells the client, naming the

@@ -102,12 +102,7 @@ func (u *upConn) roundTrip(args [][]byte, timeout time.Duration) ([]byte, error)
 		deadline = time.Now().Add(timeout)
 	}
 	_ = u.nc.SetDeadline(deadline)
-	b := u.buf[:0]
-	b = append(strconv.AppendInt(append(b, '*'), int64(len(args)), 10), '\r', '\n')
-	for _, a := range args {
-		b = append(strconv.AppendInt(append(b, '$'), int64(len(a)), 10), '\r', '\n')
-		b = append(append(b, a...), '\r', '\n')
-	}
+	b := appendCommand(u.buf[:0], args)
 	if _, err := u.bw.Write(b); err != nil {
 		return nil, err
 	}
@@ -117,6 +112,16 @@ func (u *upConn) roundTrip(args [][]byte, timeout time.Duration) ([]byte, error)
 	reply, err := readReply(u.br, b[:0])
 	u.buf = reply
 	return reply, err
+}
+
+// appendCommand appends args as a RESP array of bulk strings.
+func appendCommand(b []byte, args [][]byte) []byte {
+	b = append(strconv.AppendInt(append(b, '*'), int64(len(args)), 10), '\r', '\n')
+	for _, a := range args {
+		b = append(strconv.AppendInt(append(b, '$'), int64(len(a)), 10), '\r', '\n')
+		b = append(append(b, a...), '\r', '\n')
+	}
+	return b
 }
 
 func (u *upConn) close() { _ = u.nc.Close() }
