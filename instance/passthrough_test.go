@@ -337,3 +337,21 @@ func httpGet(t *testing.T, url string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestPassthroughRedisPyMix runs the application mix with redis-py
+// (testdata/compat/python/mix.py) on a plain Redis and through lockproxy:
+// the data ends identical and redis-py's Lock lived on the lock nodes.
+func TestPassthroughRedisPyMix(t *testing.T) {
+	// Debian's redis-py speaks RESP2 only; go-redis covers RESP3.
+	plain := redistest.Start(t, redistest.Options{})
+	compatRunScript(t, "testdata/compat/python", systemPython, "mix.py", plain.Addr())
+	p := startPassthrough(t, "lock:*")
+	args := []string{"mix.py", p.in.Addr(), p.data.Addr()}
+	for _, n := range p.nodes {
+		args = append(args, n.Addr())
+	}
+	compatRunScript(t, "testdata/compat/python", systemPython, args...)
+	if want, got := dumpData(t, plain.Addr()), dumpData(t, p.data.Addr()); want != got || got == "" {
+		t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
+	}
+}
