@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -351,6 +352,26 @@ func TestPassthroughRedisPyMix(t *testing.T) {
 		args = append(args, n.Addr())
 	}
 	compatRunScript(t, "testdata/compat/python", systemPython, args...)
+	if want, got := dumpData(t, plain.Addr()), dumpData(t, p.data.Addr()); want != got || got == "" {
+		t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
+	}
+}
+
+// TestPassthroughIoredisMix runs the application mix with ioredis and
+// node-redlock (testdata/compat/node/mix.js), as TestPassthroughRedisPyMix.
+func TestPassthroughIoredisMix(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %v", err)
+	}
+	plain := redistest.Start(t, redistest.Options{})
+	compatRunScript(t, nodeCompatDir, node, "mix.js", plain.Addr())
+	p := startPassthrough(t, "lock:*")
+	args := []string{"mix.js", p.in.Addr(), p.data.Addr()}
+	for _, n := range p.nodes {
+		args = append(args, n.Addr())
+	}
+	compatRunScript(t, nodeCompatDir, node, args...)
 	if want, got := dumpData(t, plain.Addr()), dumpData(t, p.data.Addr()); want != got || got == "" {
 		t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
 	}
