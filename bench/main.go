@@ -34,20 +34,21 @@ import (
 
 // options are the command line.
 type options struct {
-	suites     []suite // the backends to run, each with at least one impl
-	conc       []int   // uncontended concurrency levels; none if empty
-	contended  int     // clients of the contended case; 0: no contended case
-	hold       time.Duration
-	impls      []string
-	duration   time.Duration
-	warmup     time.Duration
-	cycles     int64
-	timeout    time.Duration
-	samples    int
-	inprocess  bool
-	procs      int
-	cpuprofile string
-	faults     bool
+	suites      []suite // the backends to run, each with at least one impl
+	conc        []int   // uncontended concurrency levels; none if empty
+	contended   int     // clients of the contended case; 0: no contended case
+	hold        time.Duration
+	impls       []string
+	duration    time.Duration
+	warmup      time.Duration
+	cycles      int64
+	timeout     time.Duration
+	samples     int
+	inprocess   bool
+	procs       int
+	cpuprofile  string
+	passthrough bool // measure forwarded GET/SET instead (issue 14)
+	faults      bool
 }
 
 func main() {
@@ -60,7 +61,11 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o, os.Stdout)
+	if o.passthrough {
+		err = runPassthrough(ctx, o, os.Stdout)
+	} else {
+		err = run(ctx, o, os.Stdout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -86,6 +91,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
 	fs.BoolVar(&o.faults, "faults", false, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -34,6 +34,8 @@ type Config struct {
 	Legacy    LegacyConfig    `toml:"legacy"`
 	Limits    LimitsConfig    `toml:"limits"`
 	TLS       TLSConfig       `toml:"tls"`
+
+	Passthrough PassthroughConfig `toml:"passthrough"`
 }
 
 // LegacyConfig tunes the legacy commands (SET NX, DEL, EVAL, ...).
@@ -133,6 +135,7 @@ func Default() Config {
 			MaxBufferedBytes: 256 << 20,
 			AuthTimeoutMS:    10000,
 		},
+		Passthrough: PassthroughConfig{TimeoutMS: 5000, LockKeys: []string{}},
 	}
 }
 
@@ -147,6 +150,9 @@ func (c Config) BackendName() string {
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	if err := c.validateOps(); err != nil {
+		return err
+	}
+	if err := c.Passthrough.validate(); err != nil {
 		return err
 	}
 	switch c.BackendName() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/passthrough"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
 	"github.com/lockproxy/lockproxy/upstream"
@@ -37,6 +38,8 @@ type Instance struct {
 	backendAddr []string    // the backend's nodes, for the start-up log
 	served      chan error
 	shutdown    chan struct{}
+
+	router *passthrough.Router // nil: no data Redis
 }
 
 // Start builds an instance from cfg and starts serving in the background.
@@ -175,7 +178,17 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	if err := h.Register(table); err != nil {
 		return nil, err
 	}
+	var session resp.Session = h
+	var route func(*resp.Conn, [][]byte) bool
+	var err error
+	if in.router, err = in.newRouter(); err != nil {
+		return nil, err
+	} else if in.router != nil {
+		session, route = withInfo{h, in.router}, in.router.Route
+		in.closers = append(in.closers, in.router.Close)
+	}
 	return resp.NewServer(resp.Config{
+		Route:         route,
 		Password:      in.secrets.clients,
 		ProtectedMode: in.cfg.ProtectedMode,
 		TLS:           in.listenTLS,
@@ -188,7 +201,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 			AuthTimeout: time.Duration(l.AuthTimeoutMS) * time.Millisecond,
 			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
 		},
-	}, table, h, in.log)
+	}, table, session, in.log)
 }
 
 // Addr is the RESP listener's address.

@@ -60,7 +60,12 @@ func (in *Instance) nodeTLS() (*tls.Config, error) {
 	if !n.Enabled {
 		return nil, nil
 	}
-	return tlsfiles.Client(n.CAFile, n.CertFile, n.KeyFile, n.ServerName, in.reloadFailed)
+	return tlsClient(n, in.reloadFailed)
+}
+
+// tlsClient is the TLS configuration toward a Redis described by n.
+func tlsClient(n NodeTLS, reloadFailed func(error)) (*tls.Config, error) {
+	return tlsfiles.Client(n.CAFile, n.CertFile, n.KeyFile, n.ServerName, reloadFailed)
 }
 
 func (in *Instance) reloadFailed(err error) {

@@ -84,6 +84,15 @@ func (c *Conn) Close() {
 	c.rc.Close()
 }
 
+// Raw writes a reply already encoded in RESP, as is.
+func (c *Conn) Raw(b []byte) { c.rc.WriteRaw(b) }
+
+func (c *Conn) isAuthed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.authed
+}
+
 // OK writes +OK.
 func (c *Conn) OK() { c.rc.WriteString("OK") }
 

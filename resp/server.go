@@ -33,6 +33,9 @@ type Config struct {
 	IsLocal func(addr string) bool
 	// TLS, when set, makes the listener speak TLS only.
 	TLS *tls.Config
+	// Route, when set, sees each authenticated command before the table
+	// and returns true when it answered it (passthrough to a data Redis).
+	Route func(c *Conn, args [][]byte) bool
 }
 
 // Session learns of connections' lives; commands/ implements it.
@@ -186,10 +189,11 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 		return // closed by an earlier command of the same batch (QUIT, POST)
 	}
 	args := cmd.Args
-	c.mu.Lock()
-	authed := c.authed
-	c.mu.Unlock()
+	authed := c.isAuthed()
 	if s.tooBig(c, args, authed) {
+		return
+	}
+	if s.cfg.Route != nil && authed && s.cfg.Route(c, args) {
 		return
 	}
 	def := s.table.lookup(args[0])

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/instance"
+)
+
+// runPassthrough measures forwarded GET/SET (issue 14): the same load on
+// the data Redis directly and through an in-process lockproxy forwarding to
+// it, at each concurrency, in one run. Each client alternates SET and GET on
+// its own key; a case stops after o.duration or o.cycles commands.
+func runPassthrough(ctx context.Context, o options, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "bench-passthrough-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	data, err := startNode(filepath.Join(dir, "data"))
+	if err != nil {
+		return err
+	}
+	defer data.Stop()
+	nodes, err := startCluster(dir, 3)
+	if err != nil {
+		return err
+	}
+	defer nodes.stop()
+	cfg := instance.Default()
+	cfg.Listen, cfg.Backend, cfg.Redlock.Nodes = "127.0.0.1:0", "redlock", nodes.addrs()
+	cfg.Passthrough.Address = data.Addr()
+	in, err := instance.Start(cfg, zap.NewNop())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		_ = in.Shutdown(sctx)
+	}()
+	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case; lockproxy in-process\n", o.warmup, o.duration, o.cycles)
+	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s\n", "conc", "target", "ops/s", "p50", "p99", "errors")
+	for _, conc := range o.conc {
+		direct := passthroughCase(ctx, data.Addr(), conc, o)
+		proxied := passthroughCase(ctx, in.Addr(), conc, o)
+		for _, r := range []struct {
+			name string
+			out  ptOutcome
+		}{{"direct", direct}, {"lockproxy", proxied}} {
+			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors)
+		}
+		if direct.rate > 0 {
+			fmt.Fprintf(w, "%-6d ratio      %11.2fx\n", conc, proxied.rate/direct.rate)
+		}
+	}
+	return ctx.Err()
+}
+
+type ptOutcome struct {
+	rate     float64
+	p50, p99 time.Duration
+	errors   int64
+}
+
+// passthroughCase warms up, then measures conc clients on addr.
+func passthroughCase(ctx context.Context, addr string, conc int, o options) ptOutcome {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
+	defer c.Close()
+	if o.warmup > 0 {
+		ptLoad(ctx, c, conc, o.warmup, o.cycles)
+	}
+	return ptLoad(ctx, c, conc, o.duration, o.cycles)
+}
+
+// ptLoad runs conc clients for d or until budget commands have run.
+func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, budget int64) ptOutcome {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs int64
+	var count sync.WaitGroup
+	perClient := budget / int64(conc)
+	start := time.Now()
+	deadline := start.Add(d)
+	for i := 0; i < conc; i++ {
+		count.Add(1)
+		go func(i int) {
+			defer count.Done()
+			key := "bench:pt:" + strconv.Itoa(i)
+			var mine []time.Duration
+			var bad int64
+			for n := int64(0); n < perClient && time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+				t0 := time.Now()
+				var err error
+				if n%2 == 0 {
+					err = c.Set(ctx, key, "value", 0).Err()
+				} else {
+					err = c.Get(ctx, key).Err()
+				}
+				if err != nil && !errors.Is(err, redis.Nil) {
+					if bad == 0 {
+						fmt.Fprintln(os.Stderr, "passthrough bench:", err)
+					}
+					bad++
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat, errs = append(lat, mine...), errs+bad
+			mu.Unlock()
+		}(i)
+	}
+	count.Wait()
+	elapsed := time.Since(start)
+	sortDurations(lat)
+	return ptOutcome{rate: float64(len(lat)) / elapsed.Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: errs}
+}

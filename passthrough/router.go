@@ -1,0 +1,314 @@
+package passthrough
+
+import (
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockproxy/lockproxy/resp"
+)
+
+// Config configures the data Redis and which keys are locks.
+type Config struct {
+	Addr     string      // host:port of the data Redis
+	Password string      // its AUTH password; empty: none
+	Username string      // its ACL user, with Password; empty: default
+	DB       int         // database selected on each new upstream connection
+	TLS      *tls.Config // nil: plain TCP
+	// LockKeys are glob patterns (Redis's syntax) of the keys that are
+	// locks; empty: every lock-shaped command is a lock.
+	LockKeys []string
+	// Timeout bounds a dial and each non-blocking command (default 5s).
+	Timeout time.Duration
+}
+
+// Stats counts forwarded commands.
+type Stats struct {
+	Forwarded atomic.Int64 // commands sent to the data Redis
+	Failed    atomic.Int64 // of which got no reply: the data Redis could not be reached or broke off
+}
+
+// Router sends each command to the lock service or the data Redis.
+type Router struct {
+	cfg   Config
+	locks matcher
+	stats Stats
+
+	mu      sync.Mutex
+	clients map[uint64]*client
+
+	smu    sync.Mutex
+	shared map[int][]*shared // by protocol version: connections plain commands share
+}
+
+// client is one client connection's forwarding state.
+type client struct {
+	up    *upConn // dedicated upstream connection; nil until needed
+	multi bool    // a MULTI was forwarded and not yet ended
+	dirty bool    // a command of the transaction was refused: EXEC aborts
+}
+
+// New returns a router for cfg.
+func New(cfg Config) *Router {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	return &Router{cfg: cfg, locks: cfg.LockKeys, clients: map[uint64]*client{}, shared: map[int][]*shared{}}
+}
+
+// Stats are the router's counters.
+func (r *Router) Stats() *Stats { return &r.stats }
+
+// Route handles args when it is not a lock operation, forwarding it, and
+// returns false when the lock service must serve it. resp calls it for each
+// authenticated command, in order, from the connection's goroutine.
+func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
+	name := strings.ToLower(string(args[0]))
+	st := r.client(c)
+	if name == "reset" {
+		r.reset(st)
+		return false
+	}
+	switch r.classify(name, args) {
+	case refused:
+		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis yet (pub/sub and replication streams)")
+	case toLocks:
+		if !st.multi {
+			return false
+		}
+		st.dirty = true
+		c.Error("ERR lockproxy: '" + name + "' is a lock operation and cannot join a transaction of the data Redis")
+	case mixed:
+		st.dirty = st.dirty || st.multi
+		c.Error("ERR lockproxy: '" + name + "' names both lock keys and data keys; send them as separate commands")
+	default:
+		r.forward(c, st, name, args)
+	}
+	return true
+}
+
+type destination int
+
+const (
+	toData destination = iota
+	toLocks
+	mixed
+	refused
+)
+
+// classify decides where a command goes.
+func (r *Router) classify(name string, args [][]byte) destination {
+	if local[name] {
+		return toLocks
+	}
+	if unrelayed[name] {
+		return refused
+	}
+	if len(r.locks) == 0 {
+		return r.lockShaped(name, args)
+	}
+	keys, n := keysOf(name, args), 0
+	for _, k := range keys {
+		if r.locks.isLock(k) {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return toData
+	case n == len(keys):
+		return toLocks
+	}
+	return mixed
+}
+
+// lockShaped is the routing without lock_keys: SET NX, SETNX and scripts
+// are locks, as without a data Redis; the rest is data.
+func (r *Router) lockShaped(name string, args [][]byte) destination {
+	switch {
+	case name == "set" && len(args) > 3 && hasNX(args), name == "setnx", name == "eval", name == "evalsha":
+		return toLocks
+	}
+	return toData
+}
+
+// forward sends args on the client's upstream connection and relays the
+// reply; the client waits for it, so replies keep the commands' order.
+func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
+	if name == "exec" && st.dirty {
+		args, name = [][]byte{[]byte("DISCARD")}, "discard"
+		defer c.Error("EXECABORT Transaction discarded because of previous errors.")
+		defer func() { st.multi, st.dirty = false, false }()
+		r.send(c, st, name, args, true)
+		return
+	}
+	reply, ok := r.send(c, st, name, args, false)
+	if !ok {
+		return
+	}
+	switch {
+	case name == "multi" && bytes.HasPrefix(reply, []byte("+OK")):
+		st.multi = true
+	case name == "exec" || name == "discard":
+		st.multi, st.dirty = false, false
+	}
+}
+
+// send forwards args and writes the reply to c unless quiet.
+func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quiet bool) ([]byte, bool) {
+	r.stats.Forwarded.Add(1)
+	if st.up == nil && !quiet && !st.multi && !blocking[name] && !stateful[name] {
+		return r.sendShared(c, args)
+	}
+	if st.up == nil {
+		up, err := dial(r.cfg, c.Proto())
+		if err != nil {
+			return nil, r.fail(c, st, quiet, err)
+		}
+		r.mu.Lock()
+		st.up = up
+		r.mu.Unlock()
+	}
+	timeout := r.cfg.Timeout
+	if blocking[name] {
+		timeout = 0
+	}
+	reply, err := st.up.do(c.Proto(), args, timeout)
+	if err != nil {
+		return nil, r.fail(c, st, quiet, err)
+	}
+	if !quiet {
+		c.Raw(reply)
+	}
+	return reply, true
+}
+
+// sendShared forwards a command that leaves no state on its connection
+// over a connection shared with other clients.
+func (r *Router) sendShared(c *resp.Conn, args [][]byte) ([]byte, bool) {
+	s, err := r.sharedFor(c.Proto(), c.ID())
+	var reply []byte
+	if err == nil {
+		reply, err = s.do(args, r.cfg.Timeout)
+	}
+	if err != nil {
+		r.stats.Failed.Add(1)
+		c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+		return nil, false
+	}
+	c.Raw(reply)
+	return reply, true
+}
+
+// sharedFor is the shared connection of client id in proto, dialled anew
+// when missing or broken. There is one per CPU and protocol version.
+func (r *Router) sharedFor(proto int, id uint64) (*shared, error) {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	conns := r.shared[proto]
+	if conns == nil {
+		conns = make([]*shared, runtime.GOMAXPROCS(0))
+		r.shared[proto] = conns
+	}
+	i := int(id % uint64(len(conns)))
+	if conns[i] == nil || conns[i].broken() {
+		u, err := dial(r.cfg, proto)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = newShared(u)
+	}
+	return conns[i], nil
+}
+
+// Close closes the shared connections.
+func (r *Router) Close() {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	for _, conns := range r.shared {
+		for _, s := range conns {
+			if s != nil {
+				s.close()
+			}
+		}
+	}
+	r.shared = map[int][]*shared{}
+}
+
+// fail drops a broken upstream connection and tells the client, naming the
+// data Redis.
+func (r *Router) fail(c *resp.Conn, st *client, quiet bool, err error) bool {
+	r.stats.Failed.Add(1)
+	r.reset(st)
+	if !quiet {
+		c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+	}
+	return false
+}
+
+// client is c's state, made on first use.
+func (r *Router) client(c *resp.Conn) *client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.clients[c.ID()]
+	if st == nil {
+		st = &client{}
+		r.clients[c.ID()] = st
+		r.watch(c)
+	}
+	return st
+}
+
+// watch forgets c's state and closes its upstream connection when c closes.
+func (r *Router) watch(c *resp.Conn) {
+	id := c.ID()
+	go func() {
+		<-c.Context().Done()
+		r.drop(id)
+	}()
+}
+
+// reset closes st's upstream connection, ending its transaction, database
+// choice and subscriptions there.
+func (r *Router) reset(st *client) {
+	r.mu.Lock()
+	up := st.up
+	st.up = nil
+	r.mu.Unlock()
+	if up != nil {
+		up.close()
+	}
+	st.multi, st.dirty = false, false
+}
+
+func (r *Router) drop(id uint64) {
+	r.mu.Lock()
+	st := r.clients[id]
+	delete(r.clients, id)
+	r.mu.Unlock()
+	if st != nil && st.up != nil {
+		st.up.close()
+	}
+}
+
+// Info is INFO's passthrough section.
+func (r *Router) Info(section string) string {
+	if !resp.Wants(section, "passthrough") {
+		return ""
+	}
+	r.mu.Lock()
+	open := 0
+	for _, st := range r.clients {
+		if st.up != nil {
+			open++
+		}
+	}
+	r.mu.Unlock()
+	return fmt.Sprintf("# Passthrough\r\ndata_redis:%s\r\nlock_keys:%s\r\nupstream_connections:%d\r\nforwarded_commands:%d\r\nforward_failures:%d\r\n\r\n",
+		r.cfg.Addr, strings.Join(r.cfg.LockKeys, ","), open, r.stats.Forwarded.Load(), r.stats.Failed.Load())
+}

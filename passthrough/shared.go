@@ -1,0 +1,146 @@
+package passthrough
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// shared is one upstream connection that many clients' plain commands go
+// through, pipelined: callers append their command to the next write and
+// the reader hands each reply to the caller whose command it answers, in
+// the order they were written.
+type shared struct {
+	nc net.Conn
+
+	mu      sync.Mutex
+	out     []byte        // commands not yet written
+	pending chan *call    // calls written or about to be, in order
+	wake    chan struct{} // the writer has something to write
+	err     error         // set once the connection broke: it takes no more calls
+}
+
+// call is one command waiting for its reply.
+type call struct {
+	reply []byte
+	err   error
+	done  chan struct{}
+}
+
+// maxPending bounds the calls in flight on one shared connection; more are
+// refused (each client has at most one in flight).
+const maxPending = 1 << 16
+
+var errBroken = errors.New("connection to the data Redis broke off")
+
+// newShared starts the writer and reader of an established connection.
+func newShared(u *upConn) *shared {
+	_ = u.nc.SetDeadline(time.Time{}) // set-up commands set one; calls time out by themselves
+	s := &shared{nc: u.nc, pending: make(chan *call, maxPending), wake: make(chan struct{}, 1)}
+	go s.write()
+	go s.read(u.br)
+	return s
+}
+
+// do sends args and waits for the reply, at most timeout; a timeout breaks
+// the connection, since the late reply would answer the next caller.
+func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
+	c := &call{done: make(chan struct{})}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil, s.err
+	}
+	select {
+	case s.pending <- c: // under mu: replies come back in the order commands are written
+	default:
+		s.mu.Unlock()
+		return nil, errors.New("too many commands in flight on one upstream connection")
+	}
+	s.out = appendCommand(s.out, args)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.reply, c.err
+	case <-t.C:
+		s.fail(errors.New("no reply within the timeout"))
+		<-c.done
+		return c.reply, c.err
+	}
+}
+
+// write sends what callers queued, as few writes as the load allows.
+func (s *shared) write() {
+	var buf []byte
+	for range s.wake {
+		s.mu.Lock()
+		buf, s.out = s.out, buf[:0]
+		broken := s.err != nil
+		s.mu.Unlock()
+		if broken {
+			return
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := s.nc.Write(buf); err != nil {
+			s.fail(err)
+			return
+		}
+	}
+}
+
+// read hands each reply to the oldest waiting call.
+func (s *shared) read(br *bufio.Reader) {
+	for c := range s.pending {
+		reply, err := readReply(br, nil)
+		c.reply, c.err = reply, err
+		close(c.done)
+		if err != nil {
+			s.fail(err)
+			s.drain(err)
+			return
+		}
+	}
+}
+
+// fail marks the connection broken and closes it: the reader then fails
+// every pending call.
+func (s *shared) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = errors.Join(errBroken, err)
+		_ = s.nc.Close()
+		close(s.pending)
+		select { // the writer sees the error and stops
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drain fails the calls still queued after the reader stopped.
+func (s *shared) drain(err error) {
+	for c := range s.pending {
+		c.err = err
+		close(c.done)
+	}
+}
+
+// broken reports whether the connection can take no more calls.
+func (s *shared) broken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+func (s *shared) close() { s.fail(errors.New("closed")) }

@@ -1,0 +1,74 @@
+package passthrough
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+)
+
+// TestSharedRepliesReachTheirCallers: many callers pipelining on one shared
+// connection each get the reply to their own command, in RESP2 and RESP3.
+func TestSharedRepliesReachTheirCallers(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	for _, proto := range []int{2, 3} {
+		u, err := dial(Config{Addr: data.Addr(), Timeout: 10 * time.Second}, proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newShared(u)
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for i := 0; i < 32; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				key := fmt.Sprintf("p%d:c%d", proto, i)
+				for n := 1; n <= 200; n++ {
+					reply, err := s.do([][]byte{[]byte("INCR"), []byte(key)}, 30*time.Second)
+					if want := ":" + strconv.Itoa(n) + "\r\n"; err != nil || string(reply) != want {
+						errs <- fmt.Errorf("%s: INCR %d got %q, %v", key, n, reply, err)
+						return
+					}
+				}
+			}(i)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		s.close()
+		if _, err := s.do([][]byte{[]byte("PING")}, time.Second); err == nil {
+			t.Error("a closed shared connection took a call")
+		}
+	}
+}
+
+// TestSharedDataRedisGone: when the data Redis dies, waiting callers get an
+// error rather than hanging, and the connection reports itself broken.
+func TestSharedDataRedisGone(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	u, err := dial(Config{Addr: data.Addr(), Timeout: 10 * time.Second}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newShared(u)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.do([][]byte{[]byte("BLPOP"), []byte("never"), []byte("0")}, time.Minute)
+		done <- err
+	}()
+	if err := data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("a call on a dead data Redis returned no error")
+	}
+	if !s.broken() {
+		t.Fatal("connection not marked broken")
+	}
+}
