@@ -35,6 +35,7 @@ type Instance struct {
 	listenTLS   *tls.Config // nil: plain TCP
 	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
 	backendAddr []string    // the backend's nodes, for the start-up log
+	nodeSet     *nodeSet    // the redlock nodes' health; nil for zookeeper
 	served      chan error
 	shutdown    chan struct{}
 }
@@ -98,6 +99,7 @@ func (in *Instance) backend() (engine.Backend, error) {
 			"they vanish when lockproxy stops. For development only: configure backend = \"redlock\" for real use.")
 	}
 	rc := in.cfg.Redlock
+	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
 		opts := upstream.RedisOptions{
@@ -107,9 +109,11 @@ func (in *Instance) backend() (engine.Backend, error) {
 		in.nodes = append(in.nodes, opts)
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
-		nodes[i] = n
+		nodes[i] = in.nodeSet.watch(n)
 	}
 	in.backendAddr = addrs
+	in.nodeSet.start()
+	in.closers = append(in.closers, in.nodeSet.close)
 	return quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
@@ -183,7 +187,21 @@ func (in *Instance) respServer() (*resp.Server, error) {
 			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
 			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
 		},
-	}, table, h, in.log)
+	}, table, session{h, in.nodeSet}, in.log)
+}
+
+// session adds the "# Nodes" section to the commands' INFO.
+type session struct {
+	*commands.Handler
+	nodes *nodeSet
+}
+
+func (s session) Info(section string) string {
+	out := s.Handler.Info(section)
+	if s.nodes != nil && resp.Wants(section, "nodes") {
+		out += s.nodes.info()
+	}
+	return out
 }
 
 // Addr is the RESP listener's address.
