@@ -36,6 +36,7 @@ type Instance struct {
 	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
 	backendAddr []string    // the backend's nodes, for the start-up log
 	nodeSet     *nodeSet    // the redlock nodes' health; nil for zookeeper
+	lockMetrics *lockMetrics
 	served      chan error
 	shutdown    chan struct{}
 }
@@ -58,7 +59,8 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	in.engine = engine.New(backend, engine.Config{
+	in.lockMetrics = newLockMetrics()
+	in.engine = engine.New(countBackend(backend, in.lockMetrics), engine.Config{
 		BoundLease: ms(cfg.Locks.BoundLeaseMS),
 		RenewEvery: ms(cfg.Locks.RenewEveryMS),
 		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),

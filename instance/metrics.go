@@ -94,6 +94,7 @@ func (in *Instance) registry() *prometheus.Registry {
 	counter("locks_lost_total", "Connection-bound locks lost while their holder was connected.", s.Lost.Load)
 	gauge("bound_locks", "Connection-bound locks this instance keeps alive.", func() int64 { return int64(in.engine.BoundHeld()) })
 	gauge("clients", "Open client connections.", func() int64 { return int64(in.resp.Clients()) })
+	reg.MustRegister(in.lockCollectors()...)
 	if in.nodeSet != nil {
 		reg.MustRegister(in.nodeSet.collectors()...)
 	}
