@@ -127,3 +127,31 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPausedNodeVisible: a node that keeps its connections but answers
+// nothing (SIGSTOP) shows as down with a timeout, and as up once resumed.
+func TestPausedNodeVisible(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg := testConfig(nodes)
+	cfg.MetricsListen = "127.0.0.1:0"
+	in := startInstance(t, cfg)
+	if err := nodes[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nodes[2].Resume() })
+	code, body := httpGet(t, in.MetricsAddr(), "/readyz")
+	if code != 200 || !strings.HasPrefix(body, "degraded") || !strings.Contains(body, nodes[2].Addr()) {
+		t.Fatalf("/readyz one paused: %d %q", code, body)
+	}
+	_, m := httpGet(t, in.MetricsAddr(), "/metrics")
+	if metricValue(m, `lockproxy_node_errors_total{kind="timeout",node="`+nodes[2].Addr()+`"}`) < 1 {
+		t.Fatalf("no timeout counted for the paused node:\n%s", grepLines(m, "lockproxy_node_errors"))
+	}
+	if err := nodes[2].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "/readyz ready once resumed", func() bool {
+		code, body := httpGet(t, in.MetricsAddr(), "/readyz")
+		return code == 200 && strings.HasPrefix(body, "ready")
+	})
+}
