@@ -36,6 +36,8 @@ type Instance struct {
 	listenTLS   *tls.Config // nil: plain TCP
 	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
 	backendAddr []string    // the backend's nodes, for the start-up log
+	nodeSet     *nodeSet    // the redlock nodes' health; nil for zookeeper
+	lockMetrics *lockMetrics
 	served      chan error
 	shutdown    chan struct{}
 
@@ -60,7 +62,8 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	in.engine = engine.New(backend, engine.Config{
+	in.lockMetrics = newLockMetrics()
+	in.engine = engine.New(countBackend(backend, in.lockMetrics), engine.Config{
 		BoundLease: ms(cfg.Locks.BoundLeaseMS),
 		RenewEvery: ms(cfg.Locks.RenewEveryMS),
 		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
@@ -101,6 +104,7 @@ func (in *Instance) backend() (engine.Backend, error) {
 			"they vanish when lockproxy stops. For development only: configure backend = \"redlock\" for real use.")
 	}
 	rc := in.cfg.Redlock
+	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
 		opts := upstream.RedisOptions{
@@ -110,9 +114,11 @@ func (in *Instance) backend() (engine.Backend, error) {
 		in.nodes = append(in.nodes, opts)
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
-		nodes[i] = n
+		nodes[i] = in.nodeSet.watch(n)
 	}
 	in.backendAddr = addrs
+	in.nodeSet.start()
+	in.closers = append(in.closers, in.nodeSet.close)
 	r := quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
@@ -179,12 +185,15 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		return nil, err
 	}
 	var session resp.Session = h
+	if in.nodeSet != nil {
+		session = nodesInfo{session, in.nodeSet}
+	}
 	var route func(*resp.Conn, [][]byte) bool
 	var err error
 	if in.router, err = in.newRouter(); err != nil {
 		return nil, err
 	} else if in.router != nil {
-		session, route = withInfo{h, in.router}, in.router.Route
+		session, route = withInfo{session, in.router}, in.router.Route
 		in.closers = append(in.closers, in.router.Close)
 	}
 	return resp.NewServer(resp.Config{
@@ -202,6 +211,20 @@ func (in *Instance) respServer() (*resp.Server, error) {
 			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
 		},
 	}, table, session, in.log)
+}
+
+// nodesInfo adds the "# Nodes" section to the session's INFO.
+type nodesInfo struct {
+	resp.Session
+	nodes *nodeSet
+}
+
+func (s nodesInfo) Info(section string) string {
+	out := s.Session.Info(section)
+	if resp.Wants(section, "nodes") {
+		out += s.nodes.info()
+	}
+	return out
 }
 
 // Addr is the RESP listener's address.

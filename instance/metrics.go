@@ -3,8 +3,10 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,15 +38,41 @@ func (in *Instance) startMetrics() error {
 	return nil
 }
 
-// ready answers 200 when the backend answers a lock inspection.
+// ready answers 503 when the backend cannot grant locks. Over redlock it
+// probes every node: all answering is "ready"; a minority down is still 200
+// (locks are granted) with a body starting "degraded" that names them; a
+// majority down is 503 "not ready". Over zookeeper it inspects a key.
 func (in *Instance) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
+	if in.nodeSet != nil {
+		in.readyNodes(ctx, w)
+		return
+	}
 	if _, _, err := in.engine.Info(ctx, "lockproxy:readyz"); err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	w.Write([]byte("ready\n"))
+}
+
+// readyNodes is ready over redlock nodes.
+func (in *Instance) readyNodes(ctx context.Context, w http.ResponseWriter) {
+	in.nodeSet.probe(ctx)
+	up, q, down := in.nodeSet.health()
+	n := len(in.nodeSet.nodes)
+	detail := ""
+	if len(down) > 0 {
+		detail = "; down: " + strings.Join(down, "; ")
+	}
+	switch {
+	case up < q:
+		http.Error(w, fmt.Sprintf("not ready: %d of %d nodes answer, %d needed%s", up, n, q, detail), http.StatusServiceUnavailable)
+	case up < n:
+		fmt.Fprintf(w, "degraded: %d of %d nodes answer, %d needed%s\n", up, n, q, detail)
+	default:
+		fmt.Fprintf(w, "ready: %d of %d nodes answer\n", up, n)
+	}
 }
 
 // registry exposes the engine's and the server's counters.
@@ -66,6 +94,10 @@ func (in *Instance) registry() *prometheus.Registry {
 	counter("locks_lost_total", "Connection-bound locks lost while their holder was connected.", s.Lost.Load)
 	gauge("bound_locks", "Connection-bound locks this instance keeps alive.", func() int64 { return int64(in.engine.BoundHeld()) })
 	gauge("clients", "Open client connections.", func() int64 { return int64(in.resp.Clients()) })
+	reg.MustRegister(in.lockCollectors()...)
+	if in.nodeSet != nil {
+		reg.MustRegister(in.nodeSet.collectors()...)
+	}
 	if in.router != nil {
 		passthroughMetrics(reg, in.router)
 	}

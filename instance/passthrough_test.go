@@ -3,8 +3,6 @@ package instance_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"sort"
 	"strings"
@@ -320,23 +318,12 @@ func TestPassthroughInfoMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Incr(ctx, "n")
-	body := httpGet(t, "http://"+in.MetricsAddr()+"/metrics")
+	_, body := httpGet(t, in.MetricsAddr(), "/metrics")
 	for _, want := range []string{"lockproxy_forwarded_commands_total 4", "lockproxy_forward_failures_total 1"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-}
-
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // TestPassthroughRedisPyMix runs the application mix with redis-py

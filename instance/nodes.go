@@ -1,0 +1,250 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Node health is probed in the background so that a node that stops
+// answering shows while no client is taking locks.
+const (
+	probeEvery = time.Second
+	// probeTimeout is far above a node's usual answer, so that a loaded
+	// host does not make a healthy node look down.
+	probeTimeout = time.Second
+	probeKey     = "lockproxy:health"
+)
+
+// watchedNode is a quorum.Node that records what its node does: latency
+// and errors of every call, and whether its last health probe answered.
+type watchedNode struct {
+	quorum.Node
+	set *nodeSet
+
+	mu      sync.Mutex
+	up      bool
+	lastErr string
+}
+
+var _ quorum.Node = (*watchedNode)(nil)
+
+// Do forwards op and records the reply on its way back.
+func (n *watchedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+	start := time.Now()
+	mine := make(chan quorum.Reply, 1)
+	n.Node.Do(ctx, op, tag, mine)
+	go func() {
+		r := <-mine // the node delivers exactly one reply
+		n.record(time.Since(start), r.Err)
+		done <- r
+	}()
+}
+
+// record counts one call's latency and, if it failed, its error's kind. A
+// call cancelled because the quorum was already decided says nothing about
+// the node.
+func (n *watchedNode) record(d time.Duration, err error) {
+	kind := errorKind(err)
+	if kind == "canceled" {
+		return
+	}
+	n.set.latency.WithLabelValues(n.String()).Observe(d.Seconds())
+	if err != nil {
+		n.set.errors.WithLabelValues(n.String(), kind).Inc()
+	}
+}
+
+// errorKind sorts a node's error for the errors metric: timeout,
+// connection (refused, reset, closed), canceled, or reply (the node
+// answered with an error).
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &ne), strings.Contains(err.Error(), "EOF"), strings.Contains(err.Error(), "closed"):
+		return "connection"
+	default:
+		return "reply"
+	}
+}
+
+// probe asks the node for a key's holder and notes whether it answered,
+// logging when that changes.
+func (n *watchedNode) probe(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	done := make(chan quorum.Reply, 1)
+	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: probeKey}, 0, done)
+	r := <-done
+	if errors.Is(r.Err, context.Canceled) {
+		return // shutting down
+	}
+	n.setUp(r.Err)
+}
+
+// setUp records the probe's outcome and logs a transition once.
+func (n *watchedNode) setUp(err error) {
+	n.mu.Lock()
+	was := n.up
+	n.up = err == nil
+	n.lastErr = ""
+	if err != nil {
+		n.lastErr = err.Error()
+	}
+	n.mu.Unlock()
+	n.set.up.WithLabelValues(n.String()).Set(b2f(err == nil))
+	switch {
+	case was && err != nil:
+		n.set.log.Warn("redis node stopped answering", zap.String("node", n.String()), zap.Error(err))
+	case !was && err == nil:
+		n.set.log.Warn("redis node answers again", zap.String("node", n.String()))
+	}
+}
+
+// state is whether the node answered its last probe, and why not.
+func (n *watchedNode) state() (bool, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.up, n.lastErr
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// nodeSet is the redlock backend's nodes as this instance sees them.
+type nodeSet struct {
+	nodes   []*watchedNode
+	log     *zap.Logger
+	up      *prometheus.GaugeVec
+	latency *prometheus.HistogramVec
+	errors  *prometheus.CounterVec
+	stop    context.CancelFunc
+	stopped chan struct{}
+}
+
+func newNodeSet(log *zap.Logger) *nodeSet {
+	return &nodeSet{
+		log: log,
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "lockproxy", Name: "node_up",
+			Help: "1 when the Redis node answered its last health probe (every second), else 0."}, []string{"node"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockproxy", Name: "node_request_duration_seconds",
+			Help:    "Time a Redis node took to answer one operation (or to fail).",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"node"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockproxy", Name: "node_errors_total",
+			Help: "Failed operations on a Redis node, by kind: timeout, connection, reply."}, []string{"node", "kind"}),
+	}
+}
+
+// watch wraps node; nodes start as up until a probe says otherwise.
+func (s *nodeSet) watch(node quorum.Node) quorum.Node {
+	n := &watchedNode{Node: node, set: s, up: true}
+	s.up.WithLabelValues(n.String()).Set(1)
+	s.nodes = append(s.nodes, n)
+	return n
+}
+
+// start probes every node each probeEvery until close.
+func (s *nodeSet) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop, s.stopped = cancel, make(chan struct{})
+	go func() {
+		defer close(s.stopped)
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		for {
+			s.probe(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (s *nodeSet) close() {
+	s.stop()
+	<-s.stopped
+}
+
+// probe probes every node at once and returns when all have answered.
+func (s *nodeSet) probe(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range s.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.probe(ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+// health is how many nodes answer, the quorum, and a line per node down.
+func (s *nodeSet) health() (up, quorum int, down []string) {
+	for _, n := range s.nodes {
+		if ok, why := n.state(); ok {
+			up++
+		} else {
+			down = append(down, n.String()+": "+why)
+		}
+	}
+	return up, len(s.nodes)/2 + 1, down
+}
+
+// info is the "# Nodes" section of INFO.
+func (s *nodeSet) info() string {
+	up, q, _ := s.health()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\n", len(s.nodes), up, q, s.status())
+	for i, n := range s.nodes {
+		ok, why := n.state()
+		state := "up"
+		if !ok {
+			state = "down"
+		}
+		fmt.Fprintf(&b, "node%d:addr=%s,state=%s", i, n.String(), state)
+		if !ok {
+			fmt.Fprintf(&b, ",error=%s", strings.NewReplacer("\r", " ", "\n", " ", ",", ";").Replace(why))
+		}
+		b.WriteString("\r\n")
+	}
+	b.WriteString("\r\n")
+	return b.String()
+}
+
+// status is ok, degraded (a minority of nodes down) or noquorum.
+func (s *nodeSet) status() string {
+	up, q, _ := s.health()
+	switch {
+	case up < q:
+		return "noquorum"
+	case up < len(s.nodes):
+		return "degraded"
+	default:
+		return "ok"
+	}
+}
+
+// collectors are the per-node series for /metrics.
+func (s *nodeSet) collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.up, s.latency, s.errors}
+}
