@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/lockproxy/lockproxy/engine"
-	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/lockproxy/lockproxy/luascript"
 )
 
 // argError is a bad argument; its text is the reply, in Redis's words
@@ -50,12 +51,16 @@ var unknownOutcome = map[string]string{
 // replyError is the RESP error line for err: the one place where domain
 // errors become client-visible text.
 func replyError(key string, err error) string {
-	var nq *quorum.NoQuorumError
+	var nq *engine.NoQuorumError
 	var arg argError
+	var scriptArg luascript.ArgError
+	var unknownScript *luascript.UnknownError
 	var unknown *engine.UnknownOutcomeError
 	switch {
 	case errors.As(err, &arg):
 		return arg.Error()
+	case errors.As(err, &scriptArg), errors.As(err, &unknownScript):
+		return err.Error() // Redis's words for a script's error, or the catalog's refusal
 	case errors.As(err, &nq):
 		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
 	case errors.As(err, &unknown):
@@ -75,6 +80,26 @@ func replyError(key string, err error) string {
 		return "ERR " + err.Error()
 	}
 }
+
+// unknownSubcommand is Redis's error for a subcommand cmd does not have.
+func unknownSubcommand(cmd string, sub []byte) error {
+	return argError("ERR unknown subcommand '" + strings.ReplaceAll(string(sub), "\n", " ") + "'. Try " + cmd + " HELP.")
+}
+
+// noDigests refuses DELEX's digest conditions: lockproxy compares tokens.
+func noDigests(cond string) error {
+	return argError("ERR lockproxy does not compare digests (" + cond + "); use IFEQ with the token")
+}
+
+// Script argument errors, in Redis's words.
+var (
+	errNoScript         error = argError("NOSCRIPT No matching script. Please use EVAL.")
+	errNegativeKeys     error = argError("ERR Number of keys can't be negative")
+	errTooManyKeys      error = argError("ERR Number of keys can't be greater than number of args")
+	errFlushOption      error = argError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+	errScriptLoadArgs   error = argError("ERR wrong number of arguments for 'script|load' command")
+	errScriptExistsArgs error = argError("ERR wrong number of arguments for 'script|exists' command")
+)
 
 // errTimeoutRange is Redis's error for a negative blocking timeout.
 var errTimeoutRange error = argError("ERR timeout is negative")

@@ -2,9 +2,7 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -14,15 +12,6 @@ import (
 
 // EVAL, EVALSHA and SCRIPT run the lock scripts that client libraries send,
 // recognised by content (package luascript), as lock operations.
-
-// Redis's errors for EVAL's arguments and scripts.
-var (
-	errNoScript       error = argError("NOSCRIPT No matching script. Please use EVAL.")
-	errNegativeKeys   error = argError("ERR Number of keys can't be negative")
-	errTooManyKeys    error = argError("ERR Number of keys can't be greater than number of args")
-	errFlushOption    error = argError("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
-	errScriptLoadArgs error = argError("ERR wrong number of arguments for 'script|load' command")
-)
 
 func (h *Handler) registerScripts(t *resp.Table) error {
 	return t.Add(
@@ -48,12 +37,12 @@ func (h *Handler) eval(c *resp.Conn, args [][]byte) {
 		err = errNoScript
 	}
 	if err != nil {
-		c.Error(scriptError(err))
+		c.Error(replyError("", err))
 		return
 	}
 	r, err := s.Run(c.Context(), scriptLocks{h, c}, keys, argv)
 	if err != nil {
-		c.Error(scriptError(err))
+		c.Error(replyError("", err))
 		return
 	}
 	writeReply(c, r)
@@ -71,18 +60,6 @@ func scriptArgs(args [][]byte) (keys, argv [][]byte, err error) {
 		return nil, nil, errTooManyKeys
 	}
 	return args[3 : 3+n], args[3+n:], nil
-}
-
-// scriptError is the reply to a failed script: a recognition or argument
-// error as luascript words it, a lock error through replyError.
-func scriptError(err error) string {
-	var unknown *luascript.UnknownError
-	var arg luascript.ArgError
-	switch {
-	case errors.As(err, &unknown), errors.As(err, &arg):
-		return err.Error()
-	}
-	return replyError("", err)
 }
 
 // writeReply writes a script's reply.
@@ -111,7 +88,7 @@ func (h *Handler) script(c *resp.Conn, args [][]byte) {
 	case sub == "LOAD" && len(args) == 3:
 		sha, _, err := h.scripts.Load(args[2])
 		if err != nil {
-			c.Error(scriptError(err))
+			c.Error(replyError("", err))
 			return
 		}
 		c.BulkString(sha)
@@ -123,14 +100,14 @@ func (h *Handler) script(c *resp.Conn, args [][]byte) {
 			c.Int(boolInt(h.scripts.Exists(string(sha))))
 		}
 	case sub == "EXISTS":
-		c.Error("ERR wrong number of arguments for 'script|exists' command")
+		c.Error(errScriptExistsArgs.Error())
 	case sub == "FLUSH" && (len(args) == 2 || len(args) == 3 && (upper(args[2]) == "ASYNC" || upper(args[2]) == "SYNC")):
 		h.scripts.Flush()
 		c.OK()
 	case sub == "FLUSH":
 		c.Error(errFlushOption.Error())
 	default:
-		c.Error("ERR unknown subcommand '" + strings.ReplaceAll(string(args[1]), "\n", " ") + "'. Try SCRIPT HELP.")
+		c.Error(unknownSubcommand("SCRIPT", args[1]).Error())
 	}
 }
 

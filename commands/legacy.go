@@ -272,7 +272,7 @@ func (h *Handler) delex(c *resp.Conn, args [][]byte) {
 	case "IFNE":
 		ok, err = h.delOne(c, key, func(t string) bool { return t != string(args[3]) })
 	case "IFDEQ", "IFDNE":
-		c.Error("ERR lockproxy does not compare digests (" + cond + "); use IFEQ with the token")
+		c.Error(noDigests(cond).Error())
 		return
 	default:
 		c.Error(errSyntax.Error())

@@ -68,3 +68,24 @@ func (e *UnknownOutcomeError) Error() string {
 
 // Unwrap exposes ErrOutcomeUnknown and the nodes' errors.
 func (e *UnknownOutcomeError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.Err} }
+
+// ErrNoQuorum is matched (errors.Is) by every NoQuorumError.
+var ErrNoQuorum = errors.New("no quorum")
+
+// NoQuorumError says that fewer than a majority of a backend's nodes
+// answered, so the outcome of the operation is unknown and nothing was
+// granted. The Redlock backend returns it.
+type NoQuorumError struct {
+	Op       string // "acquire", "extend", "release", "inspect"
+	Answered int    // nodes that gave an answer (any answer)
+	Needed   int    // the quorum, N/2+1
+	Nodes    int    // N
+	Err      error  // the per-node errors, joined
+}
+
+func (e *NoQuorumError) Error() string {
+	return fmt.Sprintf("%s: %d of %d nodes answered, %d needed: %v", e.Op, e.Answered, e.Nodes, e.Needed, e.Err)
+}
+
+// Unwrap exposes ErrNoQuorum and the per-node errors.
+func (e *NoQuorumError) Unwrap() []error { return []error{ErrNoQuorum, e.Err} }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
-	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -52,7 +51,7 @@ func outcome(err error, success string) string {
 		return "refused"
 	case errors.Is(err, engine.ErrNotHeld), errors.Is(err, engine.ErrNotBound):
 		return "notheld"
-	case errors.Is(err, quorum.ErrNoQuorum):
+	case errors.Is(err, engine.ErrNoQuorum):
 		return "noquorum"
 	case errors.Is(err, engine.ErrUnavailable):
 		return "unavailable"

@@ -157,7 +157,7 @@ func (t *tally) decided() bool {
 }
 
 // outcome turns the count into an acquire's result: nil for a quorum of
-// yes, no when a majority answered but not yes, a NoQuorumError otherwise.
+// yes, no when a majority answered but not yes, an engine.NoQuorumError otherwise.
 func (t *tally) outcome(op string, no error) error {
 	switch {
 	case t.yes >= t.q:
@@ -179,7 +179,7 @@ func (t *tally) settled() bool {
 // verdict turns the count into the result of an operation on a lock that
 // may be held: nil for a quorum of yes; no only when so many nodes said no
 // that no majority can hold it; otherwise the truth is unknown — a
-// NoQuorumError when fewer than a majority answered, an
+// engine.NoQuorumError when fewer than a majority answered, an
 // engine.UnknownOutcomeError when they answered but did not decide.
 func (t *tally) verdict(op string, no error) error {
 	switch {
@@ -195,7 +195,7 @@ func (t *tally) verdict(op string, no error) error {
 }
 
 func (t *tally) noQuorum(op string) error {
-	return &NoQuorumError{Op: op, Answered: t.answered(), Needed: t.q, Nodes: t.n, Err: errors.Join(t.errs...)}
+	return &engine.NoQuorumError{Op: op, Answered: t.answered(), Needed: t.q, Nodes: t.n, Err: errors.Join(t.errs...)}
 }
 
 func (t *tally) unknown(op string) error {

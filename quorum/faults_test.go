@@ -35,7 +35,7 @@ func TestRefusedAttemptUndoneAfterPause(t *testing.T) {
 					}
 					h := hold("a")
 					h.TTL = time.Hour // no expiry to hide a left-over hold
-					if _, err := r.Acquire(ctx, "k", h); !errors.Is(err, ErrNoQuorum) {
+					if _, err := r.Acquire(ctx, "k", h); !errors.Is(err, engine.ErrNoQuorum) {
 						t.Fatalf("acquire with a majority paused: %v", err)
 					}
 					for _, f := range nodes {
@@ -72,7 +72,7 @@ func TestUndecidedOutcomesEverySubset(t *testing.T) {
 					case no > n-q:
 						return notHeld
 					case yes+no < q:
-						return ErrNoQuorum
+						return engine.ErrNoQuorum
 					default:
 						return engine.ErrOutcomeUnknown
 					}

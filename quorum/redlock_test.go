@@ -75,9 +75,9 @@ func TestAcquireEveryFailureSubset(t *testing.T) {
 					waitCount(t, nodes, "k", "tok", up)
 					return
 				}
-				var nq *NoQuorumError
-				if !errors.As(err, &nq) || !errors.Is(err, ErrNoQuorum) {
-					t.Fatalf("%d of %d up: err %v, want NoQuorumError", up, n, err)
+				var nq *engine.NoQuorumError
+				if !errors.As(err, &nq) || !errors.Is(err, engine.ErrNoQuorum) {
+					t.Fatalf("%d of %d up: err %v, want engine.NoQuorumError", up, n, err)
 				}
 				if nq.Answered > up || nq.Needed != n/2+1 || !errors.Is(err, errDown) {
 					t.Fatalf("error %+v", nq)
@@ -129,8 +129,8 @@ func checkQuorum(t *testing.T, op string, mask uint, majority bool, err error) {
 	if majority && err != nil {
 		t.Fatalf("%s mask %05b: %v", op, mask, err)
 	}
-	if !majority && !errors.Is(err, ErrNoQuorum) {
-		t.Fatalf("%s mask %05b: err %v, want ErrNoQuorum", op, mask, err)
+	if !majority && !errors.Is(err, engine.ErrNoQuorum) {
+		t.Fatalf("%s mask %05b: err %v, want engine.ErrNoQuorum", op, mask, err)
 	}
 }
 
