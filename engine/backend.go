@@ -80,8 +80,15 @@ type Backend interface {
 	// ErrNotHeld. Mode Bound is the watchdog's renewal: it fails with
 	// ErrNotBound where the lock has become a lease.
 	Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error)
-	// Release frees key if token holds it; false means it did not.
-	Release(ctx context.Context, key, token string) (bool, error)
+	// Release frees key if token holds it; false means it did not. line is
+	// this instance's first waiters for key, at most two (none: nobody
+	// waits here); the engine wakes the first itself, so the store need not
+	// announce the release when nobody else is in line, and a store may
+	// hand it the key, and give the second its place in line, in the
+	// release's own step. sent, when not nil, runs once the release is on
+	// its way, such that an acquire started after it sees the key
+	// released: the engine wakes the next waiter then.
+	Release(ctx context.Context, key, token string, line []Waiter, sent func()) (bool, error)
 	// Leave takes waiter out of key's line and announces that the next
 	// waiter may go. Best effort: a place that is not left expires.
 	Leave(ctx context.Context, key, waiter string) error
@@ -91,15 +98,18 @@ type Backend interface {
 	Close() error
 }
 
-// EarlyReleaser is a Backend whose operations reach the store in the order
-// they are started: ReleaseThen runs sent once the release is on its way,
-// and an acquire started after sent sees the key released. The engine
-// wakes the next waiter then, overlapping its acquire with the release.
-type EarlyReleaser interface {
-	// line is this instance's first waiters for key, at most two (none:
-	// nobody waits here). The engine wakes the first itself, so the store
-	// need not announce the release when nobody else is in line; a store
-	// may hand it the key, and give the second its place in line, in the
-	// release's own step.
-	ReleaseThen(ctx context.Context, key, token string, line []Waiter, sent func()) (bool, error)
+// Events is the one way a backend tells the engine what it learned on its
+// own, outside a call the engine made: the engine implements it and is
+// handed to the backend when the backend is built (see New).
+type Events interface {
+	// Released says key may be free: token released it through any
+	// instance (token is empty when unknown), or a lock node that a waiter
+	// here watched is gone. The echo of a release made through this
+	// instance is ignored.
+	Released(key, token string)
+	// Lost says token's lock on key, granted through this instance, is
+	// gone behind its holder's back (its ZooKeeper session expired). The
+	// engine counts it and reports ErrLost to the holder's next RENEW or
+	// UNLOCK.
+	Lost(key, token string)
 }

@@ -70,15 +70,19 @@ type Engine struct {
 	waiting map[string]queue  // clients waiting for each key, first come first
 	echoes  map[string]string // the token of the last release through this instance, by key
 	waiters int               // all of them
-	closing bool
+	// lostLeases counts the entries of lost with no owner (leases), which
+	// no closing connection clears.
+	lostLeases int
+	closing    bool
 }
 
 type lockID struct{ key, token string }
 
-// New returns an engine over backend.
-func New(backend Backend, cfg Config, log *zap.Logger) *Engine {
-	return &Engine{
-		backend: backend,
+// New returns an engine over the backend that build makes; build is
+// handed the engine's Events, the backend's one way to report what it
+// learns on its own.
+func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Engine, error) {
+	e := &Engine{
 		cfg:     cfg.withDefaults(),
 		log:     log,
 		bound:   map[string]*bound{},
@@ -86,7 +90,15 @@ func New(backend Backend, cfg Config, log *zap.Logger) *Engine {
 		waiting: map[string]queue{},
 		echoes:  map[string]string{},
 	}
+	b, err := build(e)
+	if err != nil {
+		return nil, err
+	}
+	e.backend = b
+	return e, nil
 }
+
+var _ Events = (*Engine)(nil)
 
 // Config returns the engine's configuration with defaults applied.
 func (e *Engine) Config() Config { return e.cfg }
@@ -144,18 +156,11 @@ func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
 }
 
 // free releases key for token and hands it to the key's next waiter: woken
-// as soon as the release is on its way when the backend keeps order
-// (EarlyReleaser), and woken again when the release is done if it is
-// still waiting (its early try came too soon).
+// as soon as the release is on its way, and woken again when the release
+// is done if it is still waiting (its early try came too soon).
 func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 	var early *waiter
-	var ok bool
-	var err error
-	if b, isEarly := e.backend.(EarlyReleaser); isEarly {
-		ok, err = b.ReleaseThen(ctx, key, token, e.line(key), func() { early = e.wakeHead(key) })
-	} else {
-		ok, err = e.backend.Release(ctx, key, token)
-	}
+	ok, err := e.backend.Release(ctx, key, token, e.line(key), func() { early = e.wakeHead(key) })
 	if ok {
 		e.stats.Releases.Add(1)
 		e.releasedHere(key, token, early)

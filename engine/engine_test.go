@@ -65,7 +65,7 @@ func (m *memBackend) Extend(_ context.Context, key, token string, ttl time.Durat
 	return ttl, nil
 }
 
-func (m *memBackend) Release(_ context.Context, key, token string) (bool, error) {
+func (m *memBackend) Release(_ context.Context, key, token string, _ []Waiter, _ func()) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[key] != token {
@@ -95,7 +95,16 @@ func (m *memBackend) set(f func(m *memBackend)) {
 }
 
 func newEngine(b Backend) *Engine {
-	return New(b, Config{BoundLease: 90 * time.Millisecond, RenewEvery: 10 * time.Millisecond}, zap.NewNop())
+	return mustNew(b, Config{BoundLease: 90 * time.Millisecond, RenewEvery: 10 * time.Millisecond})
+}
+
+// mustNew is New over a backend that is already built.
+func mustNew(b Backend, cfg Config) *Engine {
+	e, err := New(func(Events) (Backend, error) { return b, nil }, cfg, zap.NewNop())
+	if err != nil {
+		panic(err)
+	}
+	return e
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -210,5 +219,40 @@ func TestShutdownRefusesNewLocksAndReleasesBound(t *testing.T) {
 	}
 	if _, err := e.Lock(context.Background(), o, "k2", Hold{}); !errors.Is(err, ErrShuttingDown) {
 		t.Fatalf("lock during shutdown: %v", err)
+	}
+}
+
+// TestLostFromTheBackend: a backend's Lost report stops a bound lock's
+// renewal and answers the holder's next UNLOCK, or a lease holder's next
+// RENEW, with ErrLost once; both are counted.
+func TestLostFromTheBackend(t *testing.T) {
+	m := newMem()
+	e := newEngine(m)
+	bg := context.Background()
+	o := e.NewOwner(1)
+	bound, err := e.Lock(bg, o, "b", Hold{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := e.Lock(bg, o, "l", Hold{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Lost("b", bound.Token)
+	e.Lost("l", lease.Token)
+	if e.BoundHeld() != 0 {
+		t.Fatalf("the lost bound lock is still renewed: %d bound", e.BoundHeld())
+	}
+	if _, err := e.Unlock(bg, "b", bound.Token); !errors.Is(err, ErrLost) {
+		t.Fatalf("UNLOCK of a lost bound lock: %v, want ErrLost", err)
+	}
+	if _, err := e.Renew(bg, "l", lease.Token, 0); !errors.Is(err, ErrLost) {
+		t.Fatalf("RENEW of a lost lease: %v, want ErrLost", err)
+	}
+	if _, err := e.Renew(bg, "l", lease.Token, 0); errors.Is(err, ErrLost) {
+		t.Fatal("a loss was reported twice")
+	}
+	if n := e.Stats().Lost.Load(); n != 2 {
+		t.Fatalf("lost counted %d times, want 2", n)
 	}
 }

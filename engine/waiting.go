@@ -113,27 +113,24 @@ func (e *Engine) retryAfter(err error) time.Duration {
 	return min(d, e.cfg.WaiterKeep/3)
 }
 
-// Released announces that key may be free: the head of its queue tries.
-// Releases through any instance reach it (upstream notifications), and
-// those through this one call it directly.
-func (e *Engine) Released(key string) { e.wakeHead(key) }
-
 // maxEchoes bounds the releases this instance remembers making, so that it
 // can tell their echoes from the nodes; past it, it forgets them all (an
 // unrecognised echo only wakes a waiter for nothing).
 const maxEchoes = 4096
 
-// Notified is the nodes' announcement that token released key (or, for a
-// waiter's token, gave up its place in key's line). The echo of a release
-// made through this instance is ignored: it woke its waiters already, and
-// waking them again would only make the next one try while the key is
-// held.
-func (e *Engine) Notified(key, token string) {
+// Released announces that key may be free: token released it (or, for a
+// waiter's token, gave up its place in key's line), through any instance;
+// an empty token is an announcement with no releaser to name (a watched
+// ZooKeeper node gone). The head of key's queue tries. The echo of a
+// release made through this instance is ignored: it woke its waiters
+// already, and waking them again would only make the next one try while
+// the key is held.
+func (e *Engine) Released(key, token string) {
 	e.mu.Lock()
-	own := e.echoes[key] == token
+	own := token != "" && e.echoes[key] == token
 	e.mu.Unlock()
 	if !own {
-		e.Released(key)
+		e.wakeHead(key)
 	}
 }
 

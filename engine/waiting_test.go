@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // TestWaitersAreServedInArrivalOrder: 20 clients wait for a held key in
@@ -116,7 +114,7 @@ func TestWaiterRetriesWhenTheLeaseRunsOut(t *testing.T) {
 
 func TestTooManyWaiters(t *testing.T) {
 	m := newMem()
-	e := New(m, Config{MaxWaiters: 1}, zap.NewNop())
+	e := mustNew(m, Config{MaxWaiters: 1})
 	bg := context.Background()
 	e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
 	ctx, cancel := context.WithCancel(bg)
@@ -155,7 +153,7 @@ func TestShutdownEndsWaits(t *testing.T) {
 // or an expiry costs at most that.
 func TestPromotedHeadRetriesWithoutNotification(t *testing.T) {
 	m := newMem()
-	e := New(m, Config{BoundLease: 90 * time.Millisecond, WaiterKeep: 90 * time.Millisecond}, zap.NewNop())
+	e := mustNew(m, Config{BoundLease: 90 * time.Millisecond, WaiterKeep: 90 * time.Millisecond})
 	bg := context.Background()
 	h, _ := e.Lock(bg, e.NewOwner(0), "k", Hold{Token: "h", TTL: time.Minute})
 	first, second := make(chan error, 1), make(chan error, 1)
@@ -206,12 +204,12 @@ func TestOwnEchoDoesNotWake(t *testing.T) {
 	}
 	attempts := func() int { m.mu.Lock(); defer m.mu.Unlock(); return m.acquires }
 	before := attempts()
-	e.Notified("k", h.Token) // the echo of our own release
+	e.Released("k", h.Token) // the echo of our own release
 	time.Sleep(50 * time.Millisecond)
 	if attempts() != before {
 		t.Fatalf("our own echo made the next waiter try (%d -> %d)", before, attempts())
 	}
-	e.Notified("k", "released-elsewhere")
+	e.Released("k", "released-elsewhere")
 	waitFor(t, "a try after another instance's release", func() bool { return attempts() > before })
 }
 

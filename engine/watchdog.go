@@ -117,9 +117,47 @@ func (e *Engine) takeLost(key, token string) bool {
 	o, ok := e.lost[id]
 	if ok {
 		delete(e.lost, id)
-		delete(o.lost, id)
+		if o != nil {
+			delete(o.lost, id)
+		} else {
+			e.lostLeases--
+		}
 	}
 	return ok
+}
+
+// maxLostLeases bounds the lost leases remembered for holders that have no
+// connection here to forget them with; past it, the oldest are forgotten
+// all at once (their holders then get "not held" instead of LOCKLOST).
+const maxLostLeases = 4096
+
+// Lost records that token's lock on key, granted through this instance,
+// was lost behind its holder's back (Events): a connection-bound lock
+// stops being renewed, and the holder's next RENEW or UNLOCK of it gets
+// ErrLost.
+func (e *Engine) Lost(key, token string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.Lost.Add(1)
+	e.log.Error("lock lost: the backend reports it gone; its holder learns it on its next RENEW or UNLOCK",
+		zap.String("key", key))
+	id := lockID{key, token}
+	if b := e.bound[key]; b != nil && b.token == token {
+		e.dropLocked(b)
+		e.lost[id] = b.owner
+		b.owner.lost[id] = struct{}{}
+		return
+	}
+	if e.lostLeases >= maxLostLeases {
+		for id, o := range e.lost {
+			if o == nil {
+				delete(e.lost, id)
+			}
+		}
+		e.lostLeases = 0
+	}
+	e.lost[id] = nil
+	e.lostLeases++
 }
 
 // Owner is one client connection's stake in the engine: the

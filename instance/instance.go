@@ -58,19 +58,23 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if err := in.prepare(); err != nil {
 		return nil, err
 	}
-	backend, err := in.backend()
-	if err != nil {
-		return nil, err
-	}
 	in.lockMetrics = newLockMetrics()
-	in.engine = engine.New(countBackend(backend, in.lockMetrics), engine.Config{
+	build := func(ev engine.Events) (engine.Backend, error) {
+		b, err := in.backend(ev)
+		if err != nil {
+			return nil, err
+		}
+		return countBackend(b, in.lockMetrics), nil
+	}
+	if in.engine, err = engine.New(build, engine.Config{
 		BoundLease: ms(cfg.Locks.BoundLeaseMS),
 		RenewEvery: ms(cfg.Locks.RenewEveryMS),
 		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
 		MaxWaiters: cfg.Limits.MaxWaiters,
 		WaiterKeep: ms(cfg.Locks.WaiterKeepMS),
-	}, log)
-	in.subscribe()
+	}, log); err != nil {
+		return nil, err
+	}
 	if in.resp, err = in.respServer(); err != nil {
 		return nil, err
 	}
@@ -86,10 +90,11 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	return in, nil
 }
 
-// backend builds the lock backend and registers what must be closed.
-func (in *Instance) backend() (engine.Backend, error) {
+// backend builds the lock backend, which reports to ev, and registers what
+// must be closed.
+func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	if in.cfg.BackendName() == "zookeeper" {
-		return in.zookeeper()
+		return in.zookeeper(ev)
 	}
 	addrs, tlsc := in.cfg.Redlock.Nodes, in.nodesTLS
 	if in.cfg.BackendName() == "embedded" {
@@ -125,20 +130,20 @@ func (in *Instance) backend() (engine.Backend, error) {
 		DriftFixed:  ms(rc.DriftFixedMS),
 	})
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	in.subscribe(ev)
 	return r, nil
 }
 
 // zookeeper builds the zookeeper backend. A watched predecessor's release
-// wakes this instance's waiter for the key.
-func (in *Instance) zookeeper() (engine.Backend, error) {
+// wakes this instance's waiter for the key (ev.Released).
+func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 	zc := in.cfg.ZooKeeper
 	z, err := upstream.NewZooKeeper(upstream.ZKOptions{
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),
 		Digest:         zc.ACLDigest,
-		OnRelease:      func(key string) { in.engine.Released(key) },
-		Lost:           func(n int) { in.engine.Stats().Lost.Add(int64(n)) },
+		Events:         ev,
 	}, in.log)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper backend: %w", err)
@@ -158,14 +163,14 @@ func (in *Instance) zookeeper() (engine.Backend, error) {
 }
 
 // subscribe listens on every node for releases, through any instance, and
-// wakes this instance's waiters for the key. It waits briefly for the
-// subscriptions so that waiters are woken from the start; a node that is
-// down is subscribed to when it comes back.
-func (in *Instance) subscribe() {
+// tells ev, which wakes this instance's waiters for the key. It waits
+// briefly for the subscriptions so that waiters are woken from the start;
+// a node that is down is subscribed to when it comes back.
+func (in *Instance) subscribe(ev engine.Events) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, opts := range in.nodes {
-		s := upstream.Subscribe(opts, in.engine.Notified, in.log)
+		s := upstream.Subscribe(opts, ev.Released, in.log)
 		in.closers = append(in.closers, func() { _ = s.Close() })
 		if err := s.Ready(ctx); err != nil {
 			in.log.Warn("release notifications not yet subscribed; waiters fall back to lease expiry meanwhile",

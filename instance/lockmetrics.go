@@ -70,19 +70,9 @@ type counted struct {
 	m *lockMetrics
 }
 
-// countedEarly keeps the backend's early release visible to the engine.
-type countedEarly struct {
-	counted
-	early engine.EarlyReleaser
-}
-
-// countBackend wraps b, keeping its optional interfaces.
+// countBackend wraps b.
 func countBackend(b engine.Backend, m *lockMetrics) engine.Backend {
-	c := counted{Backend: b, m: m}
-	if e, ok := b.(engine.EarlyReleaser); ok {
-		return &countedEarly{counted: c, early: e}
-	}
-	return &c
+	return &counted{Backend: b, m: m}
 }
 
 func (c *counted) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
@@ -108,16 +98,9 @@ func (c *counted) Extend(ctx context.Context, key, token string, ttl time.Durati
 	return v, err
 }
 
-func (c *counted) Release(ctx context.Context, key, token string) (bool, error) {
+func (c *counted) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	start := time.Now()
-	ok, err := c.Backend.Release(ctx, key, token)
-	c.released(start, key, token, ok, err)
-	return ok, err
-}
-
-func (c *countedEarly) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	start := time.Now()
-	ok, err := c.early.ReleaseThen(ctx, key, token, line, sent)
+	ok, err := c.Backend.Release(ctx, key, token, line, sent)
 	c.released(start, key, token, ok, err)
 	return ok, err
 }

@@ -177,15 +177,8 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 }
 
 // Release deletes key held by token on every node; it reports true when a
-// majority still held it for token.
-func (r *Redlock) Release(ctx context.Context, key, token string) (bool, error) {
-	return r.ReleaseThen(ctx, key, token, nil, nil)
-}
-
-var _ engine.EarlyReleaser = (*Redlock)(nil)
-
-// ReleaseThen is Release that runs sent once the release is queued for
-// every node. A node runs what is queued for it in order (one pipeline per
+// majority still held it for token. It runs sent, if not nil, once the
+// release is queued for every node. A node runs what is queued for it in order (one pipeline per
 // node, the default), so an acquire started after sent lands behind the
 // release on every node — often in the same round trip. The nodes are told
 // of line's first waiter, which this instance wakes itself.
@@ -197,7 +190,7 @@ var _ engine.EarlyReleaser = (*Redlock)(nil)
 // release, a minority that missed it lets the lease expire: carrying every
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
-func (r *Redlock) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
+func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	op := &Op{Kind: OpRelease, Key: key, Token: token}
 	if len(line) > 0 {
 		op.Next = line[0].ID

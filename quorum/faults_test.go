@@ -92,7 +92,7 @@ func TestUndecidedOutcomesEverySubset(t *testing.T) {
 				if w := want(nil, engine.ErrNotHeld); w == nil && err != nil || w != nil && !errors.Is(err, w) {
 					t.Fatalf("%s: extend: %v, want %v", name, err, w)
 				}
-				ok, err := r.Release(ctx, "k", "tok")
+				ok, err := r.Release(ctx, "k", "tok", nil, nil)
 				w := want(nil, nil)
 				if w == nil && (err != nil || ok != (yes >= q)) || w != nil && !errors.Is(err, w) {
 					t.Fatalf("%s: release: %v %v, want %v", name, ok, err, w)
@@ -130,7 +130,7 @@ func TestSuspectedNodeNotWaitedFor(t *testing.T) {
 		nodes[i].entries["k"] = &fakeEntry{Entry{Token: "tok", Mode: engine.Lease}, time.Hour, time.Now().Add(time.Hour), "x"}
 	}
 	done := make(chan error, 1)
-	go func() { _, err := r.Release(ctx, "k", "tok"); done <- err }()
+	go func() { _, err := r.Release(ctx, "k", "tok", nil, nil); done <- err }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, engine.ErrOutcomeUnknown) || !errors.Is(err, ErrSuspected) {

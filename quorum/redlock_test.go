@@ -116,7 +116,7 @@ func TestOperationsEveryFailureSubset(t *testing.T) {
 		if _, err := r.Extend(ctx, "k", "other", time.Minute, ""); majority && !errors.Is(err, engine.ErrNotHeld) {
 			t.Fatalf("mask %05b: extend by another token: %v", mask, err)
 		}
-		released, err := r.Release(ctx, "k", "tok")
+		released, err := r.Release(ctx, "k", "tok", nil, nil)
 		checkQuorum(t, "release", mask, majority, err)
 		if released != majority {
 			t.Fatalf("mask %05b: released %v", mask, released)
@@ -152,7 +152,7 @@ func TestAcquireHeldByAnother(t *testing.T) {
 	// release is carried to node 0 once it is up unless its Redlock closes.)
 	nodes[0].setDown(true)
 	other := New(asNodes(nodes), Config{})
-	if _, err := other.Release(ctx, "k", "a"); err != nil {
+	if _, err := other.Release(ctx, "k", "a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	other.Close()
@@ -186,7 +186,7 @@ func TestFenceIncreasesUnderMinorityLoss(t *testing.T) {
 				t.Fatalf("n=%d grant %d: fence %d after %d", n, i, g.Fence, last)
 			}
 			last = g.Fence
-			if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+			if ok, err := r.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
 				t.Fatalf("release %d: %v %v", i, ok, err)
 			}
 			waitCount(t, nodes, "k", tok, 0) // no up node keeps it once the background calls land
@@ -232,7 +232,7 @@ func TestRetryAfterLapseGetsNewFence(t *testing.T) {
 	if err != nil || b.Fence <= a.Fence {
 		t.Fatalf("b: %+v %v", b, err)
 	}
-	if _, err := r.Release(ctx, "k", "b"); err != nil {
+	if _, err := r.Release(ctx, "k", "b", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	again, err := r.Acquire(ctx, "k", hold("a"))
@@ -325,7 +325,7 @@ func TestCommitOnlyWhenCountersDisagree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+		if ok, err := r.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 		waitCount(t, nodes, "k", tok, 0) // the release's last call lands before the next fault
@@ -361,7 +361,7 @@ func TestReleaseUndoesStragglingAcquire(t *testing.T) {
 		if _, err := r.Acquire(ctx, "k", h); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.Release(ctx, "k", tok); !ok || err != nil {
+		if ok, err := r.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
 			t.Fatalf("round %d: release %v %v", i, ok, err)
 		}
 		nodes[2].resume(i%2 == 0) // the release lands first, then the straggler; or the other way

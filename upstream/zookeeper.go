@@ -57,15 +57,11 @@ type ZKOptions struct {
 	// identity, and makes it the default ACL: only sessions that know the
 	// password can read or change lockproxy's nodes.
 	Digest string
-	// OnRelease is called with a key when a lock node that a waiter of this
-	// instance watches goes away, or when this instance ends an expired
-	// lease: the engine wakes its waiter (engine.Released). Optional; it
-	// must not block.
-	OnRelease func(key string)
-	// Lost is called with the number of locks held through this instance
-	// that were lost when its session expired (for metrics). Optional; it
-	// must not block.
-	Lost func(n int)
+	// Events is the engine's: Released when a lock node that a waiter of
+	// this instance watches goes away, or when this instance ends an
+	// expired lease; Lost for each lock held through this instance whose
+	// session expired. Nil drops them (tests of the backend alone).
+	Events engine.Events
 }
 
 func (o ZKOptions) withDefaults() ZKOptions {
@@ -159,17 +155,12 @@ type ZooKeeper struct {
 	handed    map[zkLock]handoff  // keys handed to waiters of this instance, until they take them
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
-	lost      map[zkLock]struct{} // locks lost with a session, until their holder hears of it
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
 }
 
 // zkLock names a lock: a key and its holder's token.
 type zkLock struct{ key, token string }
-
-// maxLost bounds the lost locks remembered for their holders; past it, the
-// older ones are forgotten (their holders see ErrNotHeld instead).
-const maxLost = 4096
 
 // NewZooKeeper connects to the ensemble in the background and returns at
 // once; calls are refused (ErrZKNotConnected) until a session is
@@ -190,7 +181,6 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		handed:   map[zkLock]handoff{},
 		watched:  map[string]int{},
 		deleting: map[string]struct{}{},
-		lost:     map[zkLock]struct{}{},
 	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
 		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
@@ -293,23 +283,22 @@ func (z *ZooKeeper) event(ev zk.Event) {
 	}
 }
 
-// sessionExpired records that every lock held through the expired session
-// is lost — ZooKeeper deleted its nodes — logs each once and reports their
-// number (Lost). Its places in line are gone too.
+// sessionExpired reports every lock held through the expired session as
+// lost to the engine (Events.Lost) — ZooKeeper deleted its nodes. Its
+// places in line are gone too.
 func (z *ZooKeeper) sessionExpired() {
 	lost := z.dropSession()
 	z.log.Warn("ZooKeeper session expired; a new one is being established", zap.Int("locks_lost", len(lost)))
-	for _, l := range lost {
-		z.log.Error("lock lost: the ZooKeeper session it was held through expired; its holder learns it on its next RENEW or UNLOCK",
-			zap.String("key", l.key))
+	if z.opts.Events == nil {
+		return
 	}
-	if len(lost) > 0 && z.opts.Lost != nil {
-		z.opts.Lost(len(lost))
+	for _, l := range lost {
+		z.opts.Events.Lost(l.key, l.token)
 	}
 }
 
-// dropSession forgets the nodes of the expired session and remembers its
-// locks as lost, until their holders hear of it.
+// dropSession forgets the nodes of the expired session and returns its
+// locks.
 func (z *ZooKeeper) dropSession() []zkLock {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -324,23 +313,7 @@ func (z *ZooKeeper) dropSession() []zkLock {
 	clear(z.locks)
 	clear(z.places)
 	clear(z.handed)
-	if len(z.lost)+len(lost) > maxLost {
-		clear(z.lost)
-	}
-	for _, l := range lost {
-		z.lost[l] = struct{}{}
-	}
 	return lost
-}
-
-// takeLost reports once that token's lock on key was lost with a session.
-func (z *ZooKeeper) takeLost(key, token string) bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	l := zkLock{key, token}
-	_, ok := z.lost[l]
-	delete(z.lost, l)
-	return ok
 }
 
 // spawn runs f in the background unless the backend is closed; Close waits
@@ -376,8 +349,8 @@ func (z *ZooKeeper) enterBG() bool {
 
 // announce tells the engine that key may be free.
 func (z *ZooKeeper) announce(key string) {
-	if z.opts.OnRelease != nil && !z.isClosed() {
-		z.opts.OnRelease(key)
+	if z.opts.Events != nil && !z.isClosed() {
+		z.opts.Events.Released(key, "")
 	}
 }
 

@@ -26,7 +26,7 @@ var errTooLate = errors.New("upstream: zookeeper answered after the lease ran ou
 // the lowest, else deletes it and returns a BusyError. With h.Waiter, the
 // waiter has one place in line across its calls, made on the first: once
 // the place is lowest it becomes the lock; until then it watches the node
-// just before it, whose deletion calls OnRelease. The token that holds
+// just before it, whose deletion calls Events.Released. The token that holds
 // key gets it again with the same fence, its node's data rewritten (an
 // idempotent retry), unless h.Fresh.
 //
@@ -57,7 +57,6 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, h engine.Hold) (eng
 	if err != nil {
 		return engine.Grant{}, err
 	}
-	z.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
 	// The next waiter's place may be made already, by the grant's multi.
 	if h.Next != nil && !z.hasPlace(key, h.Next.ID) {
 		next := *h.Next

@@ -37,11 +37,10 @@ type handoff struct {
 	data    zkData
 }
 
-var _ engine.EarlyReleaser = (*ZooKeeper)(nil)
-
-// ReleaseThen is Release that hands key to line[0], this instance's first
-// waiter for it, when it can; sent runs once the release is done.
-func (z *ZooKeeper) ReleaseThen(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
+// Release deletes key's lock node if token holds it, and hands key to
+// line[0], this instance's first waiter for it, when it can; sent runs
+// once the release is done.
+func (z *ZooKeeper) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	ok := z.handOver(ctx, key, token, line)
 	var err error
 	if !ok {

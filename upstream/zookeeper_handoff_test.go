@@ -33,7 +33,7 @@ func TestZooKeeperHandoff(t *testing.T) {
 	b := waiterFor("b", 20*time.Second)
 	mustBusy(t, z, key, b)
 
-	ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil)
+	ok, err := z.Release(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil)
 	if !ok || err != nil {
 		t.Fatalf("release with a handoff: %v %v", ok, err)
 	}
@@ -75,7 +75,7 @@ func TestZooKeeperHandoffNotTaken(t *testing.T) {
 	ctx, key := testCtx(t), "handoff-left"
 	mustGrant(t, z, key, hold("a", time.Minute))
 	mustBusy(t, z, key, waiterFor("b", time.Minute))
-	if ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
+	if ok, err := z.Release(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
 		t.Fatalf("release with a handoff: %v %v", ok, err)
 	}
 	if err := z.Leave(ctx, key, "b"); err != nil {
@@ -98,7 +98,7 @@ func TestZooKeeperNoHandoffPastAnotherWaiter(t *testing.T) {
 	mustGrant(t, z, key, hold("a", time.Minute))
 	mustBusy(t, other, key, waiterFor("o", time.Minute))
 	mustBusy(t, z, key, waiterFor("b", time.Minute))
-	if ok, err := z.ReleaseThen(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
+	if ok, err := z.Release(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	var busy *engine.BusyError
@@ -116,7 +116,7 @@ func releaseThen(t *testing.T, z *ZooKeeper, key, token string, line ...engine.H
 	for _, h := range line {
 		waiters = append(waiters, *h.Waiter)
 	}
-	if ok, err := z.ReleaseThen(testCtx(t), key, token, waiters, nil); !ok || err != nil {
+	if ok, err := z.Release(testCtx(t), key, token, waiters, nil); !ok || err != nil {
 		t.Fatalf("release of %s: %v %v", token, ok, err)
 	}
 }
@@ -146,7 +146,7 @@ func place(t *testing.T, raw *zk.Conn, key, id string) (string, *zk.Stat) {
 func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	z := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
 	raw := rawZK(t, srv.Addr())
 	key := "handoff-line"
 	first := mustGrant(t, z, key, hold("a", time.Minute))

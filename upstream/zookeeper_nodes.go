@@ -323,7 +323,7 @@ func (z *ZooKeeper) retry(step func(ctx context.Context) error) {
 }
 
 // watch sets a watch on lock node p, which stands just before a waiter of
-// key in line: its deletion announces key (OnRelease). It reports false
+// key in line: its deletion announces key (Events.Released). It reports false
 // when p is gone already. A node watched already is not watched twice.
 func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
 	if z.watching(p) {
@@ -388,7 +388,7 @@ const maxDeleting = 4096
 
 // deleteHere notes that a release through this instance is about to
 // delete lock node p, when a waiter of this instance watches it: the
-// release wakes the waiter (engine.EarlyReleaser), and the watch, whose
+// release wakes the waiter (Release with sent), and the watch, whose
 // event may come before the release's answer, must not wake it earlier.
 // A release that fails calls undo.
 func (z *ZooKeeper) deleteHere(p string) (undo func()) {

@@ -15,12 +15,8 @@ import (
 // ttl reuses the stored ttl_ms — and records mode unless it is empty. Mode
 // Bound, the watchdog's renewal, fails with ErrNotBound once the lock is
 // a lease. The write is version-checked; the instance that owns the node
-// re-arms its timer, here or when the old deadline comes. A lock lost with
-// this instance's session is reported once with ErrLost.
+// re-arms its timer, here or when the old deadline comes.
 func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
-	if z.takeLost(key, token) {
-		return 0, engine.ErrLost
-	}
 	if err := z.usable(key); err != nil {
 		return 0, err
 	}
@@ -63,19 +59,11 @@ func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	return d.lasts(ttl), nil
 }
 
-// Release deletes key's lock node if token holds it (version-checked), and
-// any place in line of a waiter named token. A lock lost with this
-// instance's session is reported once with ErrLost.
-func (z *ZooKeeper) Release(ctx context.Context, key, token string) (bool, error) {
-	return z.release(ctx, key, token, false)
-}
-
-// release is Release; wakes says the caller wakes this instance's waiters
-// itself (ReleaseThen), so their watch on the lock node need not.
+// release deletes key's lock node if token holds it (version-checked), and
+// any place in line of a waiter named token; wakes says the caller wakes
+// this instance's waiters itself (Release with sent), so their watch on
+// the lock node need not.
 func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) (bool, error) {
-	if z.takeLost(key, token) {
-		return false, engine.ErrLost
-	}
 	if err := z.usable(key); err != nil {
 		return false, err
 	}

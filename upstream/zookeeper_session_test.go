@@ -3,12 +3,13 @@ package upstream
 import (
 	"errors"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/zktest"
@@ -28,8 +29,8 @@ func goroutineDump() string {
 func TestZooKeeperBriefDisconnect(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
-	var lost atomic.Int64
-	a := newZK(t, []string{proxy.Addr()}, ZKOptions{SessionTimeout: 4 * time.Second, Lost: func(n int) { lost.Add(int64(n)) }})
+	var events releases
+	a := newZK(t, []string{proxy.Addr()}, ZKOptions{SessionTimeout: 4 * time.Second, Events: &events})
 	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
 	ctx := testCtx(t)
 	g := mustGrant(t, a, "brief", hold("t1", time.Minute))
@@ -51,22 +52,22 @@ func TestZooKeeperBriefDisconnect(t *testing.T) {
 	if _, err := a.Extend(ctx, "brief", "t1", 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	if lost.Load() != 0 {
-		t.Fatalf("%d locks reported lost", lost.Load())
+	if lost := events.lostLocks(); len(lost) != 0 {
+		t.Fatalf("locks reported lost: %v", lost)
 	}
 }
 
 // TestZooKeeperSessionExpiry: a partition longer than the session timeout
 // expires the session: ZooKeeper deletes its locks, the instance reports
-// them lost (Lost, one Error log each, ErrLost once on the holder's next
-// Extend or Release), and works again with a new session.
+// them lost to the engine (Events.Lost, once each; the engine answers the
+// holder's next RENEW or UNLOCK with ErrLost), and works again with a new
+// session.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
-	var lost atomic.Int64
-	core, logs := observer.New(zap.ErrorLevel)
+	var events releases
 	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second,
-		Lost: func(n int) { lost.Add(int64(n)) }}, zap.New(core))
+		Events: &events}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,27 +97,23 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	mustGrant(t, b, "lease", hold("other", time.Minute)) // someone else may take it now
 	proxy.Restore()
 	eventually(t, 10*time.Second, "new session", a.Connected)
-	eventually(t, 5*time.Second, "loss reported", func() bool { return lost.Load() == 2 })
-	if n := logs.FilterMessageSnippet("lock lost").Len(); n != 2 {
-		t.Fatalf("%d lost-lock errors logged, want 2: %v", n, logs.All())
+	eventually(t, 5*time.Second, "loss reported", func() bool { return len(events.lostLocks()) == 2 })
+	lost := events.lostLocks()
+	slices.SortFunc(lost, func(a, b zkLock) int { return strings.Compare(a.key, b.key) })
+	if want := []zkLock{{"bound", "t2"}, {"lease", "t1"}}; !slices.Equal(lost, want) {
+		t.Fatalf("reported lost %v, want %v", lost, want)
 	}
 
-	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); !errors.Is(err, engine.ErrLost) {
-		t.Fatalf("first extend after the loss: %v, want ErrLost", err)
-	}
 	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); !errors.Is(err, engine.ErrNotHeld) {
-		t.Fatalf("second extend after the loss: %v, want ErrNotHeld", err)
-	}
-	if ok, err := a.Release(ctx, "bound", "t2"); ok || !errors.Is(err, engine.ErrLost) {
-		t.Fatalf("first release after the loss: %v, %v, want ErrLost", ok, err)
+		t.Fatalf("extend after the loss: %v, want ErrNotHeld", err)
 	}
 	zkRelease(t, a, "bound", "t2", false)
 	zkRelease(t, a, "released", "t3", false)
 
 	mustGrant(t, a, "bound", bound) // the new session takes locks
 	mustBusy(t, a, "lease", hold("t1", time.Second))
-	if lost.Load() != 2 {
-		t.Fatalf("lost %d", lost.Load())
+	if lost := events.lostLocks(); len(lost) != 2 {
+		t.Fatalf("lost %v", lost)
 	}
 }
 
@@ -156,7 +153,7 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 		g := grant([]*ZooKeeper{a, b}[i%2], "fence", "u"+string(rune('0'+i)))
 		last = g.Fence
 		eventually(t, 10*time.Second, "release", func() bool { // a retry may find it released already
-			if _, err := a.Release(ctx, "fence", g.Token); err != nil {
+			if _, err := a.Release(ctx, "fence", g.Token, nil, nil); err != nil {
 				return false
 			}
 			_, ok, err := a.Inspect(ctx, "fence")

@@ -63,10 +63,28 @@ func waitHold(token string, ttl time.Duration) engine.Hold {
 	return h
 }
 
-// releases counts OnRelease calls by key.
+// releases is the engine.Events a test hands the backend: it counts
+// Released calls by key and records Lost locks.
 type releases struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu   sync.Mutex
+	n    map[string]int
+	lost []zkLock
+}
+
+var _ engine.Events = (*releases)(nil)
+
+func (r *releases) Released(key, _ string) { r.add(key) }
+
+func (r *releases) Lost(key, token string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost = append(r.lost, zkLock{key, token})
+}
+
+func (r *releases) lostLocks() []zkLock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lost)
 }
 
 func (r *releases) add(key string) {
@@ -109,7 +127,7 @@ func mustBusy(t *testing.T, z *ZooKeeper, key string, h engine.Hold) time.Durati
 
 func zkRelease(t *testing.T, z *ZooKeeper, key, token string, want bool) {
 	t.Helper()
-	if ok, err := z.Release(testCtx(t), key, token); ok != want || err != nil {
+	if ok, err := z.Release(testCtx(t), key, token, nil, nil); ok != want || err != nil {
 		t.Fatalf("release %s by %s: %v, %v; want %v", key, token, ok, err, want)
 	}
 }
@@ -278,7 +296,7 @@ func TestZooKeeperWaitersNoHerd(t *testing.T) {
 	var zs [n]*ZooKeeper
 	var line [n]engine.Hold
 	for i := range n {
-		zs[i] = newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken[i].add})
+		zs[i] = newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken[i]})
 		line[i] = waitHold("w"+string(rune('1'+i)), 5*time.Second)
 		mustBusy(t, zs[i], key, line[i])
 	}
@@ -324,7 +342,7 @@ func TestZooKeeperWaitersNoHerd(t *testing.T) {
 func TestZooKeeperNextWaiterQueued(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
 	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
 	raw := rawZK(t, srv.Addr())
 	key := "next"
@@ -349,7 +367,7 @@ func TestZooKeeperNextWaiterQueued(t *testing.T) {
 func TestZooKeeperLeaseExpiry(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{OnRelease: woken.add})
+	a := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
 	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
 	ctx, key := testCtx(t), "lease"
 	held := func() bool { _, ok, err := b.Inspect(ctx, key); return ok && err == nil }
@@ -509,7 +527,7 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 	if _, err := z.Acquire(testCtx(t), "k", hold("t", time.Second)); !errors.Is(err, ErrZKNotConnected) {
 		t.Fatalf("acquire without a session: %v", err)
 	}
-	if _, err := z.Release(testCtx(t), "k", "t"); !errors.Is(err, ErrZKNotConnected) {
+	if _, err := z.Release(testCtx(t), "k", "t", nil, nil); !errors.Is(err, ErrZKNotConnected) {
 		t.Fatalf("release without a session: %v", err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
@@ -539,7 +557,7 @@ func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 	for range cycles {
 		before := received()
 		mustGrant(t, z, key, hold("t1", 10*time.Second))
-		if ok, err := z.Release(ctx, key, "t1"); !ok || err != nil {
+		if ok, err := z.Release(ctx, key, "t1", nil, nil); !ok || err != nil {
 			t.Fatalf("release: %v, %v", ok, err)
 		}
 		each = append(each, received()-before-1) // the mntr itself counts
@@ -593,7 +611,7 @@ func TestZooKeeperBatchesUnderLoad(t *testing.T) {
 					return
 				}
 				last = g.Fence
-				if ok, err := z.Release(ctx, key, "t"); !ok || err != nil {
+				if ok, err := z.Release(ctx, key, "t", nil, nil); !ok || err != nil {
 					errs <- fmt.Errorf("%s: release: %v %w", key, ok, err)
 					return
 				}
