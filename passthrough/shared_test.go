@@ -72,3 +72,22 @@ func TestSharedDataRedisGone(t *testing.T) {
 		t.Fatal("connection not marked broken")
 	}
 }
+
+// TestSharedOutlivesSetupDeadline: the deadline of the set-up commands
+// (HELLO 3 here) does not stay on a shared connection and break it later.
+func TestSharedOutlivesSetupDeadline(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	const setup = 200 * time.Millisecond
+	u, err := dial(Config{Addr: data.Addr(), Timeout: setup}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newShared(u)
+	defer s.close()
+	start := time.Now()
+	for n := 0; n < 100000 && time.Since(start) < 5*setup; n++ {
+		if _, err := s.do([][]byte{[]byte("PING")}, 10*time.Second); err != nil {
+			t.Fatalf("after %v: %v", time.Since(start), err)
+		}
+	}
+}
