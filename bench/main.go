@@ -15,7 +15,7 @@
 //
 //	go run ./bench [-backend redlock,zookeeper] [-concurrency 1,32] [-contended 8]
 //	               [-hold 0s] [-duration 5s] [-warmup 1s] [-cycles N]
-//	               [-impl redsync,zkrecipe,lockproxy] [-inprocess] [-procs N] [-cpuprofile FILE]
+//	               [-impl redsync,zkrecipe,lockproxy] [-faults] [-inprocess] [-procs N] [-cpuprofile FILE]
 package main
 
 import (
