@@ -34,6 +34,19 @@ type Config struct {
 	Legacy    LegacyConfig    `toml:"legacy"`
 	Limits    LimitsConfig    `toml:"limits"`
 	TLS       TLSConfig       `toml:"tls"`
+	// Users are ACL-style users besides the default one (password).
+	Users []UserConfig `toml:"users"`
+}
+
+// UserConfig is one [[users]] entry: AUTH name password.
+type UserConfig struct {
+	Name         string   `toml:"name"`
+	Password     string   `toml:"password"`
+	PasswordFile string   `toml:"password_file"` // re-read on SIGHUP
+	Keys         []string `toml:"keys"`          // glob patterns (* and ?) of the keys it may lock
+	// Commands is "native", "legacy" or "all" (the default): the command
+	// families the user may run.
+	Commands string `toml:"commands"`
 }
 
 // LegacyConfig tunes the legacy commands (SET NX, DEL, EVAL, ...).
@@ -138,6 +151,9 @@ func (c Config) BackendName() string {
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
 	if err := c.validateOps(); err != nil {
+		return err
+	}
+	if err := c.validateUsers(); err != nil {
 		return err
 	}
 	switch c.BackendName() {

@@ -179,7 +179,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	if err := h.Register(table); err != nil {
 		return nil, err
 	}
-	return resp.NewServer(resp.Config{
+	srv, err := resp.NewServer(resp.Config{
 		Password:      in.secrets.clients,
 		ProtectedMode: in.cfg.ProtectedMode,
 		TLS:           in.listenTLS,
@@ -190,6 +190,10 @@ func (in *Instance) respServer() (*resp.Server, error) {
 			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
 		},
 	}, table, session{h, in.nodeSet}, in.log)
+	if err == nil {
+		srv.SetUsers(in.secrets.users)
+	}
+	return srv, err
 }
 
 // session adds the "# Nodes" section to the commands' INFO.

@@ -63,6 +63,8 @@ type Server struct {
 	attackLog rateLog                // HTTP requests closed
 	tlsLog    rateLog                // failed TLS handshakes
 
+	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+
 	mu    sync.Mutex
 	conns map[uint64]*Conn
 }
@@ -196,6 +198,10 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	case !def.arityOK(len(args)):
 		c.Error("ERR wrong number of arguments for '" + def.Name + "' command")
 	default:
+		if e := s.noPerm(c, def, args); e != "" {
+			c.Error(e)
+			return
+		}
 		def.Handler(c, args)
 	}
 }
