@@ -15,9 +15,9 @@ import (
 
 func (h *Handler) registerScripts(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "eval", Arity: -3, Handler: h.eval},
-		resp.Command{Name: "evalsha", Arity: -3, Handler: h.eval},
-		resp.Command{Name: "script", Arity: -2, Handler: h.script},
+		resp.Command{Name: "eval", Arity: -3, Handler: h.eval, Class: resp.Legacy, Keys: evalKeys},
+		resp.Command{Name: "evalsha", Arity: -3, Handler: h.eval, Class: resp.Legacy, Keys: evalKeys},
+		resp.Command{Name: "script", Arity: -2, Handler: h.script, Class: resp.Legacy},
 	)
 }
 
@@ -146,4 +146,14 @@ func (l scriptLocks) PExpire(ctx context.Context, key, token string, ttl time.Du
 
 func (l scriptLocks) Del(ctx context.Context, key, token string) (bool, error) {
 	return l.h.engine.Unlock(ctx, key, token)
+}
+
+// evalKeys are EVAL's keys: numkeys of them after the script. A bad
+// numkeys names no key; the handler rejects it.
+func evalKeys(args [][]byte) [][]byte {
+	n, err := strconv.Atoi(string(args[2]))
+	if err != nil || n < 0 || n > len(args)-3 {
+		return nil
+	}
+	return args[3 : 3+n]
 }

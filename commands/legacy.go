@@ -17,18 +17,18 @@ var errSetNeedsNX error = argError("ERR lockproxy serves locks: SET must have NX
 
 func (h *Handler) registerLegacy(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "set", Arity: -3, Handler: h.set},
-		resp.Command{Name: "setnx", Arity: 3, Handler: h.setnx},
-		resp.Command{Name: "get", Arity: 2, Handler: h.get},
-		resp.Command{Name: "exists", Arity: -2, Handler: h.exists},
-		resp.Command{Name: "ttl", Arity: 2, Handler: h.ttl},
-		resp.Command{Name: "pttl", Arity: 2, Handler: h.ttl},
-		resp.Command{Name: "expire", Arity: -3, Handler: h.expire},
-		resp.Command{Name: "pexpire", Arity: -3, Handler: h.expire},
-		resp.Command{Name: "del", Arity: -2, Handler: h.del},
-		resp.Command{Name: "unlink", Arity: -2, Handler: h.del},
-		resp.Command{Name: "delex", Arity: -2, Handler: h.delex},
-		resp.Command{Name: "delifeq", Arity: 3, Handler: h.delifeq},
+		resp.Command{Name: "set", Arity: -3, Handler: h.set, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "setnx", Arity: 3, Handler: h.setnx, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "get", Arity: 2, Handler: h.get, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "exists", Arity: -2, Handler: h.exists, Class: resp.Legacy, Keys: resp.AllKeys},
+		resp.Command{Name: "ttl", Arity: 2, Handler: h.ttl, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "pttl", Arity: 2, Handler: h.ttl, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "expire", Arity: -3, Handler: h.expire, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "pexpire", Arity: -3, Handler: h.expire, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "del", Arity: -2, Handler: h.del, Class: resp.Legacy, Keys: resp.AllKeys},
+		resp.Command{Name: "unlink", Arity: -2, Handler: h.del, Class: resp.Legacy, Keys: resp.AllKeys},
+		resp.Command{Name: "delex", Arity: -2, Handler: h.delex, Class: resp.Legacy, Keys: resp.FirstKey},
+		resp.Command{Name: "delifeq", Arity: 3, Handler: h.delifeq, Class: resp.Legacy, Keys: resp.FirstKey},
 	)
 }
 

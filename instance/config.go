@@ -27,15 +27,27 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 
-	Redlock   RedlockConfig   `toml:"redlock"`
-	ZooKeeper ZooKeeperConfig `toml:"zookeeper"`
-	Embedded  EmbeddedConfig  `toml:"embedded"`
-	Locks     LocksConfig     `toml:"locks"`
-	Legacy    LegacyConfig    `toml:"legacy"`
-	Limits    LimitsConfig    `toml:"limits"`
-	TLS       TLSConfig       `toml:"tls"`
-
+	Redlock     RedlockConfig     `toml:"redlock"`
+	ZooKeeper   ZooKeeperConfig   `toml:"zookeeper"`
+	Embedded    EmbeddedConfig    `toml:"embedded"`
+	Locks       LocksConfig       `toml:"locks"`
+	Legacy      LegacyConfig      `toml:"legacy"`
+	Limits      LimitsConfig      `toml:"limits"`
+	TLS         TLSConfig         `toml:"tls"`
 	Passthrough PassthroughConfig `toml:"passthrough"`
+	// Users are ACL-style users besides the default one (password).
+	Users []UserConfig `toml:"users"`
+}
+
+// UserConfig is one [[users]] entry: AUTH name password.
+type UserConfig struct {
+	Name         string   `toml:"name"`
+	Password     string   `toml:"password"`
+	PasswordFile string   `toml:"password_file"` // re-read on SIGHUP
+	Keys         []string `toml:"keys"`          // glob patterns (* and ?) of the keys it may lock
+	// Commands is "native", "legacy" or "all" (the default): the command
+	// families the user may run.
+	Commands string `toml:"commands"`
 }
 
 // LegacyConfig tunes the legacy commands (SET NX, DEL, EVAL, ...).
@@ -153,6 +165,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Passthrough.validate(); err != nil {
+		return err
+	}
+	if err := c.validateUsers(); err != nil {
 		return err
 	}
 	switch c.BackendName() {

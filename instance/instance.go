@@ -201,7 +201,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		session, route = withInfo{session, in.router}, in.router.Route
 		in.closers = append(in.closers, in.router.Close)
 	}
-	return resp.NewServer(resp.Config{
+	srv, err := resp.NewServer(resp.Config{
 		Route:         route,
 		Password:      in.secrets.clients,
 		ProtectedMode: in.cfg.ProtectedMode,
@@ -216,6 +216,10 @@ func (in *Instance) respServer() (*resp.Server, error) {
 			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
 		},
 	}, table, session, in.log)
+	if err == nil {
+		srv.SetUsers(in.secrets.users)
+	}
+	return srv, err
 }
 
 // nodesInfo adds the "# Nodes" section to the session's INFO.

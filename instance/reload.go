@@ -11,7 +11,7 @@ import (
 // reloadable are the keys Reload applies to a running instance. The
 // certificate files are re-read whenever they change, reload or not;
 // log_level is applied by the caller, which owns the logger.
-var reloadable = []string{"password", "password_file", "log_level"}
+var reloadable = []string{"password", "password_file", "log_level", "users"}
 
 // Reload applies what can change safely in a running instance — the
 // clients' password (re-reading password_file) — and logs it. It returns
@@ -23,6 +23,10 @@ func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 		return nil, nil, err
 	}
 	pass, err := cfg.clientPassword()
+	if err != nil {
+		return nil, nil, err
+	}
+	users, err := cfg.users()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -40,7 +44,14 @@ func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 			applied = append(applied, "password")
 		}
 	}
-	in.cfg.Password, in.cfg.PasswordFile, in.cfg.LogLevel = cfg.Password, cfg.PasswordFile, cfg.LogLevel
+	if !reflect.DeepEqual(users, in.secrets.users) { // a password file may have changed alone
+		in.resp.SetUsers(users)
+		in.secrets.users = users
+		if !slices.Contains(applied, "users") {
+			applied = append(applied, "users")
+		}
+	}
+	in.cfg.Password, in.cfg.PasswordFile, in.cfg.LogLevel, in.cfg.Users = cfg.Password, cfg.PasswordFile, cfg.LogLevel, cfg.Users
 	in.log.Info("configuration reloaded", zap.Strings("applied", applied))
 	if len(restart) > 0 {
 		in.log.Warn("changed settings need a restart to take effect", zap.Strings("keys", restart))

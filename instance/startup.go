@@ -10,6 +10,7 @@ import (
 // secrets are the passwords in use, read from their files if so configured.
 type secrets struct {
 	clients string // what clients give with AUTH
+	users   []resp.User
 	nodes   string // what lockproxy gives the Redis nodes
 }
 
@@ -17,6 +18,9 @@ type secrets struct {
 // logs the configuration's warnings.
 func (in *Instance) prepare() (err error) {
 	if in.secrets.clients, err = in.cfg.clientPassword(); err != nil {
+		return err
+	}
+	if in.secrets.users, err = in.cfg.users(); err != nil {
 		return err
 	}
 	if in.secrets.nodes, err = in.cfg.nodePassword(); err != nil {

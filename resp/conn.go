@@ -30,6 +30,7 @@ type Conn struct {
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	proto   int
 	authed  bool
+	user    string // the authenticated user; "" is the default user
 	name    string
 	libName string
 	libVer  string

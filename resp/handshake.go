@@ -28,6 +28,7 @@ func (s *Server) handshake() []Command {
 		{Name: "client", Arity: -2, Handler: s.client},
 		{Name: "command", Arity: -1, Handler: s.command},
 		{Name: "info", Arity: -1, Handler: s.info},
+		{Name: "acl", Arity: -2, Handler: s.acl},
 	}
 }
 
@@ -59,7 +60,7 @@ func selectDB(c *Conn, args [][]byte) {
 // "nopass" default user does.
 func (s *Server) checkAuth(user, pass string) bool {
 	if user != "" && user != "default" {
-		return false
+		return s.checkUser(user, pass)
 	}
 	want := s.password()
 	return want == "" || subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
@@ -84,6 +85,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 	}
 	c.mu.Lock()
 	c.setAuthed(true)
+	c.user = user
 	c.mu.Unlock()
 	c.OK()
 }
@@ -103,7 +105,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		}
 		proto = v
 	}
-	var name *string
+	var name, user *string
 	authed := false
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
@@ -114,6 +116,8 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 				return
 			}
 			authed = true
+			u := string(args[i+1])
+			user = &u
 			i += 2
 		case opt == "SETNAME" && i+1 < len(args):
 			n := string(args[i+1])
@@ -136,6 +140,9 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 	}
 	c.setAuthed(true)
 	c.proto = proto
+	if user != nil {
+		c.user = *user
+	}
 	if name != nil {
 		c.name = *name
 	}
@@ -172,6 +179,7 @@ func (s *Server) reset(c *Conn, _ [][]byte) {
 	c.mu.Lock()
 	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
 	c.setAuthed(s.password() == "")
+	c.user = ""
 	c.mu.Unlock()
 	c.Simple("RESET")
 }

@@ -67,6 +67,8 @@ type Server struct {
 	attackLog rateLog                // HTTP requests closed
 	tlsLog    rateLog                // failed TLS handshakes
 
+	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+
 	mu    sync.Mutex
 	conns map[uint64]*Conn
 }
@@ -193,7 +195,9 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	if s.tooBig(c, args, authed) {
 		return
 	}
-	if s.cfg.Route != nil && authed && s.cfg.Route(c, args) {
+	// Only the default user reaches the data Redis: an ACL user is confined
+	// to the lock commands its entry allows.
+	if s.cfg.Route != nil && authed && !c.restricted() && s.cfg.Route(c, args) {
 		return
 	}
 	def := s.table.lookup(args[0])
@@ -210,6 +214,10 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	case !def.arityOK(len(args)):
 		c.Error("ERR wrong number of arguments for '" + def.Name + "' command")
 	default:
+		if e := s.noPerm(c, def, args); e != "" {
+			c.Error(e)
+			return
+		}
 		def.Handler(c, args)
 	}
 }

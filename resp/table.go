@@ -21,6 +21,12 @@ type Command struct {
 	Arity   int
 	Flags   Flags
 	Handler func(c *Conn, args [][]byte)
+	// Class decides which users may run the command (default Connection:
+	// all of them).
+	Class Class
+	// Keys returns the keys among args (arity already checked), which a
+	// user's key patterns must match; nil: the command touches no key.
+	Keys func(args [][]byte) [][]byte
 }
 
 // Table maps command names to commands.

@@ -1,0 +1,158 @@
+package resp
+
+import (
+	"crypto/subtle"
+	"strings"
+)
+
+// Class is the family of a command, for users' permissions.
+type Class uint8
+
+const (
+	// Connection commands (handshake, PING, INFO, CLIENT, ...) run for
+	// every user.
+	Connection Class = iota
+	// Native are lockproxy's own lock commands (LOCK, UNLOCK, ...).
+	Native
+	// Legacy are the Redis commands lock libraries use (SET NX, DEL, EVAL, ...).
+	Legacy
+)
+
+// User is an identity a client takes with AUTH user pass or HELLO AUTH.
+// The default user (the single password) may run every command on every
+// key.
+type User struct {
+	Name     string
+	Password string
+	// Keys are the glob patterns (* and ?) of the keys the user may touch;
+	// empty: none.
+	Keys []string
+	// Native and Legacy allow those classes of commands.
+	Native, Legacy bool
+}
+
+// mayRun reports whether the user may run commands of class.
+func (u *User) mayRun(class Class) bool {
+	return class == Connection || class == Native && u.Native || class == Legacy && u.Legacy
+}
+
+// mayTouch reports whether key matches one of the user's patterns.
+func (u *User) mayTouch(key []byte) bool {
+	for _, p := range u.Keys {
+		if glob(p, string(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches s against pattern, where * is any run of bytes and ? any
+// one byte, as Redis's key patterns (without classes or escapes). It
+// backtracks only to the last *, so a key costs at most
+// len(pattern)*len(s) steps whatever the pattern.
+func glob(pattern, s string) bool {
+	p, i := 0, 0
+	star, mark := -1, 0 // the last * seen, and where s stood then
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == s[i]):
+			p, i = p+1, i+1
+		case star >= 0:
+			mark++
+			p, i = star+1, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// SetUsers replaces the configured users; connections authenticated as a
+// user get its new permissions with their next command, and lose every
+// permission if it is gone.
+func (s *Server) SetUsers(users []User) {
+	m := make(map[string]*User, len(users))
+	for i := range users {
+		m[users[i].Name] = &users[i]
+	}
+	s.users.Store(&m)
+}
+
+// user is the configured user named name, or nil.
+func (s *Server) user(name string) *User {
+	if m := s.users.Load(); m != nil {
+		return (*m)[name]
+	}
+	return nil
+}
+
+// checkUser compares a named user's credentials.
+func (s *Server) checkUser(name, pass string) bool {
+	u := s.user(name)
+	return u != nil && subtle.ConstantTimeCompare([]byte(pass), []byte(u.Password)) == 1
+}
+
+// noPerm is the NOPERM error, in Redis's words, when the connection's user
+// may not run def with args; "" when it may.
+// restricted reports whether c authenticated as an ACL user rather than
+// the default user.
+func (c *Conn) restricted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.user != "" && c.user != "default"
+}
+
+func (s *Server) noPerm(c *Conn, def *Command, args [][]byte) string {
+	c.mu.Lock()
+	name := c.user
+	c.mu.Unlock()
+	if name == "" || name == "default" {
+		return ""
+	}
+	u := s.user(name)
+	if u == nil || !u.mayRun(def.Class) {
+		return "NOPERM User " + name + " has no permissions to run the '" + def.Name + "' command"
+	}
+	if def.Keys == nil {
+		return ""
+	}
+	for _, k := range def.Keys(args) {
+		if !u.mayTouch(k) {
+			return "NOPERM No permissions to access a key"
+		}
+	}
+	return ""
+}
+
+// acl is ACL WHOAMI|HELP.
+func (s *Server) acl(c *Conn, args [][]byte) {
+	switch sub := strings.ToUpper(string(args[1])); {
+	case sub == "WHOAMI" && len(args) == 2:
+		c.mu.Lock()
+		name := c.user
+		c.mu.Unlock()
+		if name == "" {
+			name = "default"
+		}
+		c.BulkString(name)
+	case sub == "HELP" && len(args) == 2:
+		c.Array(2)
+		c.Simple("WHOAMI")
+		c.Simple("    Return the current connection username.")
+	default:
+		c.Error("ERR unknown subcommand or wrong number of arguments for '" + clip(args[1]) + "'. Try ACL HELP.")
+	}
+}
+
+// FirstKey is the key position of commands whose key is their first
+// argument.
+func FirstKey(args [][]byte) [][]byte { return args[1:2] }
+
+// AllKeys is the key position of commands whose every argument is a key.
+func AllKeys(args [][]byte) [][]byte { return args[1:] }
