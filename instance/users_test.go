@@ -111,3 +111,40 @@ func wantErr(t *testing.T, err error, prefix string) {
 		t.Fatalf("error %v, want %q", err, prefix)
 	}
 }
+
+// TestUsersDoNotReachTheDataRedis: with passthrough on, an ACL user is
+// confined to its lock commands: its data commands are not forwarded (the
+// data Redis never sees them), while the default user's are.
+func TestUsersDoNotReachTheDataRedis(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg := testConfig(nodes)
+	cfg.Password = "root-pw"
+	cfg.Passthrough.Address = data.Addr()
+	cfg.Users = []instance.UserConfig{{Name: "alice", Password: "alice-pw", Keys: []string{"app:*"}, Commands: "all"}}
+	in := startInstance(t, cfg)
+	ctx := t.Context()
+
+	alice := redis.NewClient(&redis.Options{Addr: in.Addr(), Username: "alice", Password: "alice-pw", Protocol: 2, MaxRetries: -1})
+	t.Cleanup(func() { alice.Close() })
+	if err := alice.Set(ctx, "app:data", "v", 0).Err(); err == nil {
+		t.Fatal("an ACL user's SET reached the data Redis")
+	}
+	if err := alice.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after the refusal: %v", err)
+	}
+	direct := newClient(t, data.Addr(), 2)
+	if n := direct.Exists(ctx, "app:data").Val(); n != 0 {
+		t.Fatal("the data Redis holds the ACL user's key")
+	}
+	mustLock(t, alice, "app:"+uniqueKey(t), "PX", 5000) // its locks still work
+
+	root := redis.NewClient(&redis.Options{Addr: in.Addr(), Password: "root-pw", Protocol: 2, MaxRetries: -1})
+	t.Cleanup(func() { root.Close() })
+	if err := root.Set(ctx, "app:data", "v", 0).Err(); err != nil {
+		t.Fatalf("the default user's SET: %v", err)
+	}
+	if v := direct.Get(ctx, "app:data").Val(); v != "v" {
+		t.Fatalf("the data Redis holds %q for the default user's SET", v)
+	}
+}
