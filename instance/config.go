@@ -132,6 +132,7 @@ func Default() Config {
 		},
 		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000},
 		Embedded:  EmbeddedConfig{Nodes: 3},
+		Users:     []UserConfig{},
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
 		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
 		Limits: LimitsConfig{
