@@ -264,6 +264,7 @@ func (g *guardConn) scan(p []byte) (int, bool, error) {
 		g.reply = replyFor(err, g.fr.st, authed)
 	}
 	if !g.hold(g.fr.req-g.held, true) {
+		g.giveBack() // the connection ends here: its bytes go back to the others at once
 		g.reply = replyBufferedTooMuch
 		return 0, false, &LimitError{Err: ErrBufferedTooMuch, Limit: lim.MaxBuffered, Got: int(g.budget.used.Load())}
 	}
@@ -306,10 +307,15 @@ func (g *guardConn) hold(n int, capped bool) bool {
 // Close closes the connection and gives back what it holds from the
 // budget. It may be called from any goroutine, more than once.
 func (g *guardConn) Close() error {
+	g.giveBack()
+	return g.Conn.Close()
+}
+
+// giveBack returns all g holds from the budget, for good: g is closing.
+func (g *guardConn) giveBack() {
 	if held := g.charged.Swap(-1); held > 0 {
 		g.budget.give(int(held))
 	}
-	return g.Conn.Close()
 }
 
 // replyFor is Redis's reply to a broken limit.

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -98,17 +97,5 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := ping("second"); err != nil {
 		t.Fatalf("after a failed reload: %v", err)
 	}
-	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- child.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	stopChild(t, child)
 }

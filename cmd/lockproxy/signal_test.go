@@ -43,19 +43,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := c.Do(ctx, "LOCK", "drain-me").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- child.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("lockproxy exited with %v after SIGTERM", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("lockproxy did not exit after SIGTERM")
-	}
+	stopChild(t, child)
 	for _, a := range addrs {
 		raw := redis.NewClient(&redis.Options{Addr: a})
 		n, err := raw.Exists(ctx, "lockproxy:lock:drain-me").Result()
@@ -102,4 +90,22 @@ func waitServing(t *testing.T, sc *bufio.Scanner) string {
 	}
 	t.Fatalf("lockproxy never said it was serving: %v", sc.Err())
 	return ""
+}
+
+// stopChild sends the child SIGTERM and waits for it to drain and exit 0.
+func stopChild(t *testing.T, child *exec.Cmd) {
+	t.Helper()
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("lockproxy exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("lockproxy did not exit after SIGTERM")
+	}
 }
