@@ -62,7 +62,7 @@ func replyError(key string, err error) string {
 	case errors.As(err, &scriptArg), errors.As(err, &unknownScript):
 		return err.Error() // Redis's words for a script's error, or the catalog's refusal
 	case errors.As(err, &nq):
-		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op])
+		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s%s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op], failedNodes(nq.Failed))
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("TIMEOUT outcome unknown: %d of %d nodes held the lock for that token, %d did not, %d did not answer; %s",
 			unknown.Yes, unknown.Yes+unknown.No+unknown.Silent, unknown.No, unknown.Silent, unknownOutcome[unknown.Op])
@@ -100,6 +100,15 @@ var (
 	errScriptLoadArgs   error = argError("ERR wrong number of arguments for 'script|load' command")
 	errScriptExistsArgs error = argError("ERR wrong number of arguments for 'script|exists' command")
 )
+
+// failedNodes lists the nodes a NOQUORUM heard nothing from, and why, on one
+// line (a RESP error may not hold a newline).
+func failedNodes(failed []string) string {
+	if len(failed) == 0 {
+		return ""
+	}
+	return "; no answer from " + strings.NewReplacer("\r", " ", "\n", " ").Replace(strings.Join(failed, ", "))
+}
 
 // errTimeoutRange is Redis's error for a negative blocking timeout.
 var errTimeoutRange error = argError("ERR timeout is negative")

@@ -81,6 +81,9 @@ type NoQuorumError struct {
 	Needed   int    // the quorum, N/2+1
 	Nodes    int    // N
 	Err      error  // the per-node errors, joined
+	// Failed names each node that did not answer and why ("addr: reason"),
+	// for the client's error and the log.
+	Failed []string
 }
 
 func (e *NoQuorumError) Error() string {

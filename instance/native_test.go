@@ -168,8 +168,13 @@ func TestQuorumWithKilledNodes(t *testing.T) {
 	}
 	_, ok, err := lock(ctx, c, key, "PX", 10000)
 	// The quorum stops listening once 2 nodes failed: the third may not have answered yet.
-	if ok || err == nil || !regexp.MustCompile(`^NOQUORUM [01] of 3 nodes answered, 2 needed; the lock was not granted$`).MatchString(err.Error()) {
+	if ok || err == nil || !regexp.MustCompile(`^NOQUORUM [01] of 3 nodes answered, 2 needed; the lock was not granted; no answer from 127\.0\.0\.1:\d+: [^,]+, 127\.0\.0\.1:\d+: `).MatchString(err.Error()) {
 		t.Fatalf("LOCK with 2 of 3 down: granted=%v err=%v", ok, err)
+	}
+	for _, n := range nodes[:2] {
+		if !strings.Contains(err.Error(), n.Addr()+": ") {
+			t.Fatalf("NOQUORUM does not name the killed node %s: %v", n.Addr(), err)
+		}
 	}
 	if err := c.Do(ctx, "LOCKINFO", key).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM") {
 		t.Fatalf("LOCKINFO with 2 of 3 down: %v", err)

@@ -195,7 +195,11 @@ func (t *tally) verdict(op string, no error) error {
 }
 
 func (t *tally) noQuorum(op string) error {
-	return &engine.NoQuorumError{Op: op, Answered: t.answered(), Needed: t.q, Nodes: t.n, Err: errors.Join(t.errs...)}
+	failed := make([]string, len(t.errs))
+	for i, err := range t.errs {
+		failed[i] = err.Error() // a *NodeError: "addr: reason"
+	}
+	return &engine.NoQuorumError{Op: op, Answered: t.answered(), Needed: t.q, Nodes: t.n, Err: errors.Join(t.errs...), Failed: failed}
 }
 
 func (t *tally) unknown(op string) error {
