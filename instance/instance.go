@@ -15,6 +15,7 @@ import (
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
 	"github.com/lockproxy/lockproxy/upstream"
+	"github.com/lockproxy/lockproxy/upstream/zookeeper"
 	"go.uber.org/zap"
 )
 
@@ -138,7 +139,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 // wakes this instance's waiter for the key (ev.Released).
 func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 	zc := in.cfg.ZooKeeper
-	z, err := upstream.NewZooKeeper(upstream.ZKOptions{
+	z, err := zookeeper.New(zookeeper.Options{
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),

@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"context"
@@ -121,8 +121,8 @@ func TestZKErrorsUnavailable(t *testing.T) {
 			t.Errorf("%v: %v; unavailable %v", tc.err, err, errors.Is(err, engine.ErrUnavailable))
 		}
 	}
-	if !errors.Is(ErrZKNotConnected, engine.ErrUnavailable) || errors.Is(ErrZKBadNode, engine.ErrUnavailable) {
-		t.Error("ErrZKNotConnected must be, ErrZKBadNode must not be, an ErrUnavailable")
+	if !errors.Is(ErrNotConnected, engine.ErrUnavailable) || errors.Is(ErrBadNode, engine.ErrUnavailable) {
+		t.Error("ErrNotConnected must be, ErrBadNode must not be, an ErrUnavailable")
 	}
 	if err := zkErr("get", "/k", context.Canceled); err != context.Canceled {
 		t.Errorf("a context error is wrapped: %v", err)

@@ -1,32 +1,13 @@
-package upstream
+package zookeeper
 
 import (
 	"context"
 	"errors"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/zap"
-
 	"github.com/lockproxy/lockproxy/engine"
+	"go.uber.org/zap"
 )
-
-// A release through this instance hands the key straight to the
-// instance's next waiter when that waiter's place stands just behind the
-// lock node: one multi deletes the lock node and writes the waiter's lock
-// into its place, which is the lowest node, and so the lock, from that
-// transaction on. The waiter, woken by the engine, takes the grant without
-// a request (handedOver). Otherwise the handoff takes a delete, the watch
-// event, a listing and the waiter's write to its place.
-//
-// The same multi makes the place of the waiter after it, when it has
-// none, so that this place too stands just behind the lock when its turn
-// comes: a line of waiters in one instance costs one request per grant.
-//
-// The order is ZooKeeper's: a place created after the lock node numbers
-// higher, so nothing can come between the lock node and the place just
-// behind it, and the place is the oldest waiter across every instance.
-// Whether a place is just behind is known from a listing, or from the
-// container's data version that each create leaves (placeFacts).
 
 // handoff is a key handed to a waiter of this instance, kept until the
 // waiter takes it.
@@ -197,7 +178,7 @@ func (z *ZooKeeper) adoptLock(key, next, place string) {
 	z.retry(func(ctx context.Context) error {
 		n, err := z.get(ctx, place)
 		switch {
-		case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrZKBadNode):
+		case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode):
 			return nil
 		case err != nil:
 			return err
@@ -245,4 +226,52 @@ func (z *ZooKeeper) dropHanded(ctx context.Context, key, id string) {
 	case !errors.Is(err, zk.ErrBadVersion): // the lease timer deletes it
 		z.log.Debug("handed lock not released", zap.String("key", key), zap.Error(err))
 	}
+}
+
+// release deletes key's lock node if token holds it (version-checked), and
+// any place in line of a waiter named token; wakes says the caller wakes
+// this instance's waiters itself (Release with sent), so their watch on
+// the lock node need not.
+func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) (bool, error) {
+	if err := z.usable(key); err != nil {
+		return false, err
+	}
+	if p := z.ownLock(key, token); p != "" {
+		// A lock node this session made stays the lock for its token until
+		// it is deleted: one request, where ZooKeeper's recipe needs one too.
+		undo := func() {}
+		if wakes {
+			undo = z.deleteHere(p)
+		}
+		switch err := z.deleteLock(ctx, p); {
+		case err == nil:
+			z.forget(p)
+			return true, nil
+		case !errors.Is(err, zk.ErrNoNode):
+			undo()
+			return false, err
+		}
+		undo()
+		z.forget(p) // gone already (expired): look at the nodes below
+	}
+	for range maxRounds {
+		v, err := z.holder(ctx, key, token)
+		if errors.Is(err, engine.ErrNotHeld) {
+			return false, z.dropPlaces(ctx, key, v.kids, token)
+		}
+		if err != nil {
+			return false, err
+		}
+		switch err := z.delete(ctx, v.top.path, v.top.stat.Version); {
+		case err == nil:
+			z.forget(v.top.path)
+			_ = z.dropPlaces(ctx, key, v.kids[1:], token) // best effort: places expire
+			return true, nil
+		case errors.Is(err, zk.ErrNoNode):
+			return false, nil
+		case !errors.Is(err, zk.ErrBadVersion):
+			return false, err
+		}
+	}
+	return false, errContended
 }

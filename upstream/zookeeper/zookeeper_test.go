@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 
 // newZK connects a ZooKeeper backend to servers, waits for its session and
 // closes it when the test ends.
-func newZK(t *testing.T, servers []string, o ZKOptions) *ZooKeeper {
+func newZK(t *testing.T, servers []string, o Options) *ZooKeeper {
 	t.Helper()
 	o.Servers = servers
 	log := zap.NewNop()
-	z, err := NewZooKeeper(o, log)
+	z, err := New(o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func rawZK(t *testing.T, addr string) *zk.Conn {
 // lockNodes are the names of key's lock nodes on the server.
 func lockNodes(t *testing.T, c *zk.Conn, key string) []string {
 	t.Helper()
-	names, _, err := c.Children(DefaultZKRoot + "/" + encodeKey(key))
+	names, _, err := c.Children(DefaultRoot + "/" + encodeKey(key))
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatal(err)
 	}
@@ -134,8 +134,8 @@ func zkRelease(t *testing.T, z *ZooKeeper, key, token string, want bool) {
 
 func TestZooKeeperAcquireRelease(t *testing.T) {
 	srv := zktest.Start(t)
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	ctx, key := testCtx(t), "acquire"
 
@@ -186,8 +186,8 @@ func TestZooKeeperAcquireRelease(t *testing.T) {
 
 func TestZooKeeperExtend(t *testing.T) {
 	srv := zktest.Start(t)
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx := testCtx(t)
 
 	mustGrant(t, a, "lease", hold("t1", 2*time.Second))
@@ -229,7 +229,7 @@ func TestZooKeeperExtend(t *testing.T) {
 
 func TestZooKeeperLeave(t *testing.T) {
 	srv := zktest.Start(t)
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	ctx, key := testCtx(t), "leave"
 
@@ -262,7 +262,7 @@ func TestZooKeeperLeave(t *testing.T) {
 // through two instances, each with its own session, on one key.
 func TestZooKeeperFencesIncrease(t *testing.T) {
 	srv := zktest.Start(t)
-	zs := []*ZooKeeper{newZK(t, []string{srv.Addr()}, ZKOptions{}), newZK(t, []string{srv.Addr()}, ZKOptions{})}
+	zs := []*ZooKeeper{newZK(t, []string{srv.Addr()}, Options{}), newZK(t, []string{srv.Addr()}, Options{})}
 	var last int64
 	for i := range 30 {
 		z := zs[i%2]
@@ -287,7 +287,7 @@ func TestZooKeeperFencesIncrease(t *testing.T) {
 // of the holder's data (extensions) wake nobody.
 func TestZooKeeperWaitersNoHerd(t *testing.T) {
 	srv := zktest.Start(t)
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "herd"
 	mustGrant(t, b, key, hold("holder", 10*time.Second))
 
@@ -296,7 +296,7 @@ func TestZooKeeperWaitersNoHerd(t *testing.T) {
 	var zs [n]*ZooKeeper
 	var line [n]engine.Hold
 	for i := range n {
-		zs[i] = newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken[i]})
+		zs[i] = newZK(t, []string{srv.Addr()}, Options{Events: &woken[i]})
 		line[i] = waitHold("w"+string(rune('1'+i)), 5*time.Second)
 		mustBusy(t, zs[i], key, line[i])
 	}
@@ -342,8 +342,8 @@ func TestZooKeeperWaitersNoHerd(t *testing.T) {
 func TestZooKeeperNextWaiterQueued(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{Events: &woken})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	key := "next"
 
@@ -367,8 +367,8 @@ func TestZooKeeperNextWaiterQueued(t *testing.T) {
 func TestZooKeeperLeaseExpiry(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{Events: &woken})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "lease"
 	held := func() bool { _, ok, err := b.Inspect(ctx, key); return ok && err == nil }
 
@@ -405,7 +405,7 @@ func TestZooKeeperLeaseExpiry(t *testing.T) {
 // whether the caller heard of the create or gave up before.
 func TestZooKeeperOrphans(t *testing.T) {
 	srv := zktest.Start(t)
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	var mu sync.Mutex
 	var cancel context.CancelFunc
@@ -450,7 +450,7 @@ func TestZooKeeperOrphans(t *testing.T) {
 // are work as locks, and ZooKeeper's node names decode back to them.
 func TestZooKeeperKeysOnServer(t *testing.T) {
 	srv := zktest.Start(t)
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	keys := []string{"/", ".", "..", "%", "a/../b", "\x00\xff", "é", "\uf000", "zookeeper", strings.Repeat("/", 1024)}
 	for _, key := range keys {
@@ -459,7 +459,7 @@ func TestZooKeeperKeysOnServer(t *testing.T) {
 			t.Fatalf("inspect %q: %+v, %v, %v", key, h, ok, err)
 		}
 	}
-	names, _, err := raw.Children(DefaultZKRoot)
+	names, _, err := raw.Children(DefaultRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,12 +485,12 @@ func TestZooKeeperKeysOnServer(t *testing.T) {
 // locks at once, refuses further calls, and leaves no goroutine behind.
 func TestZooKeeperCloseFreesLocks(t *testing.T) {
 	srv := zktest.Start(t)
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	if _, _, err := b.Inspect(testCtx(t), "close"); err != nil { // b's connection goroutines run
 		t.Fatal(err)
 	}
 	before := countGoroutines()
-	a := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{srv.Addr()}, Options{})
 	mustGrant(t, a, "close", hold("t1", time.Minute))
 	mustBusy(t, a, "close", waitHold("w", time.Minute))
 	if err := a.Close(); err != nil {
@@ -518,23 +518,23 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
-	z, err := NewZooKeeper(ZKOptions{Servers: []string{addr}}, zap.NewNop())
+	z, err := New(Options{Servers: []string{addr}}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer z.Close()
 	start := time.Now()
-	if _, err := z.Acquire(testCtx(t), "k", hold("t", time.Second)); !errors.Is(err, ErrZKNotConnected) {
+	if _, err := z.Acquire(testCtx(t), "k", hold("t", time.Second)); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("acquire without a session: %v", err)
 	}
-	if _, err := z.Release(testCtx(t), "k", "t", nil, nil); !errors.Is(err, ErrZKNotConnected) {
+	if _, err := z.Release(testCtx(t), "k", "t", nil, nil); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("release without a session: %v", err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("refusals took %v", d)
 	}
-	for _, o := range []ZKOptions{{}, {Servers: []string{addr}, Root: "/"}, {Servers: []string{addr}, Root: "relative"}, {Servers: []string{addr}, Root: "/a//b"}} {
-		if _, err := NewZooKeeper(o, zap.NewNop()); err == nil {
+	for _, o := range []Options{{}, {Servers: []string{addr}, Root: "/"}, {Servers: []string{addr}, Root: "relative"}, {Servers: []string{addr}, Root: "/a//b"}} {
+		if _, err := New(o, zap.NewNop()); err == nil {
 			t.Errorf("options %+v accepted", o)
 		}
 	}
@@ -546,7 +546,7 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 // lists the children after its create).
 func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "two-requests"
 	received := func() int { return packetsReceived(t, srv.Addr()) }
 	if first, second := received(), received(); second-first != 1 {
@@ -591,7 +591,7 @@ func packetsReceived(t *testing.T, addr string) int {
 // that pile up go in one multi.
 func TestZooKeeperBatchesUnderLoad(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	const clients, cycles = 32, 20
 	before := packetsReceived(t, srv.Addr())
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"errors"
@@ -14,9 +14,9 @@ import (
 // session that does not know the password, and open to one that does.
 func TestZooKeeperDigestACL(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{Digest: "lockproxy:s3cret"})
+	z := newZK(t, []string{srv.Addr()}, Options{Digest: "lockproxy:s3cret"})
 	mustGrant(t, z, "k", hold("a", time.Minute))
-	dir := DefaultZKRoot + "/" + encodeKey("k")
+	dir := DefaultRoot + "/" + encodeKey("k")
 
 	stranger := rawZK(t, srv.Addr())
 	if _, _, err := stranger.Children(dir); !errors.Is(err, zk.ErrNoAuth) {
@@ -29,7 +29,7 @@ func TestZooKeeperDigestACL(t *testing.T) {
 	if names, _, err := friend.Children(dir); err != nil || len(names) != 1 {
 		t.Fatalf("with the password: %v %v", names, err)
 	}
-	if _, err := NewZooKeeper(ZKOptions{Servers: []string{srv.Addr()}, Digest: "no-colon"}, nil); err == nil {
+	if _, err := New(Options{Servers: []string{srv.Addr()}, Digest: "no-colon"}, nil); err == nil {
 		t.Fatal("a digest without user:password was accepted")
 	}
 }

@@ -1,18 +1,66 @@
-package upstream
+package zookeeper
 
 import (
 	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockproxy/lockproxy/engine"
 )
 
+// zkData is the JSON a lock node holds.
+type zkData struct {
+	Token     string      `json:"token"`
+	Mode      engine.Mode `json:"mode,omitempty"`       // empty: a waiter's place, not a lock yet
+	TTL       int64       `json:"ttl_ms,omitempty"`     // the lease, in ms
+	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms; its creator deletes the node then
+	Name      string      `json:"name,omitempty"`       // the holder's client name
+}
+
+func (d zkData) waiting() bool { return d.Mode == "" }
+
+func (d zkData) heldBy(token string) bool { return !d.waiting() && d.Token == token }
+
+func (d zkData) ttl() time.Duration { return time.Duration(d.TTL) * time.Millisecond }
+
+func (d zkData) expiry() time.Time { return time.UnixMilli(d.ExpiresAt) }
+
+func (d zkData) left() time.Duration { return time.Until(d.expiry()) }
+
+func (d zkData) encode() []byte { b, _ := json.Marshal(d); return b }
+
+func (d zkData) lasts(ttl time.Duration) zkData { // the lease ttl from now
+	d.TTL, d.ExpiresAt = millis(ttl), time.Now().Add(ttl).UnixMilli()
+	return d
+}
+
+// lockNode is a lock node as read: its path, data and stat.
+type lockNode struct {
+	path string
+	data zkData
+	stat *zk.Stat
+}
+
+// view is a key's lock nodes, lowest first, and the lowest one's content.
+type view struct {
+	kids []child
+	top  lockNode // valid when kids is not empty
+}
+
+// held reports whether some token holds the key: the lowest node is a
+// lock, not a waiter's place that has not taken it yet.
+func (v view) held() bool { return len(v.kids) > 0 && !v.top.data.waiting() }
+
 // errNotEncodedKey means a path segment is not the encoding of a lock key.
-var errNotEncodedKey = errors.New("upstream: not an encoded lock key")
+var errNotEncodedKey = errors.New("zookeeper: not an encoded lock key")
 
 const upperHex = "0123456789ABCDEF"
 

@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/lockproxy/lockproxy/engine"
 	"go.uber.org/zap"
 )
 
@@ -194,7 +195,7 @@ func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	defer cancel()
 	ln, err := z.get(ctx, p)
 	switch {
-	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrZKBadNode):
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode):
 		z.forget(p)
 		return
 	case err != nil:
@@ -322,104 +323,66 @@ func (z *ZooKeeper) retry(step func(ctx context.Context) error) {
 	}
 }
 
-// watch sets a watch on lock node p, which stands just before a waiter of
-// key in line: its deletion announces key (Events.Released). It reports false
-// when p is gone already. A node watched already is not watched twice.
-func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
-	if z.watching(p) {
-		return true, nil
+// Extend resets the lease of key held by token to ttl from now — a zero
+// ttl reuses the stored ttl_ms — and records mode unless it is empty. Mode
+// Bound, the watchdog's renewal, fails with ErrNotBound once the lock is
+// a lease. The write is version-checked; the instance that owns the node
+// re-arms its timer, here or when the old deadline comes.
+func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
+	if err := z.usable(key); err != nil {
+		return 0, err
 	}
-	return zkCall(ctx, func() (bool, error) { return z.setWatch(key, p) })
-}
-
-// setWatch sets a data watch on p and listens for it. GetW, unlike
-// ExistsW, leaves no watch behind when the node is gone.
-func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
-	// Counted from before it is sent: a release through this instance
-	// that the server orders after the watch must know of it (deleteHere).
-	z.mu.Lock()
-	z.watched[p]++
-	z.mu.Unlock()
-	_, _, ch, err := z.conn.GetW(p)
-	if err != nil {
-		z.unwatched(p)
-	}
-	if errors.Is(err, zk.ErrNoNode) {
-		return false, nil
-	}
-	if err != nil {
-		return false, zkErr("watch", p, err)
-	}
-	z.spawn(func() { z.listen(key, p, ch) })
-	return true, nil
-}
-
-// unwatched counts one watch on p less.
-func (z *ZooKeeper) unwatched(p string) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.watched[p]--; z.watched[p] <= 0 {
-		delete(z.watched, p)
-	}
-}
-
-// listen waits for the watch on p. A deletion announces key; a change of
-// data (an extension) only renews the watch. A watch that ends with the
-// session or the backend announces nothing: the waiter's place went too,
-// and its next try says so.
-func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
-	ev := <-ch
-	z.unwatched(p)
-	switch ev.Type {
-	case zk.EventNodeDeleted:
-		if !z.deletedHere(p) {
-			z.announce(key)
+	start := time.Now()
+	for range maxRounds {
+		v, err := z.holder(ctx, key, token)
+		if err != nil {
+			return 0, err
 		}
-	case zk.EventNodeDataChanged:
-		if ok, err := z.setWatch(key, p); err == nil && !ok {
-			z.announce(key)
+		d, err := extended(v.top.data, ttl, mode)
+		if err != nil {
+			return 0, err
+		}
+		stat, err := z.set(ctx, v.top.path, d, v.top.stat.Version)
+		switch {
+		case err == nil:
+			z.track(key, token, v.top.path, stat.EphemeralOwner, d)
+			return d.ttl() - time.Since(start), nil
+		case errors.Is(err, zk.ErrNoNode):
+			return 0, engine.ErrNotHeld
+		case !errors.Is(err, zk.ErrBadVersion):
+			return 0, err
 		}
 	}
+	return 0, errContended
 }
 
-// maxDeleting bounds the deletions remembered for their watches; past it
-// they are forgotten, and a watch wakes a waiter for nothing.
-const maxDeleting = 4096
-
-// deleteHere notes that a release through this instance is about to
-// delete lock node p, when a waiter of this instance watches it: the
-// release wakes the waiter (Release with sent), and the watch, whose
-// event may come before the release's answer, must not wake it earlier.
-// A release that fails calls undo.
-func (z *ZooKeeper) deleteHere(p string) (undo func()) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.watched[p] == 0 {
-		return func() {}
+// extended is lock data d with its lease reset to ttl (zero: d's own) and
+// its mode set to mode (empty: d's own).
+func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
+	if mode == engine.Bound && d.Mode == engine.Lease {
+		return d, engine.ErrNotBound
 	}
-	if len(z.deleting) >= maxDeleting {
-		clear(z.deleting)
+	if mode != "" {
+		d.Mode = mode
 	}
-	z.deleting[p] = struct{}{}
-	return func() {
-		z.mu.Lock()
-		delete(z.deleting, p)
-		z.mu.Unlock()
+	if ttl <= 0 {
+		ttl = d.ttl()
 	}
+	return d.lasts(ttl), nil
 }
 
-// deletedHere reports, once, whether lock node p was deleted by a release
-// through this instance (deleteHere).
-func (z *ZooKeeper) deletedHere(p string) bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	_, ok := z.deleting[p]
-	delete(z.deleting, p)
-	return ok
-}
-
-func (z *ZooKeeper) watching(p string) bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.watched[p] > 0
+// Inspect reads key's lowest node: the fence is its creation zxid, the
+// validity what is left of its lease (0 once it ran out, until its owner
+// deletes it). A waiter's place that has not taken the key yet holds
+// nothing.
+func (z *ZooKeeper) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
+	if err := z.usable(key); err != nil {
+		return engine.Holder{}, false, err
+	}
+	v, err := z.read(ctx, z.dir(key))
+	if err != nil || !v.held() {
+		return engine.Holder{}, false, err
+	}
+	d := v.top.data
+	return engine.Holder{Token: d.Token, Fence: v.top.stat.Czxid, Validity: max(d.left(), 0), Mode: d.Mode, Name: d.Name}, true, nil
 }

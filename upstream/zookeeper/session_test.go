@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"errors"
@@ -30,16 +30,16 @@ func TestZooKeeperBriefDisconnect(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
 	var events releases
-	a := newZK(t, []string{proxy.Addr()}, ZKOptions{SessionTimeout: 4 * time.Second, Events: &events})
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	a := newZK(t, []string{proxy.Addr()}, Options{SessionTimeout: 4 * time.Second, Events: &events})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx := testCtx(t)
 	g := mustGrant(t, a, "brief", hold("t1", time.Minute))
 
 	proxy.Cut()
 	eventually(t, 5*time.Second, "disconnected", func() bool { return !a.Connected() })
 	start := time.Now()
-	if _, err := a.Acquire(ctx, "other", hold("t2", time.Second)); !errors.Is(err, ErrZKNotConnected) || !errors.Is(err, engine.ErrUnavailable) {
-		t.Fatalf("acquire while disconnected: %v, want ErrZKNotConnected, an engine.ErrUnavailable", err)
+	if _, err := a.Acquire(ctx, "other", hold("t2", time.Second)); !errors.Is(err, ErrNotConnected) || !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("acquire while disconnected: %v, want ErrNotConnected, an engine.ErrUnavailable", err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Fatalf("refusal took %v", d)
@@ -66,14 +66,14 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
 	var events releases
-	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second,
+	a, err := New(Options{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second,
 		Events: &events}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	eventually(t, 5*time.Second, "session", a.Connected)
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx := testCtx(t)
 
 	mustGrant(t, a, "lease", hold("t1", time.Minute))
@@ -86,7 +86,7 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 
 	proxy.Cut()
 	eventually(t, 5*time.Second, "disconnected", func() bool { return !a.Connected() })
-	if _, err := a.Acquire(ctx, "other", hold("t4", time.Second)); !errors.Is(err, ErrZKNotConnected) {
+	if _, err := a.Acquire(ctx, "other", hold("t4", time.Second)); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("acquire while disconnected: %v", err)
 	}
 	eventually(t, 10*time.Second, "locks of the expired session deleted", func() bool {
@@ -122,8 +122,8 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 // the new leader is elected get larger fences.
 func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 	ens := zktest.StartEnsemble(t, 3)
-	a := newZK(t, ens.Addrs(), ZKOptions{SessionTimeout: 4 * time.Second})
-	b := newZK(t, ens.Addrs(), ZKOptions{SessionTimeout: 4 * time.Second})
+	a := newZK(t, ens.Addrs(), Options{SessionTimeout: 4 * time.Second})
+	b := newZK(t, ens.Addrs(), Options{SessionTimeout: 4 * time.Second})
 	ctx := testCtx(t)
 	var last int64
 	grant := func(z *ZooKeeper, key, token string) engine.Grant {
@@ -172,13 +172,13 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 func TestZooKeeperSessionExpiresDuringAcquire(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
-	a, err := NewZooKeeper(ZKOptions{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second}, zap.NewNop())
+	a, err := New(Options{Servers: []string{proxy.Addr()}, SessionTimeout: time.Second}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
 	eventually(t, 5*time.Second, "session", a.Connected)
-	b := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	first := a.conn.SessionID()
 	var hooked atomic.Bool

@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"context"
@@ -7,56 +7,17 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"time"
 
 	"github.com/go-zookeeper/zk"
-
 	"github.com/lockproxy/lockproxy/engine"
 )
-
-// zkData is the JSON a lock node holds.
-type zkData struct {
-	Token     string      `json:"token"`
-	Mode      engine.Mode `json:"mode,omitempty"`       // empty: a waiter's place, not a lock yet
-	TTL       int64       `json:"ttl_ms,omitempty"`     // the lease, in ms
-	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms; its creator deletes the node then
-	Name      string      `json:"name,omitempty"`       // the holder's client name
-}
-
-func (d zkData) waiting() bool            { return d.Mode == "" }
-func (d zkData) heldBy(token string) bool { return !d.waiting() && d.Token == token }
-func (d zkData) ttl() time.Duration       { return time.Duration(d.TTL) * time.Millisecond }
-func (d zkData) expiry() time.Time        { return time.UnixMilli(d.ExpiresAt) }
-func (d zkData) left() time.Duration      { return time.Until(d.expiry()) }
-func (d zkData) encode() []byte           { b, _ := json.Marshal(d); return b }
-func (d zkData) lasts(ttl time.Duration) zkData { // the lease ttl from now
-	d.TTL, d.ExpiresAt = millis(ttl), time.Now().Add(ttl).UnixMilli()
-	return d
-}
-
-// lockNode is a lock node as read: its path, data and stat.
-type lockNode struct {
-	path string
-	data zkData
-	stat *zk.Stat
-}
-
-// view is a key's lock nodes, lowest first, and the lowest one's content.
-type view struct {
-	kids []child
-	top  lockNode // valid when kids is not empty
-}
-
-// held reports whether some token holds the key: the lowest node is a
-// lock, not a waiter's place that has not taken it yet.
-func (v view) held() bool { return len(v.kids) > 0 && !v.top.data.waiting() }
 
 // maxRounds bounds the re-reads of a call that races with other changes
 // to the same key.
 const maxRounds = 5
 
 // errContended ends a call whose key changed under it maxRounds times.
-var errContended = errors.New("upstream: zookeeper: the lock nodes kept changing; try again")
+var errContended = errors.New("zookeeper: the lock nodes kept changing; try again")
 
 // zkCall runs f — a go-zookeeper request, which takes no context — and waits
 // for it or for ctx. A request left behind finishes on its own: the
@@ -99,7 +60,7 @@ func zkErr(op, p string, err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	err = fmt.Errorf("upstream: zookeeper %s %s: %w", op, p, err)
+	err = fmt.Errorf("zookeeper: %s %s: %w", op, p, err)
 	if passing(err) {
 		return unavailable{err}
 	}
@@ -141,7 +102,7 @@ func (z *ZooKeeper) get(ctx context.Context, p string) (lockNode, error) {
 		return lockNode{}, zkErr("get", p, err)
 	}
 	if err := json.Unmarshal(b, &n.data); err != nil || n.data.Token == "" {
-		return lockNode{}, fmt.Errorf("%w: %s", ErrZKBadNode, p)
+		return lockNode{}, fmt.Errorf("%w: %s", ErrBadNode, p)
 	}
 	return n, nil
 }
@@ -283,7 +244,7 @@ func multiDone(ops []any, res []zk.MultiResponse, err error) error {
 	}
 	for i, op := range ops {
 		if _, isSet := op.(*zk.SetDataRequest); isSet && res[i].Stat == nil {
-			return errors.New("upstream: zookeeper: a multi's set answered without a stat")
+			return errors.New("zookeeper: a multi's set answered without a stat")
 		}
 	}
 	return nil
@@ -301,7 +262,7 @@ func multiErr(res []zk.MultiResponse, err error, n int) error {
 		}
 	}
 	if len(res) != n {
-		return errors.New("upstream: zookeeper: a multi answered with the wrong number of results")
+		return errors.New("zookeeper: a multi answered with the wrong number of results")
 	}
 	return nil
 }

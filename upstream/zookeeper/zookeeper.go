@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"errors"
@@ -8,26 +8,25 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/zap"
-
 	"github.com/lockproxy/lockproxy/engine"
+	"go.uber.org/zap"
 )
 
 var _ engine.Backend = (*ZooKeeper)(nil)
 
-// Defaults for the zero values of ZKOptions.
+// Defaults for the zero values of Options.
 const (
-	DefaultZKRoot           = "/lockproxy"
-	DefaultZKSessionTimeout = 10 * time.Second
+	DefaultRoot           = "/lockproxy"
+	DefaultSessionTimeout = 10 * time.Second
 )
 
 var (
-	// ErrZKNotConnected refuses a call while the ZooKeeper session is not
+	// ErrNotConnected refuses a call while the ZooKeeper session is not
 	// connected: a session that may have expired never grants a lock. It
 	// matches engine.ErrUnavailable.
-	ErrZKNotConnected error = unavailable{errors.New("upstream: ZooKeeper session is not connected")}
-	// ErrZKBadNode means a lock node holds data lockproxy did not write.
-	ErrZKBadNode = errors.New("upstream: unexpected data in a ZooKeeper lock node")
+	ErrNotConnected error = unavailable{errors.New("zookeeper: session is not connected")}
+	// ErrBadNode means a lock node holds data lockproxy did not write.
+	ErrBadNode = errors.New("zookeeper: unexpected data in a ZooKeeper lock node")
 )
 
 // unavailable is a ZooKeeper error expected to pass — the connection was
@@ -36,12 +35,13 @@ var (
 // engine.ErrUnavailable as well as the error itself.
 type unavailable struct{ err error }
 
-func (u unavailable) Error() string   { return u.err.Error() }
+func (u unavailable) Error() string { return u.err.Error() }
+
 func (u unavailable) Unwrap() []error { return []error{engine.ErrUnavailable, u.err} }
 
-// ZKOptions configure a ZooKeeper backend. Zero values take the defaults
+// Options configure a ZooKeeper backend. Zero values take the defaults
 // noted.
-type ZKOptions struct {
+type Options struct {
 	Servers []string // host:port of each server of the ensemble
 	// Root is the node under which lock nodes live; default "/lockproxy".
 	// It is created, with its parents, when missing.
@@ -64,9 +64,9 @@ type ZKOptions struct {
 	Events engine.Events
 }
 
-func (o ZKOptions) withDefaults() ZKOptions {
-	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultZKRoot), "/")
-	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultZKSessionTimeout)
+func (o Options) withDefaults() Options {
+	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultRoot), "/")
+	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultSessionTimeout)
 	if user, pass, ok := strings.Cut(o.Digest, ":"); ok && len(o.ACL) == 0 {
 		o.ACL = zk.DigestACL(zk.PermAll, user, pass)
 	}
@@ -76,15 +76,15 @@ func (o ZKOptions) withDefaults() ZKOptions {
 	return o
 }
 
-func (o ZKOptions) validate() error {
+func (o Options) validate() error {
 	if len(o.Servers) == 0 {
-		return errors.New("upstream: ZooKeeper needs at least one server")
+		return errors.New("zookeeper: needs at least one server")
 	}
 	if o.Digest != "" && !strings.Contains(o.Digest, ":") {
-		return errors.New("upstream: ZooKeeper digest must be user:password")
+		return errors.New("zookeeper: digest must be user:password")
 	}
 	if !strings.HasPrefix(o.Root, "/") || strings.Contains(o.Root, "//") {
-		return fmt.Errorf("upstream: ZooKeeper root %q is not an absolute path such as /lockproxy", o.Root)
+		return fmt.Errorf("zookeeper: root %q is not an absolute path such as /lockproxy", o.Root)
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (o ZKOptions) validate() error {
 type ZooKeeper struct {
 	conn  *zk.Conn
 	batch *batcher // the creates and deletes of locks, batched under load
-	opts  ZKOptions
+	opts  Options
 	log   *zap.Logger
 	done  chan struct{} // closed by Close
 
@@ -162,11 +162,11 @@ type ZooKeeper struct {
 // zkLock names a lock: a key and its holder's token.
 type zkLock struct{ key, token string }
 
-// NewZooKeeper connects to the ensemble in the background and returns at
-// once; calls are refused (ErrZKNotConnected) until a session is
+// New connects to the ensemble in the background and returns at
+// once; calls are refused (ErrNotConnected) until a session is
 // established. go-zookeeper reconnects by itself, with a new session after
 // one expired. Close ends the session.
-func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
+func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -185,7 +185,7 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
 		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
 	if err != nil {
-		return nil, fmt.Errorf("upstream: zookeeper: %w", err)
+		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
 	z.conn = conn
 	z.batch = &batcher{send: conn.Multi, del: conn.Delete}
@@ -194,28 +194,6 @@ func NewZooKeeper(opts ZKOptions, log *zap.Logger) (*ZooKeeper, error) {
 		return nil, err
 	}
 	return z, nil
-}
-
-// authTimeout bounds the wait for the ensemble to accept the digest.
-const authTimeout = 10 * time.Second
-
-// authenticate adds the digest identity before any other request (the
-// session sends requests in order, and resends it after reconnecting).
-func (z *ZooKeeper) authenticate() error {
-	if z.opts.Digest == "" {
-		return nil
-	}
-	done := make(chan error, 1)
-	go func() { done <- z.conn.AddAuth("digest", []byte(z.opts.Digest)) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("upstream: zookeeper digest authentication: %w", err)
-		}
-		return nil
-	case <-time.After(authTimeout):
-		return fmt.Errorf("upstream: zookeeper digest authentication: no answer within %v", authTimeout)
-	}
 }
 
 // Connected reports whether the session is established, that is whether
@@ -248,9 +226,9 @@ func (z *ZooKeeper) usable(key string) error {
 	case z.isClosed():
 		return ErrClosed
 	case key == "":
-		return errors.New("upstream: empty lock key")
+		return errors.New("zookeeper: empty lock key")
 	case !z.Connected():
-		return ErrZKNotConnected
+		return ErrNotConnected
 	}
 	return nil
 }
@@ -263,58 +241,6 @@ func (z *ZooKeeper) isClosed() bool {
 
 // dir is key's container node.
 func (z *ZooKeeper) dir(key string) string { return z.opts.Root + "/" + encodeKey(key) }
-
-// event follows the session. It runs on go-zookeeper's connection loop and
-// must not block or call ZooKeeper.
-func (z *ZooKeeper) event(ev zk.Event) {
-	if ev.Type != zk.EventSession {
-		return
-	}
-	switch ev.State {
-	case zk.StateHasSession:
-		z.log.Info("ZooKeeper session established", zap.String("server", ev.Server))
-	case zk.StateDisconnected:
-		if !z.isClosed() {
-			z.log.Warn("ZooKeeper connection lost: locks are kept while the session lasts; new ones are refused",
-				zap.String("server", ev.Server))
-		}
-	case zk.StateExpired:
-		z.sessionExpired()
-	}
-}
-
-// sessionExpired reports every lock held through the expired session as
-// lost to the engine (Events.Lost) — ZooKeeper deleted its nodes. Its
-// places in line are gone too.
-func (z *ZooKeeper) sessionExpired() {
-	lost := z.dropSession()
-	z.log.Warn("ZooKeeper session expired; a new one is being established", zap.Int("locks_lost", len(lost)))
-	if z.opts.Events == nil {
-		return
-	}
-	for _, l := range lost {
-		z.opts.Events.Lost(l.key, l.token)
-	}
-}
-
-// dropSession forgets the nodes of the expired session and returns its
-// locks.
-func (z *ZooKeeper) dropSession() []zkLock {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	var lost []zkLock
-	for _, n := range z.own {
-		n.timer.Stop()
-		if n.held {
-			lost = append(lost, zkLock{n.key, n.token})
-		}
-	}
-	clear(z.own)
-	clear(z.locks)
-	clear(z.places)
-	clear(z.handed)
-	return lost
-}
 
 // spawn runs f in the background unless the backend is closed; Close waits
 // for it.
@@ -352,12 +278,4 @@ func (z *ZooKeeper) announce(key string) {
 	if z.opts.Events != nil && !z.isClosed() {
 		z.opts.Events.Released(key, "")
 	}
-}
-
-// zkLogger sends go-zookeeper's log lines to zap at debug level; the
-// backend logs what matters (session established, lost, expired).
-type zkLogger struct{ log *zap.Logger }
-
-func (l zkLogger) Printf(format string, v ...any) {
-	l.log.Debug("go-zookeeper: " + fmt.Sprintf(format, v...))
 }

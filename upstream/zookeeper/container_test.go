@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"errors"
@@ -15,10 +15,10 @@ import (
 // container check every 0.2 s; ZooKeeper's default is a minute).
 func TestZooKeeperEmptyKeyNodesGo(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	mustGrant(t, z, "k", hold("a", time.Minute))
 	raw := rawZK(t, srv.Addr())
-	dir := DefaultZKRoot + "/" + encodeKey("k")
+	dir := DefaultRoot + "/" + encodeKey("k")
 	if ok, _, err := raw.Exists(dir); !ok || err != nil {
 		t.Fatalf("key node while held: %v %v", ok, err)
 	}
@@ -27,7 +27,7 @@ func TestZooKeeperEmptyKeyNodesGo(t *testing.T) {
 		ok, _, err := raw.Exists(dir)
 		return !ok && (err == nil || errors.Is(err, zk.ErrNoNode))
 	})
-	if ok, _, _ := raw.Exists(DefaultZKRoot); !ok {
+	if ok, _, _ := raw.Exists(DefaultRoot); !ok {
 		t.Fatal("the root went too")
 	}
 }
@@ -38,13 +38,13 @@ func TestZooKeeperEmptyKeyNodesGo(t *testing.T) {
 // free to take again.
 func TestZooKeeperReleaseOwnNodeGone(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	mustGrant(t, z, "k", hold("a", time.Minute))
 	zkRelease(t, z, "k", "a", true)
 	mustGrant(t, z, "k", hold("a", time.Minute))
 	raw := rawZK(t, srv.Addr())
 	for _, name := range lockNodes(t, raw, "k") {
-		if err := raw.Delete(DefaultZKRoot+"/"+encodeKey("k")+"/"+name, -1); err != nil {
+		if err := raw.Delete(DefaultRoot+"/"+encodeKey("k")+"/"+name, -1); err != nil {
 			t.Fatal(err)
 		}
 	}

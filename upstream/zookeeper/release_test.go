@@ -1,4 +1,4 @@
-package upstream
+package zookeeper
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ func waiterFor(token string, ttl time.Duration) engine.Hold {
 // fence, and the lock then behaves as any other.
 func TestZooKeeperHandoff(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	ctx, key := testCtx(t), "handoff"
 	first := mustGrant(t, z, key, hold("a", time.Minute))
@@ -41,7 +41,7 @@ func TestZooKeeperHandoff(t *testing.T) {
 	if len(nodes) != 1 {
 		t.Fatalf("nodes after the handoff: %v, want b's place only", nodes)
 	}
-	p := DefaultZKRoot + "/" + encodeKey(key) + "/" + nodes[0]
+	p := DefaultRoot + "/" + encodeKey(key) + "/" + nodes[0]
 	if _, stat, err := raw.Get(p); err != nil || stat.Version != 1 {
 		t.Fatalf("b's place right after the release: %+v %v; want it written (version 1) in the release's multi", stat, err)
 	}
@@ -70,7 +70,7 @@ func TestZooKeeperHandoff(t *testing.T) {
 // handed to it releases it, and the key is free to take.
 func TestZooKeeperHandoffNotTaken(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	ctx, key := testCtx(t), "handoff-left"
 	mustGrant(t, z, key, hold("a", time.Minute))
@@ -92,8 +92,8 @@ func TestZooKeeperHandoffNotTaken(t *testing.T) {
 // the release is a plain one and the other waiter goes first.
 func TestZooKeeperNoHandoffPastAnotherWaiter(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
-	other := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
+	other := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "handoff-order"
 	mustGrant(t, z, key, hold("a", time.Minute))
 	mustBusy(t, other, key, waiterFor("o", time.Minute))
@@ -126,7 +126,7 @@ func place(t *testing.T, raw *zk.Conn, key, id string) (string, *zk.Stat) {
 	t.Helper()
 	for _, name := range lockNodes(t, raw, key) {
 		if strings.HasPrefix(name, placePrefix(id)) {
-			p := DefaultZKRoot + "/" + encodeKey(key) + "/" + name
+			p := DefaultRoot + "/" + encodeKey(key) + "/" + name
 			_, stat, err := raw.Get(p)
 			if err != nil {
 				t.Fatal(err)
@@ -146,7 +146,7 @@ func place(t *testing.T, raw *zk.Conn, key, id string) (string, *zk.Stat) {
 func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
 	srv := zktest.Start(t)
 	var woken releases
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{Events: &woken})
+	z := newZK(t, []string{srv.Addr()}, Options{Events: &woken})
 	raw := rawZK(t, srv.Addr())
 	key := "handoff-line"
 	first := mustGrant(t, z, key, hold("a", time.Minute))
@@ -192,7 +192,7 @@ func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
 // next waiter, so that its release hands the key on.
 func TestZooKeeperClaimMakesTheNextPlace(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	key := "claim-line"
 	mustGrant(t, z, key, hold("a", time.Minute))
@@ -229,8 +229,8 @@ func (z *ZooKeeper) placeAhead(key, id string) string {
 // waiter goes first.
 func TestZooKeeperNoHandoffPastAWaiterMadeBetween(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
-	other := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
+	other := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	ctx, key := testCtx(t), "handoff-between"
 	mustGrant(t, z, key, hold("a", time.Minute))
@@ -263,7 +263,7 @@ func TestZooKeeperNoHandoffPastAWaiterMadeBetween(t *testing.T) {
 // lock and ends it at its lease.
 func TestZooKeeperUnknownClaimEndsAsALease(t *testing.T) {
 	srv := zktest.Start(t)
-	z := newZK(t, []string{srv.Addr()}, ZKOptions{})
+	z := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	key := "unknown-claim"
 	mustGrant(t, z, key, hold("a", time.Minute))

@@ -1,22 +1,10 @@
-package upstream
+package zookeeper
 
 import (
 	"sync"
 
 	"github.com/go-zookeeper/zk"
 )
-
-// Under load, the writes of many calls go to ZooKeeper together: while a
-// multi is on its way, the calls that come meanwhile wait for it and then
-// go in one multi, which ZooKeeper applies in order as one transaction.
-// One request, one log entry and one round trip then serve many locks,
-// where the recipe, in each client, pays for each. A call that comes while
-// nothing is on its way is sent at once, by its own goroutine.
-//
-// A multi is all or nothing, so a batch in which one call's op fails
-// changes nothing, and each of its calls is sent again alone to get its own
-// answer. A batch cut off by the connection gives every call that error:
-// each deals with the unknown outcome as it would alone.
 
 // maxBatch bounds the calls sent in one multi (ZooKeeper bounds a request
 // to about 1 MB; a call's ops are a few hundred bytes).

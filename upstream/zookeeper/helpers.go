@@ -1,0 +1,27 @@
+package zookeeper
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrClosed is returned by calls on a closed backend.
+var ErrClosed = errors.New("zookeeper: the backend is closed")
+
+// millis is d in whole milliseconds, rounded up; 0 for a d that is not
+// positive.
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// orDefault returns v, or def when v is the zero value (or negative).
+func orDefault[T int | string | time.Duration](v, def T) T {
+	var zero T
+	if v <= zero {
+		return def
+	}
+	return v
+}

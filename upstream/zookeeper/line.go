@@ -1,0 +1,319 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"path"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockproxy/lockproxy/engine"
+	"go.uber.org/zap"
+)
+
+// wait is the acquire of a waiter: its place becomes the lock once it is
+// the lowest, else it watches the node just before it.
+func (a *acquisition) wait(ctx context.Context) (engine.Grant, error) {
+	if g, ok := a.handedOver(); ok {
+		return g, nil
+	}
+	for range maxRounds {
+		kids, i, err := a.place(ctx)
+		if err != nil {
+			return engine.Grant{}, err
+		}
+		var g engine.Grant
+		if i == 0 {
+			g, err = a.claim(ctx, a.dir+"/"+kids[0].name)
+		} else {
+			g, err = a.behind(ctx, kids, i)
+		}
+		if !errors.Is(err, errAgain) {
+			return g, err
+		}
+	}
+	return engine.Grant{}, errContended
+}
+
+// place lists key's nodes and finds the waiter's place, kids[i], making it
+// if the waiter has none.
+func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error) {
+	for range 2 {
+		if kids, err = a.z.children(ctx, a.dir); err != nil {
+			return nil, -1, err
+		}
+		if i = firstWithPrefix(kids, placePrefix(a.h.Waiter.ID)); i >= 0 {
+			return kids, i, nil
+		}
+		if a.created != "" { // made by this call and deleted since
+			a.z.drop(ctx, a.created)
+		}
+		c, err := a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name})
+		if err != nil {
+			return nil, -1, err
+		}
+		if c.alone { // the only node, so the lowest
+			return parseChildren([]string{path.Base(c.path)}), 0, nil
+		}
+	}
+	return nil, -1, errContended
+}
+
+// claim makes the waiter's place p, the lowest node, the lock. A place is
+// at version 0 until then: a later version means an earlier call of this
+// waiter made it the lock already.
+func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error) {
+	d := a.holdData()
+	stat, err := a.claimWrite(ctx, p, d)
+	switch {
+	case err == nil:
+		return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, true)
+	case errors.Is(err, zk.ErrBadVersion):
+		return a.against(ctx, p)
+	case errors.Is(err, zk.ErrNoNode):
+		return engine.Grant{}, errAgain
+	}
+	return engine.Grant{}, err
+}
+
+// claimWrite writes the lock d into the waiter's place p, expected at
+// version 0. When this instance's next waiter, h.Next, has no place yet,
+// the same multi makes it, just behind p unless another create came
+// between (placeMade): then the release can hand it the key (handOver).
+func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.Stat, error) {
+	next := a.z.planPlace(a.key, a.h.Next)
+	if next == nil {
+		return a.z.set(ctx, p, d, 0)
+	}
+	ops := append([]any{&zk.SetDataRequest{Path: p, Data: d.encode(), Version: 0}}, next.ops(a.z)...)
+	// The caller's ctx does not cut the multi short: the place it makes is
+	// kept or swept, and should the caller be gone, Acquire drops the lock.
+	ctx, cancel := a.z.cleanupCtx(ctx)
+	defer cancel()
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	if err = multiDone(ops, res, err); err != nil {
+		next.failed(a.z, err)
+		return nil, zkErr("claim", p, err)
+	}
+	version := a.z.placeVersion(p)
+	if p == a.created {
+		version = a.version
+	}
+	next.made(a.z, a.key, res, p, version)
+	return res[0].Stat, nil
+}
+
+// behind answers a waiter whose place is kids[i], not the lowest: granted
+// again if its token holds the key already (its place goes), else refused
+// with a watch set on the node just before the place.
+func (a *acquisition) behind(ctx context.Context, kids []child, i int) (engine.Grant, error) {
+	p := a.dir + "/" + kids[i].name
+	g, err := a.against(ctx, a.dir+"/"+kids[0].name)
+	if err == nil {
+		a.z.drop(ctx, p)
+		if a.created == p {
+			a.created = ""
+		}
+		return g, nil
+	}
+	if !errors.Is(err, engine.ErrNotAcquired) {
+		return g, err
+	}
+	if werr := a.watchAhead(ctx, kids, i); werr != nil {
+		return engine.Grant{}, werr
+	}
+	return g, err
+}
+
+// watchAhead watches the node before the waiter's place kids[i] and keeps
+// the place; errAgain if that node is gone already.
+func (a *acquisition) watchAhead(ctx context.Context, kids []child, i int) error {
+	ok, err := a.z.watch(ctx, a.key, a.dir+"/"+kids[i-1].name)
+	if err == nil && !ok {
+		err = errAgain
+	}
+	if err == nil {
+		a.keep(a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name)
+	}
+	return err
+}
+
+// keep keeps the waiter's place p in line for the waiter's Keep; ahead is
+// the node just before it, "" if none.
+func (a *acquisition) keep(p, ahead string) {
+	a.kept = p
+	f := placeFacts{ahead: ahead, want: wanted(a.h.Token, a.h.TTL, a.h.Mode, a.h.Name)}
+	if p == a.created {
+		f.version = a.version
+	}
+	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f)
+}
+
+// queue gives waiter w of key a place in line, in the background after a
+// grant (Hold.Next): its watch wakes it when the key is released through
+// any instance. If the key is free already, it announces it.
+func (z *ZooKeeper) queue(key string, w engine.Waiter) {
+	ctx, cancel := z.cleanupCtx(context.Background())
+	defer cancel()
+	a := &acquisition{z: z, key: key, dir: z.dir(key), h: engine.Hold{Token: w.ID, TTL: w.TTL, Mode: w.Mode, Name: w.Name, Waiter: &w}}
+	if err := a.line(ctx); err != nil {
+		z.log.Debug("next waiter not put in line; it tries on its own", zap.String("key", key), zap.Error(err))
+	}
+	a.cleanup(ctx, true)
+}
+
+// line puts the waiter in line without taking the lock.
+func (a *acquisition) line(ctx context.Context) error {
+	for range maxRounds {
+		kids, i, err := a.place(ctx)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			a.keep(a.dir+"/"+kids[0].name, "")
+			a.z.announce(a.key)
+			return nil
+		}
+		if err := a.watchAhead(ctx, kids, i); !errors.Is(err, errAgain) {
+			return err
+		}
+	}
+	return errContended
+}
+
+// watch sets a watch on lock node p, which stands just before a waiter of
+// key in line: its deletion announces key (Events.Released). It reports false
+// when p is gone already. A node watched already is not watched twice.
+func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
+	if z.watching(p) {
+		return true, nil
+	}
+	return zkCall(ctx, func() (bool, error) { return z.setWatch(key, p) })
+}
+
+// setWatch sets a data watch on p and listens for it. GetW, unlike
+// ExistsW, leaves no watch behind when the node is gone.
+func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
+	// Counted from before it is sent: a release through this instance
+	// that the server orders after the watch must know of it (deleteHere).
+	z.mu.Lock()
+	z.watched[p]++
+	z.mu.Unlock()
+	_, _, ch, err := z.conn.GetW(p)
+	if err != nil {
+		z.unwatched(p)
+	}
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, zkErr("watch", p, err)
+	}
+	z.spawn(func() { z.listen(key, p, ch) })
+	return true, nil
+}
+
+// unwatched counts one watch on p less.
+func (z *ZooKeeper) unwatched(p string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.watched[p]--; z.watched[p] <= 0 {
+		delete(z.watched, p)
+	}
+}
+
+// listen waits for the watch on p. A deletion announces key; a change of
+// data (an extension) only renews the watch. A watch that ends with the
+// session or the backend announces nothing: the waiter's place went too,
+// and its next try says so.
+func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
+	ev := <-ch
+	z.unwatched(p)
+	switch ev.Type {
+	case zk.EventNodeDeleted:
+		if !z.deletedHere(p) {
+			z.announce(key)
+		}
+	case zk.EventNodeDataChanged:
+		if ok, err := z.setWatch(key, p); err == nil && !ok {
+			z.announce(key)
+		}
+	}
+}
+
+// maxDeleting bounds the deletions remembered for their watches; past it
+// they are forgotten, and a watch wakes a waiter for nothing.
+const maxDeleting = 4096
+
+// deleteHere notes that a release through this instance is about to
+// delete lock node p, when a waiter of this instance watches it: the
+// release wakes the waiter (Release with sent), and the watch, whose
+// event may come before the release's answer, must not wake it earlier.
+// A release that fails calls undo.
+func (z *ZooKeeper) deleteHere(p string) (undo func()) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.watched[p] == 0 {
+		return func() {}
+	}
+	if len(z.deleting) >= maxDeleting {
+		clear(z.deleting)
+	}
+	z.deleting[p] = struct{}{}
+	return func() {
+		z.mu.Lock()
+		delete(z.deleting, p)
+		z.mu.Unlock()
+	}
+}
+
+// deletedHere reports, once, whether lock node p was deleted by a release
+// through this instance (deleteHere).
+func (z *ZooKeeper) deletedHere(p string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	_, ok := z.deleting[p]
+	delete(z.deleting, p)
+	return ok
+}
+
+func (z *ZooKeeper) watching(p string) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.watched[p] > 0
+}
+
+// Leave deletes waiter's place in key's line, unless it has become the
+// lock — but a lock handed to the waiter and not taken is released. The
+// waiter behind it, watching it, is woken.
+func (z *ZooKeeper) Leave(ctx context.Context, key, waiter string) error {
+	if err := z.usable(key); err != nil {
+		return err
+	}
+	z.dropHanded(ctx, key, waiter)
+	kids, err := z.children(ctx, z.dir(key))
+	if err != nil {
+		return err
+	}
+	return z.dropPlaces(ctx, key, kids, waiter)
+}
+
+// dropPlaces deletes the places of waiter id among key's nodes kids. The
+// delete expects version 0: a place that became a lock stays.
+func (z *ZooKeeper) dropPlaces(ctx context.Context, key string, kids []child, id string) error {
+	dir, prefix := z.dir(key), placePrefix(id)
+	var errs []error
+	for _, c := range kids {
+		if !strings.HasPrefix(c.name, prefix) {
+			continue
+		}
+		p := dir + "/" + c.name
+		switch err := z.delete(ctx, p, 0); {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			z.forget(p)
+		case !errors.Is(err, zk.ErrBadVersion):
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
