@@ -138,8 +138,3 @@ func Recognize(src []byte) (*Script, error) {
 	}
 	return nil, &UnknownError{}
 }
-
-// Catalog lists every known script, in a fixed order.
-func Catalog() []*Script {
-	return append([]*Script(nil), catalog...)
-}

@@ -122,9 +122,6 @@ func (r *Redlock) pending(key, token string) pendingAcquire {
 	return r.inflight[grantID{key, token}]
 }
 
-// Quorum is the number of nodes that must agree.
-func (r *Redlock) Quorum() int { return r.quorum }
-
 // drift is the clock-drift allowance for a lease of ttl.
 func (r *Redlock) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*r.cfg.DriftFactor) + r.cfg.DriftFixed

@@ -218,13 +218,6 @@ func (n *RedisNode) Acquire(ctx context.Context, key string, h engine.Hold) (quo
 	return r.Claim, r.Err
 }
 
-// Commit runs commit.lua: raise the fencing counter to at least fence and
-// record fence on the lock if token holds it.
-func (n *RedisNode) Commit(ctx context.Context, key, token string, fence int64) (bool, error) {
-	r := n.do(ctx, &quorum.Op{Kind: quorum.OpCommit, Key: key, Token: token, Fence: fence})
-	return r.OK, r.Err
-}
-
 // Extend runs extend.lua: reset the TTL (rounded up to whole milliseconds)
 // of key if token holds it — a zero ttl reuses the lock's own — and record
 // mode unless it is empty. It returns the TTL applied, 0 if not held.
