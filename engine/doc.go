@@ -1,8 +1,12 @@
 // Package engine is the lock engine: it owns the locks this lockproxy instance
 // grants, the per-connection owners of connection-bound locks and their
-// watchdog renewal, and the accounting of locks it learns were lost.
+// watchdog renewal, the waiting line in this instance, and the accounting of
+// locks it learns were lost. It declares the domain errors that reach
+// clients (commands/errors.go words them).
 //
 // It talks to the store through the small Backend interface (Redlock over
-// Redis nodes, later ZooKeeper) and knows nothing of RESP: commands/ parses
-// requests and calls the engine; the engine never writes to a client.
+// Redis nodes in quorum/, ZooKeeper in upstream/zookeeper), and a backend
+// talks back through one interface, Events, which the engine hands it when
+// it is built (New). It knows nothing of RESP: commands/ parses requests and
+// calls the engine; the engine never writes to a client.
 package engine

@@ -9,8 +9,11 @@
 //
 // It also keeps the doors as Redis does: protected mode (no password: only
 // loopback clients), HTTP requests closed at their first line (POST,
-// Host:), optional TLS on the listener, CLIENT KILL, and log lines about
-// refused connections bounded in number.
+// Host:), optional TLS on the listener, ACL-style users (AUTH user pass,
+// NOPERM), limits before AUTH and an auth timeout, an idle timeout, a byte
+// budget shared by all connections, CLIENT KILL, and log lines about
+// refused connections bounded in number. A Route hook, when set, takes the
+// commands that go to a data Redis (passthrough/) before the Table.
 //
 // It knows nothing of locks: commands/ registers the lock commands in the
 // Table and learns of connections opening, resetting and closing through
