@@ -14,7 +14,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/lockproxy/lockproxy/instance.Version=${VERSION}" -o /out/lockproxy ./cmd/lockproxy
+RUN GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/lockproxy/lockproxy/instance.Version=${VERSION}" -o /out/lockproxy ./cmd/lockproxy
 
 FROM scratch
 COPY --from=build /out/lockproxy /lockproxy
