@@ -113,14 +113,16 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
+		w := in.nodeSet.add(a)
 		opts := upstream.RedisOptions{
 			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: tlsc,
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
+			Observe: w.record,
 		}
 		in.nodes = append(in.nodes, opts)
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
-		nodes[i] = in.nodeSet.watch(n)
+		w.Node, nodes[i] = n, n
 	}
 	in.backendAddr = addrs
 	in.nodeSet.start()

@@ -24,8 +24,9 @@ const (
 	probeKey     = "lockproxy:health"
 )
 
-// watchedNode is a quorum.Node that records what its node does: latency
-// and errors of every call, and whether its last health probe answered.
+// watchedNode is one Redis node as the health view sees it: latency and
+// errors of every call (record, the node's RedisOptions.Observe), and
+// whether its last health probe answered.
 type watchedNode struct {
 	quorum.Node
 	set *nodeSet
@@ -33,20 +34,6 @@ type watchedNode struct {
 	mu      sync.Mutex
 	up      bool
 	lastErr string
-}
-
-var _ quorum.Node = (*watchedNode)(nil)
-
-// Do forwards op and records the reply on its way back.
-func (n *watchedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
-	start := time.Now()
-	mine := make(chan quorum.Reply, 1)
-	n.Node.Do(ctx, op, tag, mine)
-	go func() {
-		r := <-mine // the node delivers exactly one reply
-		n.record(time.Since(start), r.Err)
-		done <- r
-	}()
 }
 
 // record counts one call's latency and, if it failed, its error's kind. A
@@ -153,10 +140,11 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 	}
 }
 
-// watch wraps node; nodes start as up until a probe says otherwise.
-func (s *nodeSet) watch(node quorum.Node) quorum.Node {
-	n := &watchedNode{Node: node, set: s, up: true}
-	s.up.WithLabelValues(n.String()).Set(1)
+// add watches the node at addr; its Node is set once the node is built
+// with Observe: record. Nodes start as up until a probe says otherwise.
+func (s *nodeSet) add(addr string) *watchedNode {
+	n := &watchedNode{set: s, up: true}
+	s.up.WithLabelValues(addr).Set(1)
 	s.nodes = append(s.nodes, n)
 	return n
 }

@@ -18,10 +18,21 @@ type call struct {
 	op   *quorum.Op
 	tag  int
 	done chan<- quorum.Reply // has room for the reply: delivering never blocks
+	// observe, when set, is told how long the call took (RedisOptions.Observe).
+	observe func(time.Duration, error)
+	start   time.Time
 }
 
 // fail answers the call with err.
-func (c *call) fail(err error) { c.done <- quorum.Reply{Tag: c.tag, Err: err} }
+func (c *call) fail(err error) { c.deliver(quorum.Reply{Tag: c.tag, Err: err}) }
+
+// deliver hands r to the caller, after telling the observer.
+func (c *call) deliver(r quorum.Reply) {
+	if c.observe != nil {
+		c.observe(time.Since(c.start), r.Err)
+	}
+	c.done <- r
+}
 
 // answer decodes the node's raw reply to the call's operation.
 func (c *call) answer(v any, err error) {
@@ -29,7 +40,7 @@ func (c *call) answer(v any, err error) {
 	if err == nil {
 		r.Err = decode(c.op.Kind, v, &r)
 	}
-	c.done <- r
+	c.deliver(r)
 }
 
 // callErr is the error of a call that got its result: the caller's context

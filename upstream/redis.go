@@ -49,6 +49,10 @@ type RedisOptions struct {
 	// Timeout caps one round trip to the node, whatever the callers'
 	// deadlines; default 5s.
 	Timeout time.Duration
+	// Observe, when set, is told of every call of Do once it is answered or
+	// fails: how long it took and its error. It runs on the goroutine that
+	// delivers the reply, so it must be quick.
+	Observe func(took time.Duration, err error)
 }
 
 func (o RedisOptions) withDefaults() RedisOptions {
@@ -112,6 +116,7 @@ type RedisNode struct {
 
 	roundTrips atomic.Uint64
 	sent       atomic.Uint64
+	observe    func(time.Duration, error) // RedisOptions.Observe
 }
 
 // NewRedisNode connects lazily to the node at o.Addr and starts its pipeline
@@ -127,6 +132,7 @@ func NewRedisNode(o RedisOptions) *RedisNode {
 		client:   redis.NewClient(o.clientOptions()),
 		calls:    make(chan *call, o.Pipelines*o.MaxBatch),
 		done:     make(chan struct{}),
+		observe:  o.Observe,
 	}
 	for range o.Pipelines {
 		n.workers.Go(n.work)
@@ -171,7 +177,10 @@ func (n *RedisNode) Stats() Stats {
 // stuck), the call waits for room in a goroutine of its own, so that a
 // fan-out never waits on one node before sending to the others.
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
-	c := &call{ctx: ctx, op: op, tag: tag, done: done}
+	c := &call{ctx: ctx, op: op, tag: tag, done: done, observe: n.observe}
+	if c.observe != nil {
+		c.start = time.Now()
+	}
 	n.mu.RLock()
 	if n.closed {
 		n.mu.RUnlock()
