@@ -22,6 +22,9 @@ import (
 // validity; otherwise every node is rolled back. README.md ("Fencing
 // tokens") explains why the fence strictly increases.
 func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
+	if err := r.checkLease(h.TTL); err != nil {
+		return engine.Grant{}, err
+	}
 	start := time.Now()
 	attempt := engine.NewToken()
 	c, err := r.claim(ctx, key, h, attempt)
@@ -148,6 +151,9 @@ func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, tt
 // when so many nodes said so that no majority can hold the lock; answers
 // that do not decide it give an engine.UnknownOutcomeError.
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
+	if err := r.checkLease(ttl); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)

@@ -25,7 +25,8 @@ type flight struct {
 // for: once every other node has answered, a majority of them without
 // error, decide gets ErrSuspected for it (its real answer, if it came
 // first, counts instead). Without such a majority, only the suspects can
-// still make one, and they are waited for.
+// still make one, and they are waited for. An answer the restart rule does
+// not count (restart.go) reaches decide as ErrNotCounted.
 //
 // All calls share one context, detached from ctx's cancellation, bounded
 // by timeout and ended by Close: calls still running when fanout returns finish in the
@@ -52,6 +53,9 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 		select {
 		case rep := <-f.replies:
 			f.note(rep)
+			if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
+				rep.Err = ErrNotCounted // a restarted node on probation: as if silent
+			}
 			if suspects&(1<<rep.Tag) == 0 {
 				awaited--
 			}

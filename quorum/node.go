@@ -66,7 +66,35 @@ const (
 	// OpLeave takes the waiter named Token out of Key's line and announces
 	// it. Reply: OK (it was in line).
 	OpLeave
+	// OpStatus reads what the node says of its own process and data (see
+	// Status), without changing anything. Reply: Status.
+	OpStatus
+	// OpFloor raises the node's fence floor — below which no fencing
+	// counter on the node counts — and its largest counter to at least
+	// Fence, and records Token (the node's run id) as the process whose
+	// counters were raised. Reply: OK.
+	OpFloor
 )
+
+// Status is what a node says of itself: enough to tell that it restarted
+// and whether a restart can have lost what it held.
+type Status struct {
+	// RunID names the node's process; it changes on every restart.
+	RunID string
+	// Uptime is how long the process has run, in whole seconds (rounded
+	// down).
+	Uptime time.Duration
+	// Durable is true when the node is verified to write every change to
+	// disk before it answers (appendonly yes, appendfsync always), so that
+	// a restart loses nothing. False when it is not, or cannot be read.
+	Durable bool
+	// Vetted is the run id recorded by the last OpFloor ("" for none): the
+	// process whose fencing counters were raised.
+	Vetted string
+	// FenceMax is the largest fencing counter the node holds, over every
+	// key and its fence floor.
+	FenceMax int64
+}
 
 // Op is one operation, sent alike to every node of a fan-out. Nodes must
 // not modify it.
@@ -74,7 +102,7 @@ type Op struct {
 	Kind  OpKind
 	Key   string
 	Hold  engine.Hold // OpAcquire
-	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave
+	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave; the run id, for OpFloor
 	// Rollback marks an OpRelease that undoes a failed acquire: the token
 	// keeps its place in the key's line. A release by the holder gives up
 	// the token's place on every node.
@@ -96,19 +124,24 @@ type Op struct {
 	// Key, which that instance wakes itself: a node need not announce the
 	// release when it is the only one in line.
 	Next  string
-	Fence int64         // OpCommit
+	Fence int64         // OpCommit, OpFloor
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend
 }
 
 // Reply is one node's answer to an Op.
 type Reply struct {
-	Tag   int // the tag the caller gave Do
-	Claim Claim
-	OK    bool
-	TTL   time.Duration
-	Entry Entry
-	Err   error
+	Tag    int // the tag the caller gave Do
+	Claim  Claim
+	OK     bool
+	TTL    time.Duration
+	Entry  Entry
+	Status Status // OpStatus
+	// Incarnation is the run id of the node process that answered, when
+	// the node knows it ("" otherwise). The restart rule counts an answer
+	// only from the process it has vetted.
+	Incarnation string
+	Err         error
 }
 
 // Node is one independent Redis node as the Redlock algorithm sees it.

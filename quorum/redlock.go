@@ -38,6 +38,23 @@ type Config struct {
 	DriftFactor float64
 	// DriftFixed is added to the drift allowance (default 2ms).
 	DriftFixed time.Duration
+	// MaxLease turns on Redlock's restart rule (see restart.go) when
+	// positive: it is the longest lease any lockproxy sharing the nodes
+	// grants or renews, and Acquire and Extend refuse a longer TTL
+	// (ErrLeaseTooLong), so that it bounds every lease a node can have
+	// held. A node that restarted without verified fsync is not counted
+	// until MaxLease (and drift) after its start, and until its fencing
+	// counters were raised. Zero: every answer counts, as if every node
+	// kept every write across restarts.
+	MaxLease time.Duration
+	// StatusEvery is how often the nodes' run ids, uptimes and durability
+	// are read under the restart rule (default 1s); an answer from a
+	// process not yet vetted triggers a read at once.
+	StatusEvery time.Duration
+	// OnTrust, when set, is told when the restart rule stops or starts
+	// counting node i, and why. It must be quick; it runs on the goroutine
+	// that watches the nodes.
+	OnTrust func(i int, counted bool, why string)
 }
 
 // Redlock takes locks on a majority of independent nodes. It implements
@@ -54,6 +71,8 @@ type Redlock struct {
 
 	mu       sync.Mutex
 	inflight map[grantID]pendingAcquire // grants whose acquires beyond the quorum are still in flight
+
+	trust *trust // nil: the restart rule is off (Config.MaxLease zero)
 }
 
 type grantID struct{ key, token string }
@@ -78,6 +97,9 @@ func New(nodes []Node, cfg Config) *Redlock {
 	q := len(nodes)/2 + 1
 	r := &Redlock{nodes: nodes, quorum: q, cfg: cfg, health: newHealth(len(nodes), q), inflight: map[grantID]pendingAcquire{}}
 	r.life, r.stop = context.WithCancel(context.Background())
+	if cfg.MaxLease > 0 {
+		r.startTrust()
+	}
 	return r
 }
 

@@ -34,9 +34,10 @@ func (c *call) deliver(r quorum.Reply) {
 	c.done <- r
 }
 
-// answer decodes the node's raw reply to the call's operation.
-func (c *call) answer(v any, err error) {
-	r := quorum.Reply{Tag: c.tag, Err: err}
+// answer decodes the node's raw reply to the call's operation, answered by
+// the node process inc (RedisNode.Incarnation).
+func (c *call) answer(v any, err error, inc string) {
+	r := quorum.Reply{Tag: c.tag, Err: err, Incarnation: inc}
 	if err == nil {
 		r.Err = decode(c.op.Kind, v, &r)
 	}
@@ -105,20 +106,42 @@ func (n *RedisNode) run(batch []*call) {
 	}
 	ctx, cancel := n.batchContext(batch)
 	defer cancel()
+	batch = n.statuses(ctx, batch)
+	if len(batch) == 0 {
+		return
+	}
 	var missing []*call
-	for i, cmd := range n.send(ctx, batch, false) {
+	cmds := n.send(ctx, batch, false)
+	inc := n.Incarnation() // read after the replies: see RedisNode.incarnation
+	for i, cmd := range cmds {
 		if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
 			missing = append(missing, batch[i])
 		} else {
-			batch[i].answer(cmd.Val(), err)
+			batch[i].answer(cmd.Val(), err, inc)
 		}
 	}
 	if len(missing) == 0 {
 		return
 	}
-	for i, cmd := range n.send(ctx, missing, true) {
-		missing[i].answer(cmd.Val(), typed(cmd.Err()))
+	cmds = n.send(ctx, missing, true)
+	inc = n.Incarnation()
+	for i, cmd := range cmds {
+		missing[i].answer(cmd.Val(), typed(cmd.Err()), inc)
 	}
+}
+
+// statuses answers the batch's status reads, each in a pipeline of its
+// own (they are rare: one a second per Redlock), and returns the others.
+func (n *RedisNode) statuses(ctx context.Context, batch []*call) []*call {
+	kept := batch[:0]
+	for _, c := range batch {
+		if c.op.Kind == quorum.OpStatus {
+			n.status(ctx, c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept
 }
 
 // live answers with their context's error the calls whose callers gave up

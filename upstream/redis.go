@@ -3,6 +3,9 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,6 +120,14 @@ type RedisNode struct {
 	roundTrips atomic.Uint64
 	sent       atomic.Uint64
 	observe    func(time.Duration, error) // RedisOptions.Observe
+
+	// incarnation is the run id of the node process that the newest
+	// connection reached (read by INFO when it was opened). A restart
+	// closes every connection, so a pipeline that got its replies got them
+	// from this process, or from one before it whose connections no
+	// longer answer — a reply is then marked as the newer process's, which
+	// the restart rule only counts once it vetted it.
+	incarnation atomic.Pointer[string]
 }
 
 // NewRedisNode connects lazily to the node at o.Addr and starts its pipeline
@@ -129,11 +140,13 @@ func NewRedisNode(o RedisOptions) *RedisNode {
 		released: releasedChannel(o.Prefix),
 		maxBatch: o.MaxBatch,
 		timeout:  o.Timeout,
-		client:   redis.NewClient(o.clientOptions()),
 		calls:    make(chan *call, o.Pipelines*o.MaxBatch),
 		done:     make(chan struct{}),
 		observe:  o.Observe,
 	}
+	copts := o.clientOptions()
+	copts.OnConnect = n.onConnect
+	n.client = redis.NewClient(copts)
 	for range o.Pipelines {
 		n.workers.Go(n.work)
 	}
@@ -255,10 +268,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		keys := []string{lock, n.prefix + "fence:" + op.Key, line, deadlines, n.prefix + "undone:" + op.Attempt}
+		keys := []string{lock, n.prefix + "fence:" + op.Key, line, deadlines, n.prefix + "undone:" + op.Attempt,
+			n.prefix + "fence-floor", n.prefix + "fence-max"}
 		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
-		return commitScript, []string{lock, n.prefix + "fence:" + op.Key}, []any{op.Token, op.Fence}
+		return commitScript, []string{lock, n.prefix + "fence:" + op.Key, n.prefix + "fence-max"}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
 		return extendScript, []string{lock}, []any{op.Token, millis(op.TTL), string(op.Mode)}
 	case quorum.OpRelease:
@@ -272,6 +286,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
+	case quorum.OpFloor:
+		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted"}, []any{op.Fence, op.Token}
 	default:
 		return inspectScript, []string{lock}, nil
 	}
@@ -321,4 +337,88 @@ func millis(d time.Duration) int64 {
 func (n *RedisNode) leave(ctx context.Context, key, waiter string) (bool, error) {
 	r := n.do(ctx, &quorum.Op{Kind: quorum.OpLeave, Key: key, Token: waiter})
 	return r.OK, r.Err
+}
+
+// onConnect reads the run id of the process a new connection reached,
+// before the connection carries any call: the restart rule counts a reply
+// only from the process it vetted (quorum/restart.go). A node that does not
+// answer INFO (a renamed command) gets no incarnation, and the rule never
+// counts it; a connection that fails the read is not used.
+func (n *RedisNode) onConnect(ctx context.Context, cn *redis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		info = ""
+	case err != nil:
+		return err
+	}
+	id := infoField(info, "run_id")
+	n.incarnation.Store(&id)
+	return nil
+}
+
+// Incarnation is the run id of the node process the newest connection
+// reached ("" before the first connection or when INFO is refused).
+func (n *RedisNode) Incarnation() string {
+	if p := n.incarnation.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// infoField is the value of field in an INFO reply, "" when absent.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// status reads what the node says of itself (quorum.OpStatus) in one
+// pipeline: INFO server for the run id and uptime, CONFIG GET for
+// appendonly and appendfsync (durable only when both read yes and always;
+// a CONFIG that fails is not verified), and the vetted run id and largest
+// counter that the scripts keep.
+func (n *RedisNode) status(ctx context.Context, c *call) {
+	pipe := n.client.Pipeline()
+	info := pipe.Info(ctx, "server")
+	aof := pipe.ConfigGet(ctx, "appendonly")
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	vetted := pipe.Get(ctx, n.prefix+"vetted")
+	top := pipe.Get(ctx, n.prefix+"fence-max")
+	n.roundTrips.Add(1)
+	_, _ = pipe.Exec(ctx)
+	r := quorum.Reply{Tag: c.tag, Incarnation: n.Incarnation()}
+	defer func() { c.deliver(r) }()
+	if err := info.Err(); err != nil {
+		r.Err = err
+		return
+	}
+	s := &r.Status
+	s.RunID = infoField(info.Val(), "run_id")
+	up, err := strconv.ParseInt(infoField(info.Val(), "uptime_in_seconds"), 10, 64)
+	if s.RunID == "" || err != nil {
+		r.Err = badReply("INFO server", info.Val())
+		return
+	}
+	s.Uptime = time.Duration(up) * time.Second
+	s.Durable = aof.Err() == nil && fsync.Err() == nil && aof.Val()["appendonly"] == "yes" && fsync.Val()["appendfsync"] == "always"
+	for _, cmd := range []*redis.StringCmd{vetted, top} {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			r.Err = err
+			return
+		}
+	}
+	s.Vetted = vetted.Val()
+	if v := top.Val(); v != "" {
+		f, err := strconv.ParseFloat(v, 64) // written by Lua: may read 1e+15
+		if err != nil {
+			r.Err = badReply("GET fence-max", v)
+			return
+		}
+		s.FenceMax = int64(f)
+	}
 }

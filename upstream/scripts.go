@@ -31,6 +31,8 @@ var (
 	inspectLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/floor.lua
+	floorLua string
 )
 
 var (
@@ -40,6 +42,7 @@ var (
 	releaseScript = newScript("release", releaseLua)
 	inspectScript = newScript("inspect", inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
+	floorScript   = newScript("floor", floorLua)
 
-	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript}
+	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript}
 )

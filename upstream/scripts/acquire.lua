@@ -18,11 +18,15 @@
 -- fresh acquire (SET NX: refused even when the token already holds the key,
 -- since legacy values need not be unique), '' for an acquire that may be
 -- retried by the holder.
+-- KEYS[6] the node's fence floor (raised when a node that restarted without
+-- fsync rejoins: no counter on the node counts below it), KEYS[7] the
+-- largest counter on the node (raised with every counter, so that a node
+-- that rejoins learns the floor from the others).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
 -- The hash keeps the ttl so that a renewal without one reuses it.
-local counter = tonumber(redis.call('GET', KEYS[2])) or 0
+local counter = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(redis.call('GET', KEYS[6])) or 0)
 if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
   return {0, counter, 0}
 end
@@ -60,6 +64,9 @@ else
     end
     counter = counter + 1
     redis.call('SET', KEYS[2], counter)
+    if counter > (tonumber(redis.call('GET', KEYS[7])) or 0) then
+      redis.call('SET', KEYS[7], counter)
+    end
     redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, counter, counter}
