@@ -1,7 +1,10 @@
 // Package quorum is the Redlock algorithm as pure logic over a small Node
 // interface: parallel fan-out with a per-node timeout, a majority quorum,
 // validity = ttl - elapsed - drift, rollback on every node after a failed
-// attempt, and fencing tokens that strictly increase per key.
+// attempt, and fencing tokens that strictly increase per key. It enforces
+// Redlock's restart rule (restart.go): a node that restarted without
+// verified fsync is not counted until every lease it may have held has
+// expired and its fencing counters have been raised.
 //
 // It does no I/O of its own: upstream/ implements Node over real Redis
 // nodes, and tests implement it with fault-injecting fakes. It must not know
