@@ -71,7 +71,12 @@ type RedlockConfig struct {
 	PoolSize      int      `toml:"pool_size"`       // connections per node; 0 = go-redis default
 	Pipelines     int      `toml:"pipelines"`       // concurrent pipelines per node
 	MaxBatch      int      `toml:"max_batch"`       // most scripts in one pipeline
-	TLS           NodeTLS  `toml:"tls"`             // TLS to the nodes
+	// MaxLeaseMS is the longest lease any lockproxy sharing the nodes grants
+	// or renews (longer TTLs are refused), and so how long a node that
+	// restarted without verified fsync is not counted; 0 turns the restart
+	// rule off (quorum.Config.MaxLease).
+	MaxLeaseMS int     `toml:"max_lease_ms"`
+	TLS        NodeTLS `toml:"tls"` // TLS to the nodes
 }
 
 // ZooKeeperConfig configures the zookeeper backend.
@@ -129,6 +134,7 @@ func Default() Config {
 			KeyPrefix:     "lockproxy:",
 			Pipelines:     1,
 			MaxBatch:      128,
+			MaxLeaseMS:    3600 * 1000,
 		},
 		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000},
 		Embedded:  EmbeddedConfig{Nodes: 3},
@@ -179,6 +185,9 @@ func (c Config) Validate() error {
 	case "redlock":
 		if len(c.Redlock.Nodes) == 0 {
 			return fmt.Errorf("backend redlock needs redlock.nodes (or --nodes)")
+		}
+		if m := c.Redlock.MaxLeaseMS; m > 0 && c.Locks.BoundLeaseMS > m {
+			return fmt.Errorf("locks.bound_lease_ms (%d) must not exceed redlock.max_lease_ms (%d)", c.Locks.BoundLeaseMS, m)
 		}
 	case "zookeeper":
 		if len(c.ZooKeeper.Servers) == 0 {

@@ -110,10 +110,15 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 			"they vanish when lockproxy stops. For development only: configure backend = \"redlock\" for real use.")
 	}
 	rc := in.cfg.Redlock
+	// Embedded nodes live and die with this process: none restarts alone.
+	maxLease := ms(rc.MaxLeaseMS)
+	if in.cfg.BackendName() == "embedded" {
+		maxLease = 0
+	}
 	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
 	for i, a := range addrs {
-		w := in.nodeSet.add(a)
+		w := in.nodeSet.add(a, maxLease == 0)
 		opts := upstream.RedisOptions{
 			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: tlsc,
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
@@ -131,6 +136,8 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
 		DriftFixed:  ms(rc.DriftFixedMS),
+		MaxLease:    maxLease,
+		OnTrust:     in.nodeSet.trust,
 	})
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
 	in.subscribe(ev)

@@ -34,6 +34,10 @@ type watchedNode struct {
 	mu      sync.Mutex
 	up      bool
 	lastErr string
+	// counted is whether the restart rule counts the node's answers
+	// (quorum.Config.OnTrust), and why not.
+	counted    bool
+	notCounted string
 }
 
 // record counts one call's latency and, if it failed, its error's kind. A
@@ -109,6 +113,32 @@ func (n *watchedNode) state() (bool, string) {
 	return n.up, n.lastErr
 }
 
+// counts is whether the restart rule counts the node, and why not.
+func (n *watchedNode) counts() (bool, string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.counted, n.notCounted
+}
+
+// trust is quorum.Config.OnTrust: the restart rule stopped or started
+// counting node i. Both are logged as warnings: a restart without fsync
+// costs the quorum a node for up to redlock.max_lease_ms.
+func (s *nodeSet) trust(i int, counted bool, why string) {
+	n := s.nodes[i]
+	n.mu.Lock()
+	n.counted, n.notCounted = counted, ""
+	if !counted {
+		n.notCounted = why
+	}
+	n.mu.Unlock()
+	s.counted.WithLabelValues(n.String()).Set(b2f(counted))
+	if counted {
+		s.log.Warn("redis node counted again", zap.String("node", n.String()), zap.String("why", why))
+	} else {
+		s.log.Warn("redis node restarted: not counted toward any grant or fence", zap.String("node", n.String()), zap.String("why", why))
+	}
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
@@ -121,6 +151,7 @@ type nodeSet struct {
 	nodes   []*watchedNode
 	log     *zap.Logger
 	up      *prometheus.GaugeVec
+	counted *prometheus.GaugeVec
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 	stop    context.CancelFunc
@@ -132,6 +163,8 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 		log: log,
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "lockproxy", Name: "node_up",
 			Help: "1 when the Redis node answered its last health probe (every second), else 0."}, []string{"node"}),
+		counted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "lockproxy", Name: "node_counted",
+			Help: "1 when the Redis node's answers count toward grants and fences; 0 while it is not counted after a restart without verified fsync (redlock.max_lease_ms)."}, []string{"node"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lockproxy", Name: "node_request_duration_seconds",
 			Help:    "Time a Redis node took to answer one operation (or to fail).",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"node"}),
@@ -141,10 +174,16 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 }
 
 // add watches the node at addr; its Node is set once the node is built
-// with Observe: record. Nodes start as up until a probe says otherwise.
-func (s *nodeSet) add(addr string) *watchedNode {
-	n := &watchedNode{set: s, up: true}
+// with Observe: record. Nodes start as up until a probe says otherwise,
+// and as counted unless the restart rule is on (counted false) and has yet
+// to vet them.
+func (s *nodeSet) add(addr string, counted bool) *watchedNode {
+	n := &watchedNode{set: s, up: true, counted: counted}
+	if !counted {
+		n.notCounted = "not yet vetted by the restart rule"
+	}
 	s.up.WithLabelValues(addr).Set(1)
+	s.counted.WithLabelValues(addr).Set(b2f(counted))
 	s.nodes = append(s.nodes, n)
 	return n
 }
@@ -186,13 +225,19 @@ func (s *nodeSet) probe(ctx context.Context) {
 	wg.Wait()
 }
 
-// health is how many nodes answer, the quorum, and a line per node down.
+// health is how many nodes answer and count, the quorum, and a line per
+// node down or not counted (the restart rule).
 func (s *nodeSet) health() (up, quorum int, down []string) {
 	for _, n := range s.nodes {
-		if ok, why := n.state(); ok {
-			up++
-		} else {
+		ok, why := n.state()
+		counted, notCounted := n.counts()
+		switch {
+		case !ok:
 			down = append(down, n.String()+": "+why)
+		case !counted:
+			down = append(down, n.String()+": not counted: "+notCounted)
+		default:
+			up++
 		}
 	}
 	return up, len(s.nodes)/2 + 1, down
@@ -205,12 +250,16 @@ func (s *nodeSet) info() string {
 	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\n", len(s.nodes), up, q, s.status())
 	for i, n := range s.nodes {
 		ok, why := n.state()
+		counted, notCounted := n.counts()
 		state := "up"
-		if !ok {
+		switch {
+		case !ok:
 			state = "down"
+		case !counted:
+			state, why = "not_counted", notCounted
 		}
 		fmt.Fprintf(&b, "node%d:addr=%s,state=%s", i, n.String(), state)
-		if !ok {
+		if state != "up" {
 			fmt.Fprintf(&b, ",error=%s", strings.NewReplacer("\r", " ", "\n", " ", ",", ";").Replace(why))
 		}
 		b.WriteString("\r\n")
@@ -234,5 +283,5 @@ func (s *nodeSet) status() string {
 
 // collectors are the per-node series for /metrics.
 func (s *nodeSet) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.up, s.latency, s.errors}
+	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors}
 }

@@ -155,3 +155,53 @@ func TestPausedNodeVisible(t *testing.T) {
 		return code == 200 && strings.HasPrefix(body, "ready")
 	})
 }
+
+// TestRestartRuleVisible: with the restart rule on, a node without fsync
+// that started less than redlock.max_lease_ms ago is not counted, and says
+// so in INFO nodes, /readyz, /metrics and the log, while the two nodes
+// verified durable carry the quorum; with one of those down, LOCK gets
+// NOQUORUM naming the node not counted. A TTL above max_lease_ms is refused.
+func TestRestartRuleVisible(t *testing.T) {
+	nodes := redistest.StartN(t, 2, redistest.Options{AppendFsyncAlways: true})
+	nodes = append(nodes, redistest.Start(t, redistest.Options{}))
+	cfg := testConfig(nodes)
+	cfg.Redlock.MaxLeaseMS = 60000
+	cfg.MetricsListen = "127.0.0.1:0"
+	core, logs := observer.New(zap.InfoLevel)
+	in, err := instance.Start(cfg, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Shutdown(t.Context()) })
+	c := newClient(t, in.Addr(), 2)
+	metrics := func() string { _, b := httpGet(t, in.MetricsAddr(), "/metrics"); return b }
+	infoNodes := func() string { return c.Do(t.Context(), "INFO", "nodes").String() }
+	fresh := nodes[2].Addr()
+
+	eventually(t, 20*time.Second, "the node without fsync not counted, the others counted", func() bool {
+		m := metrics()
+		return metricValue(m, `lockproxy_node_counted{node="`+fresh+`"}`) == 0 &&
+			metricValue(m, `lockproxy_node_counted{node="`+nodes[0].Addr()+`"}`) == 1 &&
+			metricValue(m, `lockproxy_node_counted{node="`+nodes[1].Addr()+`"}`) == 1
+	})
+	if s := infoNodes(); !strings.Contains(s, "addr="+fresh+",state=not_counted,error=") || !strings.Contains(s, "status:degraded") {
+		t.Fatalf("INFO nodes: %s", s)
+	}
+	if code, body := httpGet(t, in.MetricsAddr(), "/readyz"); code != 200 || !strings.HasPrefix(body, "degraded") || !strings.Contains(body, fresh+": not counted") {
+		t.Fatalf("/readyz: %d %q", code, body)
+	}
+	if n := logs.FilterMessage("redis node restarted: not counted toward any grant or fence").FilterField(zap.String("node", fresh)).Len(); n != 1 {
+		t.Fatalf("%d warnings for the node not counted, want 1", n)
+	}
+	mustLock(t, c, uniqueKey(t), "PX", 5000)
+	if err := c.Do(t.Context(), "LOCK", uniqueKey(t), "PX", 60001).Err(); err == nil || !strings.Contains(err.Error(), "max_lease_ms") {
+		t.Fatalf("LOCK beyond max_lease_ms: %v", err)
+	}
+	if err := nodes[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Do(t.Context(), "LOCK", uniqueKey(t), "PX", 5000).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM") || !strings.Contains(err.Error(), fresh+": restarted: not counted") {
+		t.Fatalf("LOCK with one durable node down and the other not counted: %v", err)
+	}
+}

@@ -130,6 +130,7 @@ func (c Config) intRanges() []intRange {
 		{"redlock.pool_size", c.Redlock.PoolSize, 0, 10000},
 		{"redlock.pipelines", c.Redlock.Pipelines, 1, 1000},
 		{"redlock.max_batch", c.Redlock.MaxBatch, 1, 100000},
+		{"redlock.max_lease_ms", c.Redlock.MaxLeaseMS, 0, 30 * 24 * hour},
 		{"zookeeper.session_timeout_ms", c.ZooKeeper.SessionTimeoutMS, 1, hour},
 		{"embedded.nodes", c.Embedded.Nodes, 1, 99},
 		{"locks.bound_lease_ms", c.Locks.BoundLeaseMS, 1, 24 * hour},

@@ -50,7 +50,9 @@ func readUntilServing(t *testing.T, args string, env ...string) []logLine {
 // warns that two nodes tolerate no failure, and names the version, the
 // backend and its nodes; clients need the file's password.
 func TestStartupLogAndPasswordFile(t *testing.T) {
-	nodes := redistest.StartN(t, 2, redistest.Options{})
+	// appendfsync always: the restart rule counts fresh nodes without fsync only
+	// a max_lease_ms after their start.
+	nodes := redistest.StartN(t, 2, redistest.Options{AppendFsyncAlways: true})
 	addrs := []string{nodes[0].Addr(), nodes[1].Addr()}
 	pwFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {

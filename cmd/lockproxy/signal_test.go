@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 // redis-servers: on SIGTERM it releases its connection-bound locks on the
 // nodes and exits 0.
 func TestSIGTERMDrains(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
+	// appendfsync always: the restart rule counts fresh nodes without fsync only
+	// a max_lease_ms after their start.
+	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
 		addrs[i] = n.Addr()
