@@ -30,6 +30,46 @@ type fakeNode struct {
 	// connection the caller dropped; resume applies them.
 	paused bool
 	queued []func()
+	// What the restart rule reads (OpStatus) and writes (OpFloor); see
+	// restartEmpty. run also marks every reply (Reply.Incarnation).
+	run     string
+	uptime  time.Duration
+	durable bool
+	vetted  string
+	floor   int64
+}
+
+// restartEmpty restarts the node as a Redis without persistence does: a
+// new run id, no uptime, and nothing it held before.
+func (f *fakeNode) restartEmpty(run string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.run, f.uptime, f.vetted, f.floor = run, 0, "", 0
+	f.entries, f.counter, f.undone = map[string]*fakeEntry{}, map[string]int64{}, map[string]bool{}
+}
+
+// status answers OpStatus, and floor OpFloor.
+func (f *fakeNode) status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	top := f.floor
+	for _, c := range f.counter {
+		top = max(top, c)
+	}
+	return Status{RunID: f.run, Uptime: f.uptime, Durable: f.durable, Vetted: f.vetted, FenceMax: top}
+}
+
+// raised is the node's fence floor and the run id it was raised for.
+func (f *fakeNode) raised() (int64, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.floor, f.vetted
+}
+
+func (f *fakeNode) raiseFloor(floor int64, run string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.floor, f.vetted = max(f.floor, floor), run
 }
 
 // pause makes the node queue calls without applying them.
@@ -127,6 +167,7 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attem
 		return Claim{}, err
 	}
 	defer f.mu.Unlock()
+	f.counter[key] = max(f.counter[key], f.floor)
 	c := Claim{Counter: f.counter[key]}
 	switch e := f.live(key); {
 	case f.undone[attempt]:
@@ -237,8 +278,15 @@ func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 // apply runs op on the node and replies to done.
 func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 	{
-		r := Reply{Tag: tag}
+		f.mu.Lock()
+		r := Reply{Tag: tag, Incarnation: f.run}
+		f.mu.Unlock()
 		switch {
+		case op.Kind == OpStatus:
+			r.Status = f.status()
+		case op.Kind == OpFloor:
+			f.raiseFloor(op.Fence, op.Token)
+			r.OK = true
 		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
 		case op.Kind == OpCommit:

@@ -1,0 +1,161 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+// Failure paths of the restart rule over fakes; upstream/restart_test.go
+// runs it on real redis-servers.
+
+// oldNodes are n fake nodes that have run for an hour, already vetted: the
+// restart rule counts them from the start.
+func oldNodes(n int) []*fakeNode {
+	nodes := newFakeNodes(n)
+	for i, f := range nodes {
+		f.run, f.uptime = fmt.Sprintf("run%d", i), time.Hour
+		f.vetted = f.run
+	}
+	return nodes
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v", what, within)
+		}
+	}
+}
+
+// TestRestartedMajorityNotCountedAtOnce: two of three nodes restart empty
+// between status reads. Their own replies carry their new run ids, so the
+// very next acquire is not granted by them: NOQUORUM, naming them, although
+// the status read that would notice is an hour away.
+func TestRestartedMajorityNotCountedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	r := New(asNodes(nodes), Config{MaxLease: time.Minute, StatusEvery: time.Hour})
+	defer r.Close()
+	if c := r.Counted(); !slices.Equal(c, []bool{true, true, true}) {
+		t.Fatalf("old vetted nodes counted %v", c)
+	}
+	if _, err := r.Acquire(ctx, "k", hold("a")); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	_, err := r.Acquire(ctx, "k", hold("b"))
+	if !errors.Is(err, engine.ErrNoQuorum) || !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("acquire with two of three nodes restarted empty: %v", err)
+	}
+	// The replies asked for a status read: both are now known restarted.
+	eventually(t, 10*time.Second, "the restarts noticed", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	if _, err := r.Extend(ctx, "k", "a", 0, ""); !errors.Is(err, engine.ErrNoQuorum) {
+		t.Fatalf("extend with two of three not counted: %v", err)
+	}
+}
+
+// TestFenceFloorWhenTheLastFenceIsLost: fence 2 was recorded only on nodes
+// 0 and 1 (node 2 was down), and both restart empty. Nobody counted knows
+// fence 2, so when they are counted again their floor is the time in
+// microseconds, and the next grant's fence is above 2 — not 2 again, as
+// counters raised from node 2 alone would give.
+func TestFenceFloorWhenTheLastFenceIsLost(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 200 * time.Millisecond
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond})
+	defer r.Close()
+	grant := func(tok string) int64 {
+		t.Helper()
+		h := hold(tok)
+		h.TTL = lease
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant to "+tok, func() bool {
+			var err error
+			g, err = r.Acquire(ctx, "k", h)
+			return err == nil
+		})
+		if ok, err := r.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		return g.Fence
+	}
+	if f := grant("a"); f != 1 {
+		t.Fatalf("first fence %d", f)
+	}
+	nodes[2].setDown(true)
+	if f := grant("c"); f != 2 {
+		t.Fatalf("fence with node 2 down %d", f)
+	}
+	nodes[2].setDown(false)
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	before := time.Now().UnixMicro()
+	eventually(t, 10*time.Second, "every node counted again", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+	if f := grant("b"); f <= 2 || f < before {
+		t.Fatalf("fence after the last fence was lost: %d (want above 2, from a floor of at least %d)", f, before)
+	}
+}
+
+// TestFenceFloorFromTheOthers: one node restarts empty; the two others,
+// counted, know every fence, so its floor is their largest counter and
+// fences go on from there, without a jump.
+func TestFenceFloorFromTheOthers(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 200 * time.Millisecond
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond})
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for i := range 5 {
+		g, err := r.Acquire(ctx, "k", h)
+		if err != nil || g.Fence != int64(i+1) {
+			t.Fatalf("grant %d: %+v %v", i, g, err)
+		}
+		if ok, err := r.Release(ctx, "k", "a", nil, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	nodes[1].restartEmpty("run1-b")
+	eventually(t, 10*time.Second, "node 1 raised and counted again", func() bool {
+		floor, vetted := nodes[1].raised()
+		return vetted == "run1-b" && r.Counted()[1] && floor == 5
+	})
+	nodes[2].setDown(true) // nodes 0 and 1 make the next grant
+	g, err := r.Acquire(ctx, "k", h)
+	if err != nil || g.Fence != 6 {
+		t.Fatalf("grant on nodes 0 and 1 after node 1's return: %+v %v (want fence 6)", g, err)
+	}
+}
+
+// TestYoungNodesWaitUnlessDurable: first seen a second after they started,
+// nodes without verified fsync are not counted until a lease has passed
+// since their start; durable ones are counted at once.
+func TestYoungNodesWaitUnlessDurable(t *testing.T) {
+	nodes := newFakeNodes(3)
+	for i, f := range nodes {
+		f.run, f.uptime = fmt.Sprintf("run%d", i), time.Second
+	}
+	nodes[0].durable = true
+	r := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond})
+	defer r.Close()
+	if c := r.Counted(); !slices.Equal(c, []bool{true, false, false}) {
+		t.Fatalf("counted %v", c)
+	}
+	if _, err := r.Acquire(context.Background(), "k", hold("a")); !errors.Is(err, engine.ErrNoQuorum) {
+		t.Fatalf("acquire with one node counted: %v", err)
+	}
+}
