@@ -158,7 +158,8 @@ func TestLeaseLongerThanMaxLeaseRefused(t *testing.T) {
 // second later it restarts empty, and so does the next one: a lease granted
 // meanwhile on the other two is left on one node while two empty ones make
 // a majority — a rule that counted them at once would grant the key twice,
-// with a lower fence. A node is not counted for three to four seconds after
+// with a lower fence. The third node is then paused (SIGSTOP) for a
+// second: a pause is not a restart, and it counts again when resumed. A node is not counted for three to four seconds after
 // it restarts, so a restart every second would leave no majority ever
 // counted, and no grant to check; the quiet seconds leave room for grants.
 func TestRestartChurn(t *testing.T) {
@@ -268,6 +269,14 @@ func runChurn(t *testing.T, servers []*redistest.Server, locks []*quorum.Redlock
 		case 1:
 			restart(first)
 			restart(servers[(sec/6+1)%len(servers)])
+		case 2: // the third node pauses while the others are not counted yet
+			if err := servers[(sec/6+2)%len(servers)].Pause(); err != nil {
+				t.Error(err)
+			}
+		case 3:
+			if err := servers[(sec/6+2)%len(servers)].Resume(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 }
