@@ -64,7 +64,7 @@ func checkOverlaps(v *verdict, gs []grant) {
 		for _, h := range held {
 			if h.Token != g.Token {
 				v.DoubleGrants++
-				v.example("double grant on %s: fence %d held until %s, fence %d granted %v before that",
+				v.example("double grant on %s: fence %d (0: legacy) held until %s, fence %d granted %v before that",
 					g.Key, h.Fence, h.End.Format("15:04:05.000"), g.Fence, h.End.Sub(g.Recv).Round(time.Millisecond))
 				break
 			}
