@@ -51,13 +51,8 @@ func startInstance(bin, backend string, servers []string, dir string, i int) (*i
 		return nil, err
 	}
 	flag := map[string]string{"redlock": "--nodes", "zookeeper": "--zk"}[backend]
-	in := &instance{
-		bin:  bin,
-		port: ports[0],
-		log:  filepath.Join(dir, "lockproxy"+strconv.Itoa(i+1)+".log"),
-		args: []string{"--backend", backend, flag, strings.Join(servers, ","), "--listen", ""},
-	}
-	in.args[len(in.args)-1] = in.Addr()
+	in := &instance{bin: bin, port: ports[0], log: filepath.Join(dir, "lockproxy"+strconv.Itoa(i+1)+".log")}
+	in.args = []string{"--backend", backend, flag, strings.Join(servers, ","), "--listen", in.Addr()}
 	return in, in.Restart()
 }
 
