@@ -108,3 +108,17 @@ func TestRegister(t *testing.T) {
 func counts(v verdict) [4]int {
 	return [4]int{v.DoubleGrants, v.FenceRegressed, v.StaleWrites, v.RefusedWrites}
 }
+
+// TestLongestGap: from the start to the first grant, between grants, and
+// from the last to the end; expired and late grants do not count.
+func TestLongestGap(t *testing.T) {
+	grants := []grant{
+		{Recv: at(100), End: at(200)},
+		{Recv: at(150), End: at(140)}, // arrived expired
+		{Recv: at(400), End: at(500)},
+		{Recv: at(990), End: at(2000)}, // after the end
+	}
+	if got, want := longestGap(grants, at(0), at(900)), 500*time.Millisecond; got != want {
+		t.Errorf("longestGap = %v, want %v", got, want)
+	}
+}

@@ -182,8 +182,11 @@ func runOne(ctx context.Context, cfg config, kind, bin, dir string) (r result, e
 	applied, err := b.drive(ctx, cfg, kind, h, s)
 	end := time.Now()
 	grants, writes := h.snapshot()
+	// The gap is measured while clients start new cycles: not over the
+	// final heal and the last cycles' end.
 	r = result{backend: cfg.backend, fault: kind, duration: end.Sub(start).Round(time.Second), faults: applied,
-		ops: s.ops.Load(), grants: s.grants.Load(), verdict: check(grants, writes), longestGap: longestGap(grants, start, end)}
+		ops: s.ops.Load(), grants: s.grants.Load(), verdict: check(grants, writes),
+		longestGap: longestGap(grants, start, minTime(end, start.Add(cfg.duration)))}
 	for k := range r.errs {
 		r.errs[k] = s.errs[k].Load()
 	}
@@ -235,7 +238,7 @@ func (b *bed) stopInstances() error {
 func longestGap(grants []grant, start, end time.Time) time.Duration {
 	times := []time.Time{start, end}
 	for _, g := range grants {
-		if g.live() {
+		if g.live() && g.Recv.Before(end) {
 			times = append(times, g.Recv)
 		}
 	}
