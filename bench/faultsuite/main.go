@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // config is one invocation's settings.
@@ -38,6 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "faultsuite:", err)
 		os.Exit(2)
 	}
+	redis.SetLogger(quietLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	results, err := runAll(ctx, cfg, os.Stdout)
@@ -51,6 +54,12 @@ func main() {
 		}
 	}
 }
+
+// quietLog drops go-redis's own log lines (a failed dial while an instance
+// is down or starting): the table counts those errors.
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}
 
 func parseFlags(args []string) (config, error) {
 	var c config
