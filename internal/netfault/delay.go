@@ -10,7 +10,7 @@ import (
 
 // Proxy forwards TCP connections to a target, each chunk of bytes, in
 // either direction, delay after it was read: a link with that much extra
-// latency (not less bandwidth).
+// latency (not less bandwidth). While blackholed it forwards nothing.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -19,6 +19,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
+	hole   chan struct{} // non-nil while blackholed; closed when it ends
 	wg     sync.WaitGroup
 }
 
@@ -39,8 +40,33 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // SetDelay sets the delay of bytes read from now on.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// SetBlackhole starts (true) or ends (false) a partition: while it lasts,
+// connections stay open and new ones are accepted, but no byte reaches
+// either side. When it ends, the bytes held meanwhile are delivered, late
+// and in order, as TCP would deliver them after a short partition.
+func (p *Proxy) SetBlackhole(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.hole == nil:
+		p.hole = make(chan struct{})
+	case !on && p.hole != nil:
+		close(p.hole)
+		p.hole = nil
+	}
+}
+
+// blackhole is closed when the current partition ends; nil when there is
+// none.
+func (p *Proxy) blackhole() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hole
+}
+
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() error {
+	p.SetBlackhole(false)
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.conns {
@@ -123,6 +149,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for ch := range chunks {
 		if wait := time.Until(ch.due); wait > 0 {
 			time.Sleep(wait)
+		}
+		if hole := p.blackhole(); hole != nil {
+			<-hole // Close ends the partition too
 		}
 		if _, err := dst.Write(ch.b); err != nil && !errors.Is(err, net.ErrClosed) {
 			src.Close() // the reader stops, and chunks is closed

@@ -80,3 +80,35 @@ func TestDelay(t *testing.T) {
 		roundTrip(t, c, r, string(rune('a'+i%26)))
 	}
 }
+
+// TestBlackhole: while blackholed nothing comes back; once it ends, what was
+// sent meanwhile arrives, in order, on the same connection.
+func TestBlackhole(t *testing.T) {
+	p, err := Listen(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	roundTrip(t, c, r, "before")
+	p.SetBlackhole(true)
+	if _, err := c.Write([]byte("held\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if got, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("read %q through a blackhole", got)
+	}
+	p.SetBlackhole(false)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "held\n" {
+		t.Fatalf("after the blackhole: %q %v", got, err)
+	}
+	roundTrip(t, c, r, "after")
+}

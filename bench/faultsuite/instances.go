@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/proctest"
+)
+
+// Bounds of an instance's lifecycle.
+const (
+	buildTimeout = 5 * time.Minute
+	readyTimeout = 30 * time.Second
+)
+
+// instance is one lockproxy subprocess, restarted on the same port.
+type instance struct {
+	bin  string
+	args []string
+	port int
+	log  string
+	proctest.Proc
+}
+
+// build compiles ./cmd/lockproxy into dir.
+func build(ctx context.Context, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "lockproxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockproxy/lockproxy/cmd/lockproxy")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build lockproxy: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startInstance starts lockproxy on a free loopback port with the backend
+// over servers, its log in dir.
+func startInstance(bin, backend string, servers []string, dir string, i int) (*instance, error) {
+	ports, err := proctest.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	flag := map[string]string{"redlock": "--nodes", "zookeeper": "--zk"}[backend]
+	in := &instance{bin: bin, port: ports[0], log: filepath.Join(dir, "lockproxy"+strconv.Itoa(i+1)+".log")}
+	in.args = []string{"--backend", backend, flag, strings.Join(servers, ","), "--listen", in.Addr()}
+	return in, in.Restart()
+}
+
+// Addr is the instance's RESP address.
+func (in *instance) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(in.port)) }
+
+// Restart starts the instance again on its port and waits until it
+// answers PING.
+func (in *instance) Restart() error {
+	if err := in.Start(exec.Command(in.bin, in.args...), in.log); err != nil {
+		return err
+	}
+	if err := in.waitReady(); err != nil {
+		return errors.Join(err, in.Kill())
+	}
+	return nil
+}
+
+func (in *instance) waitReady() error {
+	c := redis.NewClient(&redis.Options{Addr: in.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-in.Exited():
+			return fmt.Errorf("lockproxy exited: %s\n%s", in.State(), proctest.LogTail(in.log))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lockproxy on %s not ready after %v: %w\n%s", in.Addr(), readyTimeout, err, proctest.LogTail(in.log))
+		}
+	}
+}
