@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -45,7 +46,7 @@ func build(ctx context.Context, dir string) (string, error) {
 
 // startInstance starts lockproxy on a free loopback port with the backend
 // over servers, its log in dir.
-func startInstance(bin, backend string, servers []string, dir string, i int) (*instance, error) {
+func startInstance(bin, backend string, servers []string, maxLease time.Duration, dir string, i int) (*instance, error) {
 	ports, err := proctest.FreePorts(1)
 	if err != nil {
 		return nil, err
@@ -53,6 +54,13 @@ func startInstance(bin, backend string, servers []string, dir string, i int) (*i
 	flag := map[string]string{"redlock": "--nodes", "zookeeper": "--zk"}[backend]
 	in := &instance{bin: bin, port: ports[0], log: filepath.Join(dir, "lockproxy"+strconv.Itoa(i+1)+".log")}
 	in.args = []string{"--backend", backend, flag, strings.Join(servers, ","), "--listen", in.Addr()}
+	if backend == "redlock" {
+		conf := filepath.Join(dir, "lockproxy"+strconv.Itoa(i+1)+".toml")
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n", maxLease.Milliseconds()), 0o644); err != nil {
+			return nil, err
+		}
+		in.args = append(in.args, "--config", conf)
+	}
 	return in, in.Restart()
 }
 
@@ -88,5 +96,25 @@ func (in *instance) waitReady() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("lockproxy on %s not ready after %v: %w\n%s", in.Addr(), readyTimeout, err, proctest.LogTail(in.log))
 		}
+	}
+}
+
+// awaitGrant waits until a lock can be taken through the first instance:
+// over nodes without persistence, lockproxy's restart rule counts none of
+// them until they are older than the longest lease.
+func (b *bed) awaitGrant(ctx context.Context, maxLease time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: b.instances[0].Addr(), MaxRetries: -1})
+	defer c.Close()
+	key := "fs:ready:" + newToken()
+	deadline := time.Now().Add(maxLease + readyTimeout)
+	for {
+		err := c.SetNX(ctx, key, "x", time.Second).Err()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no grant through %s within %v: %w", b.instances[0].Addr(), maxLease+readyTimeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

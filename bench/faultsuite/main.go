@@ -162,17 +162,29 @@ func runAll(ctx context.Context, cfg config, w io.Writer) (results []result, err
 	return results, nil
 }
 
+// maxLease is the instances' redlock.max_lease_ms: the longest lease the
+// clients take (their TTL, or a connection-bound lock's default 10 s
+// lease). Nodes that start without persistence are young for that long, so
+// a restart-empty run first waits as long for its first grant.
+func maxLease(cfg config) time.Duration {
+	return max(cfg.ttl, 10*time.Second)
+}
+
 func upstreamDesc(cfg config) string {
 	if cfg.backend == "zookeeper" {
 		return "zookeeper: 3 servers"
 	}
-	return fmt.Sprintf("redlock: %d redis-servers (appendfsync always)", cfg.nodes)
+	return fmt.Sprintf("redlock: %d redis-servers (appendfsync always; for restart-empty none), max lease %v", cfg.nodes, maxLease(cfg))
 }
 
 // runOne sets up the servers, instances and clients, runs fault kind for
 // cfg.duration, tears everything down and checks the history.
 func runOne(ctx context.Context, cfg config, kind, bin, dir string) (r result, err error) {
-	up, err := startUpstream(cfg.backend, cfg.nodes, cfg.instances, dir)
+	// restart-empty runs nodes without persistence: lockproxy cannot verify
+	// fsync on them, so its restart rule decides when a restarted node
+	// counts again.
+	durable := kind != "restart-empty"
+	up, err := startUpstream(cfg.backend, cfg.nodes, cfg.instances, durable, dir)
 	if err != nil {
 		return r, err
 	}
@@ -180,11 +192,14 @@ func runOne(ctx context.Context, cfg config, kind, bin, dir string) (r result, e
 	b := &bed{up: up, rng: newRand()}
 	defer func() { err = errors.Join(err, b.stopInstances()) }()
 	for i := range cfg.instances {
-		in, err := startInstance(bin, cfg.backend, up.addrs(i), dir, i)
+		in, err := startInstance(bin, cfg.backend, up.addrs(i), maxLease(cfg), dir, i)
 		if err != nil {
 			return r, err
 		}
 		b.instances = append(b.instances, in)
+	}
+	if err := b.awaitGrant(ctx, maxLease(cfg)); err != nil {
+		return r, err
 	}
 	h, s := newHistory(), &stats{samples: map[int][]string{}}
 	start := time.Now()

@@ -37,12 +37,12 @@ type upstream struct {
 
 // startUpstream starts the backend's servers under dir and the links of
 // each of the instances to them.
-func startUpstream(backend string, n, instances int, dir string) (*upstream, error) {
+func startUpstream(backend string, n, instances int, durable bool, dir string) (*upstream, error) {
 	var u *upstream
 	var err error
 	switch backend {
 	case "redlock":
-		u, err = startRedis(n, dir)
+		u, err = startRedis(n, durable, dir)
 	case "zookeeper":
 		u, err = startZooKeeper(dir)
 	default:
@@ -61,10 +61,11 @@ func startUpstream(backend string, n, instances int, dir string) (*upstream, err
 	return u, nil
 }
 
-// startRedis starts n redis-servers with appendfsync always, so that a
-// killed node restarts with every acknowledged write (the README's
-// requirement for safety).
-func startRedis(n int, dir string) (*upstream, error) {
+// startRedis starts n redis-servers, with appendfsync always when durable,
+// so that a killed node restarts with every acknowledged write (and
+// lockproxy, which verifies it, counts it again at once); without, so that
+// a node restarted empty falls under lockproxy's restart rule.
+func startRedis(n int, durable bool, dir string) (*upstream, error) {
 	u := &upstream{backend: "redlock", wipe: wipeRedis}
 	u.stop = u.stopNodes
 	for i := range n {
@@ -72,7 +73,7 @@ func startRedis(n int, dir string) (*upstream, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, errors.Join(err, u.stop())
 		}
-		s, err := redistest.StartProcess(d, redistest.Options{AppendFsyncAlways: true})
+		s, err := redistest.StartProcess(d, redistest.Options{AppendFsyncAlways: durable})
 		if err != nil {
 			return nil, errors.Join(err, u.stop())
 		}
