@@ -49,6 +49,7 @@ type options struct {
 	cpuprofile  string
 	passthrough bool // measure forwarded GET/SET instead (issue 14)
 	faults      bool
+	rss         bool
 }
 
 func main() {
@@ -81,16 +82,17 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.hold, "hold", 0, "how long a contended client holds the lock (a timer: below about 1ms the OS rounds it up)")
 	backends := fs.String("backend", "redlock,zookeeper",
 		"backends to run, each lockproxy against its peer: redlock (redsync), zookeeper (zkrecipe); the default, both, takes about 75 s")
-	impls := fs.String("impl", "redsync,zkrecipe,lockproxy",
-		"implementations to run: redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per case")
+	impls := fs.String("impl", "redis,redsync,zkrecipe,lockproxy",
+		"implementations to run: redis (redlock: one plain redis-server, SET NX PX + Lua release), redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per case")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per case, before it")
 	fs.Int64Var(&o.cycles, "cycles", 2_000_000, "most cycles (contended: lock attempts) per case (and per warm-up)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound of one LOCK+UNLOCK cycle")
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
-	fs.BoolVar(&o.faults, "faults", false, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.faults, "faults", true, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
