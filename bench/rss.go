@@ -42,12 +42,14 @@ type rssFigures struct {
 	heldLocks    int64
 	heldLocksErr error
 	lockTime     time.Duration // how long taking the locks took
+	nofile       string        // lockproxy's open-file limit, soft/hard
 }
 
-// runRSS starts three redis-servers and a lockproxy subprocess of its own
-// over them and measures its RSS: with rssIdleConns idle connections (each
-// answered one PING), then, those closed, with rssHeldLocks leases taken
-// over rssLockConns pipelined connections.
+// runRSS starts three redis-servers and measures the RSS of a fresh
+// lockproxy subprocess over them in each case, so that neither case keeps
+// the other's memory: with rssIdleConns idle connections (each answered
+// one PING), and with rssHeldLocks leases taken over rssLockConns
+// pipelined connections.
 func runRSS(ctx context.Context, o options, l *launcher, dir string, w io.Writer) (r *rssFigures, err error) {
 	if l.inprocess {
 		fmt.Fprintln(w, "rss: not measured: it needs lockproxy as a subprocess (-inprocess)")
@@ -58,23 +60,41 @@ func runRSS(ctx context.Context, o options, l *launcher, dir string, w io.Writer
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, nodes.stop()) }()
-	px, err := l.start(ctx, suites[0], nodes.addrs())
+	r = &rssFigures{}
+	err = withProxy(ctx, l, nodes, func(px *proxy) {
+		r.desc = px.desc
+		r.start, _ = vmRSS(px.pid)
+		r.nofile = procNofile(px.pid)
+		r.idleConns, r.idleConnsErr = idleConnsRSS(ctx, px)
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, px.stop()) }()
-	r = &rssFigures{desc: px.desc}
-	r.start, _ = vmRSS(px.pid)
-	r.idleConns, r.idleConnsErr = idleConnsRSS(ctx, px)
-	start := time.Now()
-	r.heldLocks, r.heldLocksErr = heldLocksRSS(ctx, px)
-	r.lockTime = time.Since(start)
+	err = withProxy(ctx, l, nodes, func(px *proxy) {
+		start := time.Now()
+		r.heldLocks, r.heldLocksErr = heldLocksRSS(ctx, px)
+		r.lockTime = time.Since(start)
+	})
+	if err != nil {
+		return nil, err
+	}
 	writeRSS(w, r)
 	return r, nil
 }
 
+// withProxy runs f with a lockproxy subprocess over nodes, then stops it.
+func withProxy(ctx context.Context, l *launcher, nodes cluster, f func(px *proxy)) error {
+	px, err := l.start(ctx, suites[0], nodes.addrs())
+	if err != nil {
+		return err
+	}
+	f(px)
+	return px.stop()
+}
+
 func writeRSS(w io.Writer, r *rssFigures) {
-	fmt.Fprintf(w, "rss (redlock): lockproxy %s, VmRSS from /proc; open-file limit of this process %s\n", r.desc, nofileLimit())
+	fmt.Fprintf(w, "rss (redlock): a fresh lockproxy subprocess per case (%s), VmRSS from /proc/PID/status; "+
+		"open-file limit (soft/hard) of this process %s, lockproxy's %s\n", r.desc, nofileLimit(), r.nofile)
 	fmt.Fprintf(w, "%-32s %s\n", "case", "VmRSS")
 	fmt.Fprintf(w, "%-32s %s\n", "started, no clients", fmtMB(r.start))
 	fmt.Fprintf(w, "%-32s %s\n", fmt.Sprintf("%d idle connections", rssIdleConns), rssCell(r.idleConns, r.idleConnsErr))
@@ -223,4 +243,20 @@ func nofileLimit() string {
 		return "?"
 	}
 	return fmt.Sprintf("%d/%d", l.Cur, l.Max)
+}
+
+// procNofile is pid's "Max open files" soft/hard from /proc/PID/limits.
+func procNofile(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			if f := strings.Fields(rest); len(f) >= 2 {
+				return f[0] + "/" + f[1]
+			}
+		}
+	}
+	return "?"
 }

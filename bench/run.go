@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"time"
 )
 
 // nodeCount is the number of redis-servers, as in a typical Redlock.
@@ -19,6 +20,7 @@ const nodeCount = 3
 // run measures each backend's suite in turn, printing its tables as it
 // ends, and stops everything it started.
 func run(ctx context.Context, o options, w io.Writer) (err error) {
+	began := time.Now()
 	dir, err := os.MkdirTemp("", "lockproxy-bench-")
 	if err != nil {
 		return err
@@ -60,6 +62,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	}
 	fmt.Fprintln(w)
 	writeBars(w, f)
+	fmt.Fprintf(w, "run took %v (lockproxy's build included)\n", time.Since(began).Round(time.Second))
 	return ctx.Err()
 }
 

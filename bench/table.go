@@ -195,15 +195,6 @@ func waitGain(lp, pe contendOutcome) float64 {
 	return gain(percentile(lp.wait, 0.50), percentile(pe.wait, 0.50))
 }
 
-// waiterGain is how many times longer a waiter waits with redsync than with
-// lockproxy, at the median: over the grants that waited behind another
-// client's. That is the bar's measure (issue 4 quotes redsync's waiters
-// waiting 170 ms at the median); a redsync releaser that takes its lock
-// again at once waits behind nobody, and counts only in waitGain.
-func waiterGain(lp, rs contendOutcome) float64 {
-	return gain(percentile(lp.behind, 0.50), percentile(rs.behind, 0.50))
-}
-
 func gain(lpWait, rsWait time.Duration) float64 {
 	if lpWait <= 0 {
 		return math.Inf(1)
