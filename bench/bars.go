@@ -40,11 +40,10 @@ type bar struct {
 }
 
 func (b bar) String() string {
-	v := "not measured"
-	if b.measured {
-		v = verdict(b.met)
+	if !b.measured {
+		return fmt.Sprintf("bar %s: not measured (%s)", b.what, b.figures)
 	}
-	return fmt.Sprintf("bar %s: %s: %s", b.what, b.figures, v)
+	return fmt.Sprintf("bar %s: %s: %s", b.what, b.figures, verdict(b.met))
 }
 
 // writeBars prints one line per bar.
@@ -80,7 +79,7 @@ func rateBar(f figures, backend, ref string, conc int, k float64) bar {
 	lp, ok1 := find(f.uncontended[backend], "lockproxy", conc)
 	re, ok2 := find(f.uncontended[backend], ref, conc)
 	if !ok1 || !ok2 || re.rate() <= 0 {
-		return missing(what, "both not measured")
+		return missing(what, "both sides not in this run")
 	}
 	r := lp.rate() / re.rate()
 	return bar{what: what, measured: true, met: r >= k,
@@ -97,7 +96,7 @@ func cpuBar(f figures, ref string, conc int, k float64) bar {
 	lp, ok1 := find(f.uncontended["redlock"], "lockproxy", conc)
 	re, ok2 := find(f.uncontended["redlock"], ref, conc)
 	if !ok1 || !ok2 || lp.cycles == 0 || re.cycles == 0 {
-		return missing(what, "both not measured")
+		return missing(what, "both sides not in this run")
 	}
 	a, b := perCycle(lp.cost.server(), lp.cycles), perCycle(re.cost.server(), re.cycles)
 	return bar{what: what, measured: true, met: a <= k*b,
@@ -115,7 +114,7 @@ func acquireBar(f figures) bar {
 	lp, ok1 := find(f.uncontended["redlock"], "lockproxy", barConcLow)
 	rs, ok2 := find(f.uncontended["redlock"], "redsync", barConcLow)
 	if !ok1 || !ok2 || len(lp.acq) == 0 || len(rs.acq) == 0 {
-		return missing(what, "both not measured")
+		return missing(what, "both sides not in this run")
 	}
 	a, b := percentile(lp.acq, 0.5), percentile(rs.acq, 0.5)
 	return bar{what: what, measured: true, met: a <= b,
@@ -127,7 +126,7 @@ func waitBar(f figures) bar {
 	what := fmt.Sprintf("redlock contended wait p50 lockproxy <= %v", barWait)
 	lp, ok := findContended(f.contended["redlock"], "lockproxy")
 	if !ok || len(lp.wait) == 0 {
-		return missing(what, "not measured")
+		return missing(what, "not in this run")
 	}
 	p50 := percentile(lp.wait, 0.5)
 	return bar{what: what, measured: true, met: p50 <= barWait,
@@ -140,7 +139,7 @@ func fairnessBar(f figures) bar {
 	what := fmt.Sprintf("redlock contended fairness: every client within %g%% of the mean grants", barFairness)
 	lp, ok := findContended(f.contended["redlock"], "lockproxy")
 	if !ok || lp.grants() == 0 {
-		return missing(what, "not measured")
+		return missing(what, "not in this run")
 	}
 	fewest, most, dev := fairness(lp.perClient)
 	return bar{what: what, measured: true, met: dev <= barFairness,
@@ -150,7 +149,7 @@ func fairnessBar(f figures) bar {
 // degradedBars: each faulty case at least barDegraded of the healthy one.
 func degradedBars(rows []faultRow) []bar {
 	if len(rows) == 0 {
-		return []bar{missing(fmt.Sprintf("degraded node >= %gx healthy", barDegraded), "not measured")}
+		return []bar{missing(fmt.Sprintf("degraded node >= %gx healthy", barDegraded), "not in this run")}
 	}
 	healthy := map[string]faultRow{}
 	for _, r := range rows {
@@ -166,7 +165,7 @@ func degradedBars(rows []faultRow) []bar {
 		what := fmt.Sprintf("degraded %s %s ops/s >= %gx healthy", r.fault, r.what, barDegraded)
 		h, ok := healthy[r.what]
 		if !ok || h.rate == 0 {
-			out = append(out, missing(what, "healthy not measured"))
+			out = append(out, missing(what, "no healthy case"))
 			continue
 		}
 		share := r.rate / h.rate
@@ -181,7 +180,7 @@ func rssBars(r *rssFigures) []bar {
 	idle := fmt.Sprintf("RSS with %d idle connections < %d MB", rssIdleConns, barIdleConnsBytes>>20)
 	held := fmt.Sprintf("RSS with %d held locks < %d MB", rssHeldLocks, barHeldLocksBytes>>20)
 	if r == nil {
-		return []bar{missing(idle, "not measured"), missing(held, "not measured")}
+		return []bar{missing(idle, "not in this run"), missing(held, "not in this run")}
 	}
 	return []bar{rssBar(idle, r.idleConns, r.idleConnsErr, barIdleConnsBytes), rssBar(held, r.heldLocks, r.heldLocksErr, barHeldLocksBytes)}
 }

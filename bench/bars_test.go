@@ -83,10 +83,10 @@ func TestBarsNotMeasured(t *testing.T) {
 		lines[i] = b.String()
 	}
 	for i, suffix := range map[int]string{
-		2:  "lockproxy runs in the bench's process (-inprocess): not measured",
-		8:  "both not measured: not measured",
-		9:  "degraded node >= 0.8x healthy: not measured: not measured",
-		11: "LOCK replied [] nil: not measured",
+		2:  "not measured (lockproxy runs in the bench's process (-inprocess))",
+		8:  "not measured (both sides not in this run)",
+		9:  "degraded node >= 0.8x healthy: not measured (not in this run)",
+		11: "not measured (LOCK replied [] nil)",
 	} {
 		if !strings.HasSuffix(lines[i], suffix) {
 			t.Errorf("bar %d = %q, want suffix %q", i, lines[i], suffix)
