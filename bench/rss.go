@@ -30,6 +30,7 @@ const (
 	rssLockTTL    = 10 * time.Minute
 	rssCaseBound  = 90 * time.Second // bound of each case
 	rssSettleTime = 200 * time.Millisecond
+	rssFileMargin = 200 // open files besides the idle connections, per process
 )
 
 // rssFigures are lockproxy's VmRSS in bytes: at start, with the idle
@@ -110,8 +111,13 @@ func rssCell(b int64, err error) string {
 }
 
 // idleConnsRSS opens rssIdleConns loopback connections to lockproxy, has
-// each answer one PING, reads lockproxy's RSS and closes them.
+// each answer one PING, reads lockproxy's RSS and closes them. Both
+// processes need an open-file limit above rssIdleConns; Go raises the soft
+// limit to the hard one, which the bench cannot raise.
 func idleConnsRSS(ctx context.Context, px *proxy) (int64, error) {
+	if err := enoughFiles(rssIdleConns+rssFileMargin, px.pid); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, rssCaseBound)
 	defer cancel()
 	conns := make([]net.Conn, rssIdleConns)
@@ -259,4 +265,21 @@ func procNofile(pid int) string {
 		}
 	}
 	return "?"
+}
+
+// enoughFiles fails unless this process's and pid's soft open-file limits
+// are at least n.
+func enoughFiles(n uint64, pid int) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur < n {
+		return fmt.Errorf("the bench's open-file limit %d is below %d (the hard limit is %d)", l.Cur, n, l.Max)
+	}
+	soft, _, _ := strings.Cut(procNofile(pid), "/")
+	if v, err := strconv.ParseUint(soft, 10, 64); err == nil && v < n {
+		return fmt.Errorf("lockproxy's open-file limit %d is below %d", v, n)
+	}
+	return nil
 }
