@@ -180,3 +180,12 @@ func TestParseFlagsContended(t *testing.T) {
 		}
 	}
 }
+
+// TestContendedSkipsBaseline: a target with no way to wait (the plain Redis
+// baseline) has no contended case.
+func TestContendedSkipsBaseline(t *testing.T) {
+	o := options{contended: 8}
+	if got := measureContendedCase(context.Background(), o, []*target{{name: "redis"}}, nil); len(got) != 0 {
+		t.Fatalf("contended results for the baseline: %v", got)
+	}
+}

@@ -86,21 +86,25 @@ func writeCosts(w io.Writer, s suite, results []outcome, concs []int, inprocess 
 	for _, conc := range concs {
 		for _, impl := range s.order() {
 			if o, ok := find(results, impl, conc); ok {
-				fmt.Fprintln(w, costRow(s, o))
+				fmt.Fprintln(w, costRow(s, o, inprocess))
 			}
 		}
 	}
 }
 
-func costRow(s suite, o outcome) string {
-	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(s, o.cost, o.cycles))
+func costRow(s suite, o outcome, inprocess bool) string {
+	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(s, o.cost, o.cycles, inprocess))
 }
 
-// perUnit is c divided by n (cycles or grants), as s's costs columns.
-func perUnit(s suite, c costs, count int64) string {
+// perUnit is c divided by n (cycles or grants), as s's costs columns. With
+// lockproxy in this process the server CPU is unknown: "-".
+func perUnit(s suite, c costs, count int64, inprocess bool) string {
 	n := float64(max(count, 1))
 	cpu := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())/n) }
 	server := cpu(c.server())
+	if inprocess {
+		server = "-"
+	}
 	if s.backend == "zookeeper" {
 		return fmt.Sprintf("%-10s %-10s %-14s %-10s %.1f", server, cpu(c.bench), cpu(c.proxy), cpu(c.upstream), float64(c.cmds)/n)
 	}
@@ -114,7 +118,7 @@ func writeContendedCosts(w io.Writer, s suite, results []contendOutcome, inproce
 	fmt.Fprintf(w, "\nper grant  %-10s %-10s %-14s %s\n", "server-cpu", "bench-cpu", proxyColumn(inprocess), s.costHead())
 	for _, impl := range s.order() {
 		if o, ok := findContended(results, impl); ok {
-			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(s, o.cost, o.grants()))
+			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(s, o.cost, o.grants(), inprocess))
 		}
 	}
 }
