@@ -153,13 +153,12 @@ func TestWriteContended(t *testing.T) {
 	var sb strings.Builder
 	writeContended(&sb, suites[0], results, 2, 0)
 	want := []string{
-		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 30000 WAIT 30000, redsync Lock with its default retries",
+		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 30000 WAIT 30000, redsync Lock with its default retries (plain redis: no contended case)",
 		"impl       grants  grants/s  wait p50   wait p99   gap p50    gap p99    held p50   fewest  most    max dev  gave up  errors",
 		"redsync    200     200       100ms      100ms      2ms        2ms        -          10      190     90.0%    3        0",
 		"lockproxy  200     200       1ms        1ms        0s         0s         300µs      99      101     1.0%     0        0",
 		"waited behind another client's grant: redsync 0.5% of grants, wait p50 300ms p99 300ms; lockproxy 1.0% of grants, wait p50 1ms p99 1ms",
 		"ratio wait p50 redsync/lockproxy: 100x (over the grants that waited behind another client's: 300x)",
-		"bar for lockproxy: wait p50 1ms < 2ms: met; waiters' wait p50 redsync/lockproxy 300x >= 50x: met; max dev 1.0% <= 20%: met",
 		"",
 	}
 	if got := strings.Split(sb.String(), "\n"); !slices.Equal(got, want) {
@@ -179,5 +178,14 @@ func TestParseFlagsContended(t *testing.T) {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)
 		}
+	}
+}
+
+// TestContendedSkipsBaseline: a target with no way to wait (the plain Redis
+// baseline) has no contended case.
+func TestContendedSkipsBaseline(t *testing.T) {
+	o := options{contended: 8}
+	if got := measureContendedCase(context.Background(), o, []*target{{name: "redis"}}, nil); len(got) != 0 {
+		t.Fatalf("contended results for the baseline: %v", got)
 	}
 }

@@ -22,6 +22,10 @@ type costs struct {
 	reads    int64         // reads (socket read calls) the redis-servers processed
 }
 
+// server is the CPU time of the servers: lockproxy (as a subprocess; 0 in
+// the bench's process) and its upstream servers.
+func (c costs) server() time.Duration { return c.proxy + c.upstream }
+
 func (c costs) sub(d costs) costs {
 	return costs{bench: c.bench - d.bench, proxy: c.proxy - d.proxy, upstream: c.upstream - d.upstream,
 		cmds: c.cmds - d.cmds, reads: c.reads - d.reads}
@@ -35,19 +39,22 @@ type probe struct {
 	closeFn  func() error
 }
 
-// newRedisProbe reads the redis-servers' INFO.
-func newRedisProbe(nodes []string, pid int) *probe {
+// newRedisProbe reads the redis-servers' CPU time from /proc (all of them,
+// idle ones included) and their commands and reads from INFO.
+func newRedisProbe(nodes cluster, pid int) *probe {
 	var clients []*redis.Client
-	for _, addr := range nodes {
+	for _, addr := range nodes.addrs() {
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1}))
 	}
 	read := func(ctx context.Context, c *costs) {
+		for _, n := range nodes {
+			c.upstream += procCPU(n.PID())
+		}
 		for _, cl := range clients {
-			info, err := cl.InfoMap(ctx, "cpu", "stats").Result()
+			info, err := cl.InfoMap(ctx, "stats").Result()
 			if err != nil {
 				continue
 			}
-			c.upstream += seconds(info["CPU"]["used_cpu_user"]) + seconds(info["CPU"]["used_cpu_sys"])
 			c.cmds += integer(info["Stats"]["total_commands_processed"])
 			c.reads += integer(info["Stats"]["total_reads_processed"])
 		}
@@ -88,18 +95,18 @@ func procCPU(pid int) time.Duration {
 	if err != nil {
 		return 0
 	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU is utime+stime of a /proc/PID/stat line; 0 if it is not one.
+func parseStatCPU(b string) time.Duration {
 	// Fields after the command name, which is in parentheses: state is
 	// the first, utime the 12th and stime the 13th.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	f := strings.Fields(b[strings.LastIndexByte(b, ')')+1:])
 	if len(f) < 13 {
 		return 0
 	}
 	return time.Duration(integer(f[11])+integer(f[12])) * clockTick
-}
-
-func seconds(s string) time.Duration {
-	f, _ := strconv.ParseFloat(s, 64)
-	return time.Duration(f * float64(time.Second))
 }
 
 func integer(s string) int64 {

@@ -18,6 +18,9 @@ const slowDelay = 150 * time.Millisecond
 // faultBar is the least share of the healthy figure a faulty case must keep.
 const faultBar = 0.8
 
+// healthyFault is the name of the condition the others are compared with.
+const healthyFault = "healthy"
+
 // fault is one condition of the third node: applied before its cases,
 // cleared after.
 type fault struct {
@@ -38,49 +41,49 @@ type faultRow struct {
 // runFaults measures lockproxy over three redis-servers, the third behind a
 // delaying proxy, in one run: all healthy, the third paused (SIGSTOP), the
 // third delayed by slowDelay; uncontended at each -concurrency and
-// contended, and prints each faulty case's share of the healthy figure.
-func runFaults(ctx context.Context, o options, l *launcher, dir string, w io.Writer) (err error) {
+// contended, and prints the table; the bars compare each faulty case with
+// the healthy one.
+func runFaults(ctx context.Context, o options, l *launcher, dir string, w io.Writer) (rows []faultRow, err error) {
 	nodes, err := startCluster(filepath.Join(dir, "faults"), nodeCount)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, nodes.stop()) }()
 	slow := nodes[nodeCount-1]
 	link, err := netfault.Listen(slow.Addr())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, link.Close()) }()
 	addrs := nodes.addrs()
 	addrs[nodeCount-1] = link.Addr()
 	px, err := l.start(ctx, suites[0], addrs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	t := newLockproxyTarget(px.addr, max(2*max(o.contended, maxOf(o.conc)), 10))
 	defer func() { err = errors.Join(err, closeTargets([]*target{t}, px)) }()
 	fmt.Fprintf(w, "faults (redlock): %d x redis-server, the third behind a delaying TCP proxy; lockproxy %s; %s\n",
 		nodeCount, proxyDesc(px), perCase(o))
 	faults := []fault{
-		{"healthy", func() error { return nil }, func() error { return nil }},
+		{healthyFault, func() error { return nil }, func() error { return nil }},
 		{"paused", slow.Pause, slow.Resume},
 		{fmt.Sprintf("delayed %v", slowDelay), func() error { link.SetDelay(slowDelay); return nil }, func() error { link.SetDelay(0); return nil }},
 	}
-	var rows []faultRow
 	for _, f := range faults {
 		if ctx.Err() != nil {
 			break
 		}
 		if err := f.apply(); err != nil {
-			return err
+			return rows, err
 		}
 		rows = append(rows, measureFault(ctx, o, t, f.name)...)
 		if err := f.clear(); err != nil {
-			return err
+			return rows, err
 		}
 	}
-	writeFaults(w, rows, faults)
-	return nil
+	writeFaults(w, rows)
+	return rows, nil
 }
 
 func maxOf(xs []int) int {
@@ -124,25 +127,11 @@ func logErrors(fault, what string, n int64, errs errorLog) {
 	}
 }
 
-// writeFaults prints the table, then for each faulty case its rate as a
-// share of the healthy case's, against the bar.
-func writeFaults(w io.Writer, rows []faultRow, faults []fault) {
+// writeFaults prints the table.
+func writeFaults(w io.Writer, rows []faultRow) {
 	fmt.Fprintf(w, "%-16s %-14s %-10s %-10s %-10s %s\n", "node 3", "case", "ops/s", "p50", "p99", "errors")
-	healthy := map[string]faultRow{}
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-16s %-14s %-10.0f %-10s %-10s %d\n", r.fault, r.what, r.rate, fmtLatency(r.p50), fmtLatency(r.p99), r.errs)
-		if r.fault == faults[0].name {
-			healthy[r.what] = r
-		}
 	}
 	fmt.Fprintln(w, "(ops/s: LOCK+UNLOCK cycles uncontended, grants contended; p50/p99: the cycle, or asked-to-granted when contended)")
-	for _, r := range rows {
-		h, ok := healthy[r.what]
-		if r.fault == faults[0].name || !ok || h.rate == 0 {
-			continue
-		}
-		share := r.rate / h.rate
-		fmt.Fprintf(w, "ratio %s/healthy %s: %sx (p99 %s against %s); bar %.1fx: %s\n",
-			r.fault, r.what, fmtRatio(share), fmtLatency(r.p99), fmtLatency(h.p99), faultBar, verdict(share >= faultBar))
-	}
 }

@@ -29,10 +29,11 @@ type spec struct {
 type outcome struct {
 	impl    string
 	conc    int
-	cycles  int64         // successful cycles
-	errors  int64         // failed cycles
-	elapsed time.Duration // wall time of the phase
-	lat     []time.Duration
+	cycles  int64           // successful cycles
+	errors  int64           // failed cycles
+	elapsed time.Duration   // wall time of the phase
+	lat     []time.Duration // cycle latencies, sorted
+	acq     []time.Duration // acquire latencies of the same cycles, sorted
 	errs    errorLog
 	cost    costs // spent during the phase
 }
@@ -50,7 +51,8 @@ type worker struct {
 	keys    []string // the current name of each key slot
 	renamed int      // key slots renamed after a failure so far
 	timeout time.Duration
-	rec     *reservoir
+	rec     *reservoir // cycle latencies
+	acq     *reservoir // acquire latencies, sampled alike
 	ok      int64
 	failed  int64
 	errs    errorLog
@@ -77,7 +79,8 @@ func newWorkers(impl string, s spec) []*worker {
 	workers := make([]*worker, s.conc)
 	per := max(s.samples/s.conc, 1)
 	for i := range workers {
-		workers[i] = &worker{keys: workerKeys(impl, s, i), timeout: s.timeout, rec: newReservoir(per, uint64(i))}
+		workers[i] = &worker{keys: workerKeys(impl, s, i), timeout: s.timeout,
+			rec: newReservoir(per, uint64(i)), acq: newReservoir(per, uint64(i))}
 	}
 	return workers
 }
@@ -107,7 +110,7 @@ func (w *worker) one(ctx context.Context, cycle cycleFunc, k int) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	start := time.Now()
-	err := cycle(ctx, w.keys[k])
+	acquire, err := cycle(ctx, w.keys[k])
 	d := time.Since(start)
 	if err != nil {
 		w.failed++
@@ -117,6 +120,7 @@ func (w *worker) one(ctx context.Context, cycle cycleFunc, k int) {
 	}
 	w.ok++
 	w.rec.add(d)
+	w.acq.add(acquire)
 }
 
 // rename gives key slot k a name no cycle has used.
@@ -134,7 +138,9 @@ func collect(impl string, conc int, elapsed time.Duration, workers []*worker) ou
 		o.errors += w.failed
 		o.errs.merge(w.errs)
 		o.lat = append(o.lat, w.rec.samples()...)
+		o.acq = append(o.acq, w.acq.samples()...)
 	}
 	sortDurations(o.lat)
+	sortDurations(o.acq)
 	return o
 }

@@ -1,21 +1,34 @@
-// Command bench measures uncontended LOCK+UNLOCK cycles through lockproxy
-// against the same work done client-side by a peer over the same servers,
-// which it starts and stops itself, then the contended case: clients that
-// all wait for one key, with lockproxy's LOCK ... WAIT against the peer's own
-// way of waiting. One section per backend:
+// Command bench measures LOCK+UNLOCK cycles through lockproxy against the
+// same work done client-side over the same servers, which it starts and
+// stops itself, and checks the bars of issue 16. In one run, by default:
 //
-//   - redlock: three local redis-servers; the peer is redsync, which waits
-//     with its default retries.
-//   - zookeeper: one standalone ZooKeeper server (internal/zktest); the peer
-//     is go-zookeeper's lock recipe (zk.NewLock, Lock, Unlock), whose
-//     waiters watch their predecessor.
+//   - redlock: three local redis-servers. Uncontended cycles at each
+//     -concurrency through lockproxy, through redsync, and through one plain
+//     redis-server (the first node: SET key token NX PX 30000 plus a Lua
+//     compare-and-delete, no HA), then the contended case (clients that all
+//     wait for one key; lockproxy's LOCK ... WAIT against redsync's retries).
+//   - zookeeper: one standalone ZooKeeper server (internal/zktest) against
+//     go-zookeeper's lock recipe (zk.NewLock, Lock, Unlock).
+//   - faults: lockproxy over three fresh nodes, the third healthy, paused
+//     (SIGSTOP) and delayed by 150 ms, uncontended and contended.
+//   - rss: a fresh lockproxy subprocess's VmRSS with 10,000 idle loopback
+//     connections, and another's with 100,000 held leases.
 //
-// By default both run: 12 cases of 6 s (1 s warm-up, 5 s measured) plus the
-// servers' start: about 75 s on a 2-core machine.
+// For every case it prints cycles/s, acquire and cycle latency and the CPU
+// per cycle of each process: lockproxy (a subprocess; with -inprocess it
+// is in the bench's own CPU), the nodes (the redis-servers' or the
+// ZooKeeper JVM's utime+stime from /proc/PID/stat) and the load generator
+// (this process's rusage). It ends with one line per bar: met or missed,
+// with the two figures.
+//
+// Budget: under three minutes on the 2-core machine: 23 cases of 2.5 s
+// (0.5 s warm-up, 2 s measured), the RSS cases (bounded at 90 s each,
+// about 10-30 s together), the servers' starts and lockproxy's build.
 //
 //	go run ./bench [-backend redlock,zookeeper] [-concurrency 1,32] [-contended 8]
-//	               [-hold 0s] [-duration 5s] [-warmup 1s] [-cycles N]
-//	               [-impl redsync,zkrecipe,lockproxy] [-faults] [-inprocess] [-procs N] [-cpuprofile FILE]
+//	               [-hold 0s] [-duration 2s] [-warmup 500ms] [-cycles N]
+//	               [-impl redis,redsync,zkrecipe,lockproxy] [-faults=true] [-rss=true]
+//	               [-inprocess] [-procs N] [-cpuprofile FILE]
 package main
 
 import (
@@ -49,6 +62,7 @@ type options struct {
 	cpuprofile  string
 	passthrough bool // measure forwarded GET/SET instead (issue 14)
 	faults      bool
+	rss         bool
 }
 
 func main() {
@@ -80,17 +94,18 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.contended, "contended", 8, "clients of the contended case, all on one key (0: no contended case)")
 	fs.DurationVar(&o.hold, "hold", 0, "how long a contended client holds the lock (a timer: below about 1ms the OS rounds it up)")
 	backends := fs.String("backend", "redlock,zookeeper",
-		"backends to run, each lockproxy against its peer: redlock (redsync), zookeeper (zkrecipe); the default, both, takes about 75 s")
-	impls := fs.String("impl", "redsync,zkrecipe,lockproxy",
-		"implementations to run: redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time per case")
-	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up per case, before it")
+		"backends to run, each lockproxy against its peer: redlock (redis, redsync), zookeeper (zkrecipe)")
+	impls := fs.String("impl", "redis,redsync,zkrecipe,lockproxy",
+		"implementations to run: redis (redlock: one plain redis-server, SET NX PX + Lua release), redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
+	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per case")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up per case, before it")
 	fs.Int64Var(&o.cycles, "cycles", 2_000_000, "most cycles (contended: lock attempts) per case (and per warm-up)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "bound of one LOCK+UNLOCK cycle")
 	fs.IntVar(&o.samples, "samples", 1_000_000, "latency samples kept per case (reservoir beyond)")
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
-	fs.BoolVar(&o.faults, "faults", false, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.faults, "faults", true, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {

@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"time"
 )
 
 // nodeCount is the number of redis-servers, as in a typical Redlock.
@@ -19,6 +20,7 @@ const nodeCount = 3
 // run measures each backend's suite in turn, printing its tables as it
 // ends, and stops everything it started.
 func run(ctx context.Context, o options, w io.Writer) (err error) {
+	began := time.Now()
 	dir, err := os.MkdirTemp("", "lockproxy-bench-")
 	if err != nil {
 		return err
@@ -34,6 +36,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	defer stopProfile()
 	writeMachine(w)
 	l := &launcher{inprocess: o.inprocess, procs: o.procs, dir: dir}
+	f := figures{uncontended: map[string][]outcome{}, contended: map[string][]contendOutcome{}, inprocess: o.inprocess}
 	for i, s := range o.suites {
 		if ctx.Err() != nil {
 			break
@@ -41,16 +44,25 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := runSuite(ctx, o, s, l, filepath.Join(dir, s.backend), w); err != nil {
+		if f.uncontended[s.backend], f.contended[s.backend], err = runSuite(ctx, o, s, l, filepath.Join(dir, s.backend), w); err != nil {
 			return err
 		}
 	}
 	if o.faults && ctx.Err() == nil {
 		fmt.Fprintln(w)
-		if err := runFaults(ctx, o, l, dir, w); err != nil {
+		if f.faults, err = runFaults(ctx, o, l, dir, w); err != nil {
 			return err
 		}
 	}
+	if o.rss && ctx.Err() == nil {
+		fmt.Fprintln(w)
+		if f.rss, err = runRSS(ctx, o, l, dir, w); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+	writeBars(w, f)
+	fmt.Fprintf(w, "run took %v (lockproxy's build included)\n", time.Since(began).Round(time.Second))
 	return ctx.Err()
 }
 
@@ -71,10 +83,12 @@ func (b *bed) close() error {
 }
 
 // runSuite starts s's servers and implementations in dir, measures every
-// case, prints the tables and stops what it started.
-func runSuite(ctx context.Context, o options, s suite, l *launcher, dir string, w io.Writer) (err error) {
+// case, prints the tables and stops what it started; it returns what it
+// measured.
+func runSuite(ctx context.Context, o options, s suite, l *launcher, dir string, w io.Writer) (
+	results []outcome, contended []contendOutcome, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, nil, err
 	}
 	b := &bed{}
 	defer func() { err = errors.Join(err, b.close()) }()
@@ -83,13 +97,13 @@ func runSuite(ctx context.Context, o options, s suite, l *launcher, dir string, 
 		open = openZooKeeper
 	}
 	if err := open(ctx, o, s, l, dir, b); err != nil {
-		return err
+		return nil, nil, err
 	}
 	fmt.Fprintln(w, b.setup)
-	results := measureUncontended(ctx, o, b.targets, b.probe)
-	contended := measureContendedCase(ctx, o, b.targets, b.probe)
+	results = measureUncontended(ctx, o, b.targets, b.probe)
+	contended = measureContendedCase(ctx, o, b.targets, b.probe)
 	writeResults(w, o, s, results, contended)
-	return nil
+	return results, contended, nil
 }
 
 // openRedlock starts the redis-servers in dir, then the implementations of
@@ -101,14 +115,18 @@ func openRedlock(ctx context.Context, o options, s suite, l *launcher, dir strin
 	}
 	b.closers = append(b.closers, nodes.stop)
 	addrs := nodes.addrs()
-	newPeer := func(poolSize int) (*target, error) { return newRedsyncTarget(addrs, poolSize), nil }
-	targets, px, err := openTargets(ctx, o, s, l, addrs, newPeer)
+	others := map[string]func(poolSize int) (*target, error){
+		s.peer: func(poolSize int) (*target, error) { return newRedsyncTarget(addrs, poolSize), nil },
+		// the first node doubles as the plain Redis: the others idle meanwhile
+		s.baseline: func(poolSize int) (*target, error) { return newRedisTarget(addrs[0], poolSize), nil },
+	}
+	targets, px, err := openTargets(ctx, o, s, l, addrs, others)
 	if err != nil {
 		return err
 	}
 	b.targets = targets
 	b.closers = append(b.closers, func() error { return closeTargets(targets, px) })
-	b.probe = newRedisProbe(addrs, px.subprocessPID())
+	b.probe = newRedisProbe(nodes, px.subprocessPID())
 	b.closers = append(b.closers, b.probe.close)
 	b.setup = fmt.Sprintf("setup (redlock): %d x redis-server %s on loopback; lockproxy %s; %s",
 		nodeCount, nodes.version(ctx), proxyDesc(px), perCase(o))
@@ -116,9 +134,10 @@ func openRedlock(ctx context.Context, o options, s suite, l *launcher, dir strin
 }
 
 // openTargets opens the implementations of s that o asks for, in the
-// table's order; px is nil unless lockproxy is one of them.
+// table's order: lockproxy, or one of others by name; px is nil unless
+// lockproxy is one of them.
 func openTargets(ctx context.Context, o options, s suite, l *launcher, servers []string,
-	newPeer func(poolSize int) (*target, error)) ([]*target, *proxy, error) {
+	others map[string]func(poolSize int) (*target, error)) ([]*target, *proxy, error) {
 	poolSize := max(2*slices.Max(append([]int{o.contended}, o.conc...)), 10)
 	var targets []*target
 	var px *proxy
@@ -128,8 +147,8 @@ func openTargets(ctx context.Context, o options, s suite, l *launcher, servers [
 		}
 		var t *target
 		var err error
-		if impl == s.peer {
-			t, err = newPeer(poolSize)
+		if open, ok := others[impl]; ok {
+			t, err = open(poolSize)
 		} else if px, err = l.start(ctx, s, servers); err == nil {
 			t = newLockproxyTarget(px.addr, poolSize)
 		}
@@ -193,13 +212,16 @@ func measureContendedCase(ctx context.Context, o options, targets []*target, pr 
 		if ctx.Err() != nil {
 			break
 		}
+		if t.contend == nil {
+			continue // the plain Redis baseline has no way to wait
+		}
 		results = append(results, runContended(ctx, o, t, pr))
 	}
 	return results
 }
 
 // writeResults prints one backend's tables: the uncontended cases and their
-// costs, then the contended case and its costs; for zookeeper, the bar.
+// costs, then the contended case and its costs.
 func writeResults(w io.Writer, o options, s suite, results []outcome, contended []contendOutcome) {
 	if len(o.conc) > 0 {
 		writeTable(w, s, results, o.conc)
@@ -209,12 +231,6 @@ func writeResults(w io.Writer, o options, s suite, results []outcome, contended 
 	if o.contended > 0 {
 		writeContended(w, s, contended, o.contended, o.hold)
 		writeContendedCosts(w, s, contended, o.inprocess)
-	}
-	if s.backend == "zookeeper" {
-		if line := zkBarLine(s, results, o.conc, contended); line != "" {
-			fmt.Fprintln(w)
-			fmt.Fprintln(w, line)
-		}
 	}
 }
 

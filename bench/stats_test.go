@@ -65,15 +65,15 @@ func TestErrorLogBoundsKinds(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	results := []outcome{
-		{impl: "lockproxy", conc: 1, cycles: 300, elapsed: time.Second, lat: []time.Duration{ms(1), ms(2)}},
+		{impl: "lockproxy", conc: 1, cycles: 300, elapsed: time.Second, lat: []time.Duration{ms(1), ms(2)}, acq: []time.Duration{us(400), ms(1)}},
 		{impl: "redsync", conc: 1, cycles: 200, elapsed: time.Second, lat: []time.Duration{ms(3)}, errors: 1},
 	}
 	results[1].errs.add(errors.New("lock: boom"))
 	var sb strings.Builder
 	writeTable(&sb, suites[0], results, []int{1})
-	want := "impl       conc  cycles    cycles/s   p50        p99        errors\n" +
-		"redsync    1     200       200        3ms        3ms        1\n" +
-		"lockproxy  1     300       300        1ms        2ms        0\n" +
+	want := "impl       conc  cycles    cycles/s   acq p50    acq p99    cycle p50  errors\n" +
+		"redsync    1     200       200        -          -          3ms        1\n" +
+		"lockproxy  1     300       300        400µs      1ms        1ms        0\n" +
 		"ratio lockproxy/redsync at conc 1: 1.50x\n" +
 		"errors redsync conc 1: 1 x lock: boom\n"
 	if sb.String() != want {
@@ -97,8 +97,8 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestWorkerRenamesFailedKey(t *testing.T) {
-	w := &worker{keys: []string{"a", "b"}, timeout: time.Second, rec: newReservoir(4, 1)}
-	fail := func(context.Context, string) error { return errors.New("boom") }
+	w := &worker{keys: []string{"a", "b"}, timeout: time.Second, rec: newReservoir(4, 1), acq: newReservoir(4, 1)}
+	fail := func(context.Context, string) (time.Duration, error) { return 0, errors.New("boom") }
 	w.one(context.Background(), fail, 1)
 	w.one(context.Background(), fail, 1)
 	if w.keys[0] != "a" || w.keys[1] != "b:r2" || w.failed != 2 || len(w.rec.samples()) != 0 {

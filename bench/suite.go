@@ -9,18 +9,19 @@ import (
 // client-side peer doing the same work over the same servers, in one run.
 type suite struct {
 	backend  string // lockproxy's --backend: "redlock" or "zookeeper"
+	baseline string // the no-HA reference, if any: "redis" (one plain redis-server)
 	peer     string // the client-side implementation: "redsync" or "zkrecipe"
 	upstream string // the servers' name in the cost columns: "redis" or "zk"
 }
 
 // suites are the backends, in the order they run.
 var suites = []suite{
-	{backend: "redlock", peer: "redsync", upstream: "redis"},
+	{backend: "redlock", baseline: "redis", peer: "redsync", upstream: "redis"},
 	{backend: "zookeeper", peer: "zkrecipe", upstream: "zk"},
 }
 
 // allImpls are the implementations -impl takes.
-var allImpls = []string{"redsync", "zkrecipe", "lockproxy"}
+var allImpls = []string{"redis", "redsync", "zkrecipe", "lockproxy"}
 
 // allBackends are the backends -backend takes.
 func allBackends() []string {
@@ -31,9 +32,14 @@ func allBackends() []string {
 	return out
 }
 
-// order is the suite's implementations in its tables' order: the peer,
-// then lockproxy.
-func (s suite) order() []string { return []string{s.peer, "lockproxy"} }
+// order is the suite's implementations in its tables' order: the baseline
+// if any, the peer, then lockproxy.
+func (s suite) order() []string {
+	if s.baseline != "" {
+		return []string{s.baseline, s.peer, "lockproxy"}
+	}
+	return []string{s.peer, "lockproxy"}
+}
 
 // proxyArgs are lockproxy's command-line flags for the backend over servers.
 func (s suite) proxyArgs(servers []string) []string {
@@ -50,7 +56,7 @@ func (s suite) costHead() string {
 	if s.backend == "zookeeper" {
 		return fmt.Sprintf("%-10s %s", "zk-cpu", "zk-requests")
 	}
-	return fmt.Sprintf("%-10s %-11s %s", "redis-cpu", "redis-cmds", "redis-reads")
+	return fmt.Sprintf("%-10s %-11s %s", "nodes-cpu", "redis-cmds", "redis-reads")
 }
 
 // contendedHow says what each implementation does in the contended case.
@@ -60,5 +66,5 @@ func (s suite) contendedHow() string {
 		return lp + fmt.Sprintf(", zkrecipe zk.Lock on a session per client (no timeout: cut at %v by closing the session)",
 			waitBound+waitMargin)
 	}
-	return lp + ", redsync Lock with its default retries"
+	return lp + ", redsync Lock with its default retries (plain redis: no contended case)"
 }

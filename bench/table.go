@@ -12,7 +12,8 @@ import (
 // s.order() whatever order they ran in, then the throughput ratios and the
 // errors.
 func writeTable(w io.Writer, s suite, results []outcome, concs []int) {
-	fmt.Fprintf(w, "%-10s %-5s %-9s %-10s %-10s %-10s %s\n", "impl", "conc", "cycles", "cycles/s", "p50", "p99", "errors")
+	fmt.Fprintf(w, "%-10s %-5s %-9s %-10s %-10s %-10s %-10s %s\n", "impl", "conc", "cycles", "cycles/s",
+		"acq p50", "acq p99", "cycle p50", "errors")
 	for _, conc := range concs {
 		for _, impl := range s.order() {
 			if o, ok := find(results, impl, conc); ok {
@@ -27,8 +28,8 @@ func writeTable(w io.Writer, s suite, results []outcome, concs []int) {
 }
 
 func row(o outcome) string {
-	return fmt.Sprintf("%-10s %-5d %-9d %-10.0f %-10s %-10s %d", o.impl, o.conc, o.cycles, o.rate(),
-		fmtLatency(percentile(o.lat, 0.50)), fmtLatency(percentile(o.lat, 0.99)), o.errors)
+	return fmt.Sprintf("%-10s %-5d %-9d %-10.0f %-10s %-10s %-10s %d", o.impl, o.conc, o.cycles, o.rate(),
+		fmtLatency(percentile(o.acq, 0.50)), fmtLatency(percentile(o.acq, 0.99)), fmtLatency(percentile(o.lat, 0.50)), o.errors)
 }
 
 // fmtLatency rounds to the microsecond; "-" when there were no samples.
@@ -81,38 +82,43 @@ func writeErrors(w io.Writer, results []outcome) {
 // trip unless pipelined; with ZooKeeper, the requests it received, one per
 // round trip of a request (pings of the open sessions included).
 func writeCosts(w io.Writer, s suite, results []outcome, concs []int, inprocess bool) {
-	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-14s %s\n", "bench-cpu", proxyColumn(inprocess), s.costHead())
+	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-10s %-14s %s\n", "server-cpu", "bench-cpu", proxyColumn(inprocess), s.costHead())
 	for _, conc := range concs {
 		for _, impl := range s.order() {
 			if o, ok := find(results, impl, conc); ok {
-				fmt.Fprintln(w, costRow(s, o))
+				fmt.Fprintln(w, costRow(s, o, inprocess))
 			}
 		}
 	}
 }
 
-func costRow(s suite, o outcome) string {
-	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(s, o.cost, o.cycles))
+func costRow(s suite, o outcome, inprocess bool) string {
+	return fmt.Sprintf("%-10s %-5d %s", o.impl, o.conc, perUnit(s, o.cost, o.cycles, inprocess))
 }
 
-// perUnit is c divided by n (cycles or grants), as s's costs columns.
-func perUnit(s suite, c costs, count int64) string {
+// perUnit is c divided by n (cycles or grants), as s's costs columns. With
+// lockproxy in this process the server CPU is unknown: "-".
+func perUnit(s suite, c costs, count int64, inprocess bool) string {
 	n := float64(max(count, 1))
 	cpu := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d.Microseconds())/n) }
-	if s.backend == "zookeeper" {
-		return fmt.Sprintf("%-10s %-14s %-10s %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.upstream), float64(c.cmds)/n)
+	server := cpu(c.server())
+	if inprocess {
+		server = "-"
 	}
-	return fmt.Sprintf("%-10s %-14s %-10s %-11.1f %.1f", cpu(c.bench), cpu(c.proxy), cpu(c.upstream),
+	if s.backend == "zookeeper" {
+		return fmt.Sprintf("%-10s %-10s %-14s %-10s %.1f", server, cpu(c.bench), cpu(c.proxy), cpu(c.upstream), float64(c.cmds)/n)
+	}
+	return fmt.Sprintf("%-10s %-10s %-14s %-10s %-11.1f %.1f", server, cpu(c.bench), cpu(c.proxy), cpu(c.upstream),
 		float64(c.cmds)/n, float64(c.reads)/n)
 }
 
 // writeContendedCosts prints what one grant of the contended case cost, as
 // writeCosts does for a cycle.
 func writeContendedCosts(w io.Writer, s suite, results []contendOutcome, inprocess bool) {
-	fmt.Fprintf(w, "\nper grant  %-10s %-14s %s\n", "bench-cpu", proxyColumn(inprocess), s.costHead())
+	fmt.Fprintf(w, "\nper grant  %-10s %-10s %-14s %s\n", "server-cpu", "bench-cpu", proxyColumn(inprocess), s.costHead())
 	for _, impl := range s.order() {
 		if o, ok := findContended(results, impl); ok {
-			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(s, o.cost, o.grants()))
+			fmt.Fprintf(w, "%-10s %s\n", o.impl, perUnit(s, o.cost, o.grants(), inprocess))
 		}
 	}
 }
@@ -124,17 +130,9 @@ func proxyColumn(inprocess bool) string {
 	return "lockproxy-cpu"
 }
 
-// The bar the contended case sets for lockproxy on redlock (issue 4's).
-const (
-	barWaitP50  = 2 * time.Millisecond // lockproxy's median wait below this
-	barWaitGain = 50.0                 // redsync's median wait at least this many times lockproxy's
-	barMaxDev   = 20.0                 // every client's grants within this percent of the mean
-)
-
 // writeContended prints the contended case: one row per implementation,
 // the waits of the grants that waited for another client's, the ratio of
-// the median waits, the bar (redlock; zookeeper's is zkBarLine) and the
-// errors. A grant's wait runs from asking to holding the lock; its gap from
+// the median waits and the errors (the bars come at the end of the run). A grant's wait runs from asking to holding the lock; its gap from
 // the previous holder hearing its release was done (or a later grantee
 // asking, if that came after) to the grant; held from the grant to the
 // release being done.
@@ -156,9 +154,6 @@ func writeContended(w io.Writer, s suite, results []contendOutcome, clients int,
 			line += fmt.Sprintf("; grants/s lockproxy/%s: %.2fx", s.peer, lp.rate()/pe.rate())
 		}
 		fmt.Fprintln(w, line)
-	}
-	if okLP && s.backend == "redlock" {
-		fmt.Fprintln(w, barLine(lp, pe, okPE))
 	}
 	for _, o := range results {
 		for _, line := range o.errs.lines() {
@@ -204,15 +199,6 @@ func waitGain(lp, pe contendOutcome) float64 {
 	return gain(percentile(lp.wait, 0.50), percentile(pe.wait, 0.50))
 }
 
-// waiterGain is how many times longer a waiter waits with redsync than with
-// lockproxy, at the median: over the grants that waited behind another
-// client's. That is the bar's measure (issue 4 quotes redsync's waiters
-// waiting 170 ms at the median); a redsync releaser that takes its lock
-// again at once waits behind nobody, and counts only in waitGain.
-func waiterGain(lp, rs contendOutcome) float64 {
-	return gain(percentile(lp.behind, 0.50), percentile(rs.behind, 0.50))
-}
-
 func gain(lpWait, rsWait time.Duration) float64 {
 	if lpWait <= 0 {
 		return math.Inf(1)
@@ -230,22 +216,6 @@ func behindGain(lp, rs contendOutcome) string {
 	return fmt.Sprintf(" (over the grants that waited behind another client's: %sx)", fmtRatio(float64(rsWait)/float64(lpWait)))
 }
 
-// barLine says whether lockproxy met each part of the bar; the ratio part
-// only when redsync ran too.
-func barLine(lp, rs contendOutcome, withRedsync bool) string {
-	p50 := percentile(lp.wait, 0.50)
-	_, _, dev := fairness(lp.perClient)
-	parts := []string{fmt.Sprintf("wait p50 %v < %v: %s", p50.Round(time.Microsecond), barWaitP50,
-		verdict(len(lp.wait) > 0 && p50 < barWaitP50))}
-	if withRedsync {
-		g := waiterGain(lp, rs)
-		parts = append(parts, fmt.Sprintf("waiters' wait p50 redsync/lockproxy %sx >= %.0fx: %s", fmtRatio(g), barWaitGain,
-			verdict(len(lp.behind) > 0 && len(rs.behind) > 0 && g >= barWaitGain)))
-	}
-	parts = append(parts, fmt.Sprintf("max dev %.1f%% <= %.0f%%: %s", dev, barMaxDev, verdict(lp.grants() > 0 && dev <= barMaxDev)))
-	return "bar for lockproxy: " + strings.Join(parts, "; ")
-}
-
 // fmtRatio shows a ratio below 10 with two decimals, others as integers.
 func fmtRatio(r float64) string {
 	if r < 10 {
@@ -258,7 +228,7 @@ func verdict(ok bool) string {
 	if ok {
 		return "met"
 	}
-	return "MISSED"
+	return "missed"
 }
 
 func findContended(results []contendOutcome, impl string) (contendOutcome, bool) {
@@ -268,39 +238,4 @@ func findContended(results []contendOutcome, impl string) (contendOutcome, bool)
 		}
 	}
 	return contendOutcome{}, false
-}
-
-// zkBarLine says whether lockproxy on the zookeeper backend met the bar of
-// issue 5 against the recipe, part by part, over the cases that both ran:
-// throughput at least the recipe's (cycles/s at each concurrency, grants/s
-// contended), and a contended wait no worse: the median over all grants
-// of the time from LOCK sent (Lock called) to its reply (Lock returned).
-// Both serve waiters in turn, so nearly every grant waits behind others
-// and the median over all grants is a handoff wait for both. "" when
-// there is nothing to compare.
-func zkBarLine(s suite, results []outcome, concs []int, contended []contendOutcome) string {
-	var parts []string
-	for _, conc := range concs {
-		lp, ok1 := find(results, "lockproxy", conc)
-		pe, ok2 := find(results, s.peer, conc)
-		if ok1 && ok2 && pe.rate() > 0 {
-			parts = append(parts, fmt.Sprintf("cycles/s at conc %d lockproxy/%s %.2fx >= 1: %s", conc, s.peer,
-				lp.rate()/pe.rate(), verdict(lp.rate() >= pe.rate())))
-		}
-	}
-	lp, ok1 := findContended(contended, "lockproxy")
-	pe, ok2 := findContended(contended, s.peer)
-	if ok1 && ok2 && pe.rate() > 0 {
-		parts = append(parts, fmt.Sprintf("contended grants/s lockproxy/%s %.2fx >= 1: %s", s.peer,
-			lp.rate()/pe.rate(), verdict(lp.rate() >= pe.rate())))
-	}
-	if ok1 && ok2 && len(lp.wait) > 0 && len(pe.wait) > 0 {
-		lw, pw := percentile(lp.wait, 0.50), percentile(pe.wait, 0.50)
-		parts = append(parts, fmt.Sprintf("contended wait p50 (asked to granted, all grants) lockproxy %v <= %s %v: %s",
-			lw.Round(time.Microsecond), s.peer, pw.Round(time.Microsecond), verdict(lw <= pw)))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return "bar for lockproxy (zookeeper backend): " + strings.Join(parts, "; ")
 }

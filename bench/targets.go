@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -15,15 +17,15 @@ import (
 // lockTTL is the lease every cycle asks for, as PX 30000 / WithExpiry(30s).
 const lockTTL = 30 * time.Second
 
-// cycleFunc takes and releases key once; it returns an error unless both
-// steps succeeded.
-type cycleFunc func(ctx context.Context, key string) error
+// cycleFunc takes and releases key once and returns how long taking it
+// took; it returns an error unless both steps succeeded.
+type cycleFunc func(ctx context.Context, key string) (acquire time.Duration, err error)
 
 // target is one implementation under test.
 type target struct {
 	name    string
 	cycle   cycleFunc
-	contend func(key string) contender // a new client of the contended case
+	contend func(key string) contender // a new client of the contended case; nil: none
 	close   func() error
 }
 
@@ -41,12 +43,14 @@ func newLockproxyTarget(addr string, poolSize int) *target {
 }
 
 func lockproxyCycle(c *redis.Client) cycleFunc {
-	return func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) (time.Duration, error) {
+		start := time.Now()
 		token, err := lockproxyLock(ctx, c, key)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return lockproxyUnlock(ctx, c, key, token)
+		acquire := time.Since(start)
+		return acquire, lockproxyUnlock(ctx, c, key, token)
 	}
 }
 
@@ -83,6 +87,51 @@ func lockproxyUnlock(ctx context.Context, c *redis.Client, key, token string) er
 	return nil
 }
 
+// newRedisTarget is the plain-Redis baseline: one redis-server, no HA, the
+// way most lock code does it: SET key token NX PX 30000, then a Lua
+// compare-and-delete; the token is 16 random bytes, as redsync's.
+func newRedisTarget(addr string, poolSize int) *target {
+	c := newClient(addr, poolSize)
+	return &target{name: "redis", cycle: redisCycle(c), close: c.Close}
+}
+
+// redisRelease deletes the key only if it still holds the token.
+var redisRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+
+func redisCycle(c *redis.Client) cycleFunc {
+	return func(ctx context.Context, key string) (time.Duration, error) {
+		start := time.Now()
+		token, err := randomToken()
+		if err != nil {
+			return 0, err
+		}
+		ok, err := c.SetNX(ctx, key, token, lockTTL).Result()
+		if err != nil {
+			return 0, fmt.Errorf("SET NX: %w", err)
+		}
+		if !ok {
+			return 0, fmt.Errorf("SET NX: %w", errNotAcquired)
+		}
+		acquire := time.Since(start)
+		n, err := redisRelease.Run(ctx, c, []string{key}, token).Int64()
+		if err != nil {
+			return 0, fmt.Errorf("release: %w", err)
+		}
+		if n != 1 {
+			return 0, fmt.Errorf("release replied %d", n)
+		}
+		return acquire, nil
+	}
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b), nil
+}
+
 // newRedsyncTarget runs redsync over one go-redis client per node.
 func newRedsyncTarget(nodes []string, poolSize int) *target {
 	clients := make([]*redis.Client, len(nodes))
@@ -97,12 +146,14 @@ func newRedsyncTarget(nodes []string, poolSize int) *target {
 }
 
 func redsyncCycle(rs *redsync.Redsync) cycleFunc {
-	return func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) (time.Duration, error) {
+		start := time.Now()
 		m := rs.NewMutex(key, redsync.WithExpiry(lockTTL), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
-			return fmt.Errorf("lock: %w", err)
+			return 0, fmt.Errorf("lock: %w", err)
 		}
-		return redsyncUnlock(ctx, m)
+		acquire := time.Since(start)
+		return acquire, redsyncUnlock(ctx, m)
 	}
 }
 

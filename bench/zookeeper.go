@@ -71,8 +71,8 @@ func openZooKeeper(ctx context.Context, o options, s suite, l *launcher, dir str
 	}
 	b.closers = append(b.closers, zs.Stop)
 	addr := zs.Addr()
-	newPeer := func(int) (*target, error) { return newZKRecipeTarget(addr) }
-	targets, px, err := openTargets(ctx, o, s, l, []string{addr}, newPeer)
+	others := map[string]func(int) (*target, error){s.peer: func(int) (*target, error) { return newZKRecipeTarget(addr) }}
+	targets, px, err := openTargets(ctx, o, s, l, []string{addr}, others)
 	if err != nil {
 		return err
 	}
@@ -138,19 +138,29 @@ func newZKRecipeTarget(addr string) (*target, error) {
 // then finishes by itself, or when close ends the session. A worker gives
 // a key that failed a new name, so a node left behind blocks no later
 // cycle.
-func (r *zkRecipe) cycle(ctx context.Context, key string) error {
-	return runBounded(ctx, &r.cycles, func() error { return recipeCycle(r.conn, zkRecipeRoot+"/"+key) })
+func (r *zkRecipe) cycle(ctx context.Context, key string) (time.Duration, error) {
+	var acquire time.Duration
+	err := runBounded(ctx, &r.cycles, func() (err error) {
+		acquire, err = recipeCycle(r.conn, zkRecipeRoot+"/"+key)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return acquire, nil
 }
 
-func recipeCycle(conn *zk.Conn, path string) error {
+func recipeCycle(conn *zk.Conn, path string) (acquire time.Duration, err error) {
+	start := time.Now()
 	l := zk.NewLock(conn, path, zkACL)
 	if err := l.Lock(); err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return 0, fmt.Errorf("lock: %w", err)
 	}
+	acquire = time.Since(start)
 	if err := l.Unlock(); err != nil {
-		return fmt.Errorf("unlock: %w", err)
+		return 0, fmt.Errorf("unlock: %w", err)
 	}
-	return nil
+	return acquire, nil
 }
 
 // runBounded runs f on a goroutine counted in wg and returns its error, or

@@ -38,7 +38,7 @@ func TestParseFlagsBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(backends(o), []string{"redlock", "zookeeper"}) || !slices.Equal(o.impls, allImpls) {
+	if !slices.Equal(backends(o), []string{"redlock", "zookeeper"}) || !slices.Equal(o.impls, allImpls) || !o.faults || !o.rss {
 		t.Fatalf("default: backends %v impls %v", backends(o), o.impls)
 	}
 	if !o.runs(zkSuite, "zkrecipe") || !o.runs(zkSuite, "lockproxy") || o.runs(zkSuite, "redsync") || o.runs(suites[0], "zkrecipe") {
@@ -85,9 +85,9 @@ func TestWriteTableZooKeeper(t *testing.T) {
 	}
 	var sb strings.Builder
 	writeTable(&sb, zkSuite, results, []int{1})
-	want := "impl       conc  cycles    cycles/s   p50        p99        errors\n" +
-		"zkrecipe   1     400       400        2ms        2ms        0\n" +
-		"lockproxy  1     300       300        1ms        1ms        0\n" +
+	want := "impl       conc  cycles    cycles/s   acq p50    acq p99    cycle p50  errors\n" +
+		"zkrecipe   1     400       400        -          -          2ms        0\n" +
+		"lockproxy  1     300       300        -          -          1ms        0\n" +
 		"ratio lockproxy/zkrecipe at conc 1: 0.75x\n"
 	if sb.String() != want {
 		t.Fatalf("table:\n%s\nwant:\n%s", sb.String(), want)
@@ -101,18 +101,18 @@ func TestWriteCosts(t *testing.T) {
 	}
 	var sb strings.Builder
 	writeCosts(&sb, zkSuite, results, []int{1}, false)
-	want := "\nper cycle  conc  bench-cpu  lockproxy-cpu  zk-cpu     zk-requests\n" +
-		"zkrecipe   1     100µs      0µs            500µs      3.0\n" +
-		"lockproxy  1     50µs       200µs          800µs      6.0\n"
+	want := "\nper cycle  conc  server-cpu bench-cpu  lockproxy-cpu  zk-cpu     zk-requests\n" +
+		"zkrecipe   1     500µs      100µs      0µs            500µs      3.0\n" +
+		"lockproxy  1     1000µs     50µs       200µs          800µs      6.0\n"
 	if sb.String() != want {
 		t.Fatalf("zookeeper costs:\n%s\nwant:\n%s", sb.String(), want)
 	}
 	results[0].impl = "redsync"
 	sb.Reset()
 	writeCosts(&sb, suites[0], results, []int{1}, true)
-	want = "\nper cycle  conc  bench-cpu  (in bench)     redis-cpu  redis-cmds  redis-reads\n" +
-		"redsync    1     100µs      0µs            500µs      3.0         0.0\n" +
-		"lockproxy  1     50µs       200µs          800µs      6.0         0.1\n"
+	want = "\nper cycle  conc  server-cpu bench-cpu  (in bench)     nodes-cpu  redis-cmds  redis-reads\n" +
+		"redsync    1     -          100µs      0µs            500µs      3.0         0.0\n" +
+		"lockproxy  1     -          50µs       200µs          800µs      6.0         0.1\n"
 	if sb.String() != want {
 		t.Fatalf("redlock costs:\n%s\nwant:\n%s", sb.String(), want)
 	}
@@ -134,37 +134,10 @@ func TestWriteContendedZooKeeper(t *testing.T) {
 		"lockproxy  100     100       4ms        4ms        1ms        1ms        1ms        50      50      0.0%     0        0",
 		"waited behind another client's grant: zkrecipe 0.5% of grants, wait p50 2ms p99 2ms; lockproxy 1.0% of grants, wait p50 4ms p99 4ms",
 		"ratio wait p50 zkrecipe/lockproxy: 0.50x (over the grants that waited behind another client's: 0.50x); grants/s lockproxy/zkrecipe: 0.50x",
-		"", // no redlock bar: zookeeper's is zkBarLine
+		"",
 	}
 	if got := strings.Split(sb.String(), "\n"); !slices.Equal(got, want) {
 		t.Fatalf("table:\n%s\nwant:\n%s", sb.String(), strings.Join(want, "\n"))
-	}
-}
-
-func TestZKBarLine(t *testing.T) {
-	uncontended := []outcome{
-		{impl: "zkrecipe", conc: 1, cycles: 100, elapsed: time.Second},
-		{impl: "lockproxy", conc: 1, cycles: 100, elapsed: time.Second}, // equal: met
-		{impl: "zkrecipe", conc: 32, cycles: 200, elapsed: time.Second},
-		{impl: "lockproxy", conc: 32, cycles: 150, elapsed: time.Second},
-	}
-	contended := []contendOutcome{
-		{impl: "zkrecipe", elapsed: time.Second, perClient: []int64{40, 40}, wait: []time.Duration{ms(3), ms(5), ms(9)}},
-		{impl: "lockproxy", elapsed: time.Second, perClient: []int64{50, 50}, wait: []time.Duration{ms(2), ms(5), ms(20)}},
-	}
-	got := zkBarLine(zkSuite, uncontended, []int{1, 32}, contended)
-	want := "bar for lockproxy (zookeeper backend): cycles/s at conc 1 lockproxy/zkrecipe 1.00x >= 1: met; " +
-		"cycles/s at conc 32 lockproxy/zkrecipe 0.75x >= 1: MISSED; contended grants/s lockproxy/zkrecipe 1.25x >= 1: met; " +
-		"contended wait p50 (asked to granted, all grants) lockproxy 5ms <= zkrecipe 5ms: met"
-	if got != want {
-		t.Fatalf("bar:\n%s\nwant:\n%s", got, want)
-	}
-	contended[0].wait = []time.Duration{ms(1), ms(4), ms(9)}
-	if got := zkBarLine(zkSuite, nil, nil, contended); !strings.HasSuffix(got, "lockproxy 5ms <= zkrecipe 4ms: MISSED") {
-		t.Fatalf("a longer wait is missed: %s", got)
-	}
-	if got := zkBarLine(zkSuite, uncontended[1:2], []int{1}, contended[1:]); got != "" {
-		t.Fatalf("lockproxy alone has no bar: %q", got)
 	}
 }
 
