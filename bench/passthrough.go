@@ -40,6 +40,7 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 	cfg := instance.Default()
 	cfg.Listen, cfg.Backend, cfg.Redlock.Nodes = "127.0.0.1:0", "redlock", nodes.addrs()
 	cfg.Passthrough.Address = data.Addr()
+	cfg.Redlock.MaxLeaseMS = int(maxLease.Milliseconds())
 	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
@@ -43,11 +44,30 @@ type launcher struct {
 	bin       string // built on the first start of a subprocess
 }
 
-// start runs lockproxy with the backend of s over servers.
-func (l *launcher) start(ctx context.Context, s suite, servers []string) (*proxy, error) {
+// maxLease is the redlock.max_lease_ms the bench gives lockproxy: the
+// longest lease it takes, a connection-bound lock's (locks.bound_lease_ms'
+// default). The bench's nodes run without persistence, so lockproxy's
+// restart rule counts a node only once it is this old; start waits for it.
+const maxLease = 10 * time.Second
+
+// start runs lockproxy with the backend of s over servers, and waits until
+// it grants.
+func (l *launcher) start(ctx context.Context, s suite, servers []string) (px *proxy, err error) {
 	if l.inprocess {
-		return startInProcess(s, servers)
+		px, err = startInProcess(s, servers)
+	} else {
+		px, err = l.startSubprocess(ctx, s, servers)
 	}
+	if err != nil || s.backend != "redlock" {
+		return px, err
+	}
+	if err := awaitGrant(ctx, px.addr); err != nil {
+		return nil, errors.Join(err, px.stop())
+	}
+	return px, nil
+}
+
+func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []string) (*proxy, error) {
 	if l.bin == "" {
 		bin, err := buildProxy(ctx, l.dir)
 		if err != nil {
@@ -55,7 +75,36 @@ func (l *launcher) start(ctx context.Context, s suite, servers []string) (*proxy
 		}
 		l.bin = bin
 	}
-	return startSubprocess(ctx, l.bin, s.proxyArgs(servers), l.procs)
+	args := s.proxyArgs(servers)
+	if s.backend == "redlock" {
+		conf := filepath.Join(l.dir, "lockproxy.toml")
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n", maxLease.Milliseconds()), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "--config", conf)
+	}
+	return startSubprocess(ctx, l.bin, args, l.procs)
+}
+
+// awaitGrant waits until lockproxy at addr grants a lock: until its nodes
+// are older than maxLease.
+func awaitGrant(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, maxLease+readyTimeout)
+	defer cancel()
+	key := fmt.Sprintf("bench:ready:%d", time.Now().UnixNano())
+	for {
+		err := c.SetNX(ctx, key, "x", time.Second).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lockproxy at %s granted nothing within %v: %w", addr, maxLease+readyTimeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func startInProcess(s suite, servers []string) (*proxy, error) {
@@ -66,6 +115,7 @@ func startInProcess(s suite, servers []string) (*proxy, error) {
 		cfg.ZooKeeper.Servers = servers
 	} else {
 		cfg.Redlock.Nodes = servers
+		cfg.Redlock.MaxLeaseMS = int(maxLease.Milliseconds())
 	}
 	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {
