@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/tlsfiles"
 	"github.com/lockproxy/lockproxy/passthrough"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
@@ -33,11 +34,13 @@ type Instance struct {
 	metricsAddr string
 	closers     []func() // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
-	secrets     secrets     // passwords, read from their files
-	listenTLS   *tls.Config // nil: plain TCP
-	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
-	backendAddr []string    // the backend's nodes, for the start-up log
-	nodeSet     *nodeSet    // the redlock nodes' health; nil for zookeeper
+	secrets     secrets          // passwords, read from their files
+	tlsFiles    tlsfiles.Group   // every TLS file, re-read on Reload
+	listenTLS   *tls.Config      // nil: plain TCP
+	nodesTLS    *tlsfiles.Dialer // nil: plain TCP to the Redis nodes
+	zkTLS       *tlsfiles.Dialer // nil: plain TCP to ZooKeeper
+	backendAddr []string         // the backend's nodes, for the start-up log
+	nodeSet     *nodeSet         // the redlock nodes' health; nil for zookeeper
 	lockMetrics *lockMetrics
 	served      chan error
 	shutdown    chan struct{}
@@ -115,7 +118,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	for i, a := range addrs {
 		w := in.nodeSet.add(a)
 		opts := upstream.RedisOptions{
-			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: tlsc,
+			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: hostTLS(tlsc, a),
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
 			Observe: w.record,
 		}
@@ -141,13 +144,17 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 // wakes this instance's waiter for the key (ev.Released).
 func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 	zc := in.cfg.ZooKeeper
-	z, err := zookeeper.New(zookeeper.Options{
+	opts := zookeeper.Options{
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),
 		Digest:         zc.ACLDigest,
 		Events:         ev,
-	}, in.log)
+	}
+	if in.zkTLS != nil {
+		opts.TLS = in.zkTLS.Config
+	}
+	z, err := zookeeper.New(opts, in.log)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper backend: %w", err)
 	}
