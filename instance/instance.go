@@ -218,18 +218,23 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		TLS:           in.listenTLS,
 		MaxClients:    l.MaxClients,
 		Version:       Version,
-		Limits: resp.Limits{
-			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
-			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
-			MaxBuffered: l.MaxBufferedBytes,
-			AuthTimeout: time.Duration(l.AuthTimeoutMS) * time.Millisecond,
-			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
-		},
+		Limits:        respLimits(l),
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)
 	}
 	return srv, err
+}
+
+// respLimits are the limits of l that the RESP server enforces.
+func respLimits(l LimitsConfig) resp.Limits {
+	return resp.Limits{
+		MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
+		MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
+		MaxBuffered: l.MaxBufferedBytes,
+		AuthTimeout: ms(l.AuthTimeoutMS),
+		IdleTimeout: ms(l.IdleTimeoutMS),
+	}
 }
 
 // nodesInfo adds the "# Nodes" section to the session's INFO.
