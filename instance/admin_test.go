@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
-	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,9 +54,10 @@ func keysOf(entries []map[string]any) []string {
 // waiting client. No token appears, through go-redis or redis-cli. MATCH
 // and COUNT narrow the listing, bad arguments get an error and the
 // connection stays usable, and an ACL user sees only keys of its patterns.
-func TestLockproxyLocks(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	cfg := testConfig(nodes)
+// Both backends.
+func TestLockproxyLocks(t *testing.T) { eachBackend(t, testLockproxyLocks) }
+
+func testLockproxyLocks(t *testing.T, cfg instance.Config) {
 	cfg.Password = "root-pw"
 	cfg.Users = []instance.UserConfig{{Name: "alice", Password: "alice-pw", Keys: []string{"app:*"}, Commands: "native"}}
 	in := startInstance(t, cfg)
