@@ -1,8 +1,10 @@
 // Package engine is the lock engine: it owns the locks this lockproxy instance
 // grants, the per-connection owners of connection-bound locks and their
-// watchdog renewal, the waiting line in this instance, and the accounting of
-// locks it learns were lost. It declares the domain errors that reach
-// clients (commands/errors.go words them).
+// watchdog renewal, the waiting line in this instance, the accounting of
+// locks it learns were lost, and the listing of the locks it granted and
+// its waiters (LOCKPROXY LOCKS, WAITERS), which never shows a token. It
+// declares the domain errors that reach clients (commands/errors.go words
+// them).
 //
 // It talks to the store through the small Backend interface (Redlock over
 // Redis nodes in quorum/, ZooKeeper in upstream/zookeeper), and a backend

@@ -69,7 +69,10 @@ type Engine struct {
 	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
 	waiting map[string]queue  // clients waiting for each key, first come first
 	echoes  map[string]string // the token of the last release through this instance, by key
-	waiters int               // all of them
+	leases  map[string]lease  // leases granted through this instance, by key (listing.go)
+	// leaseSweepAt is the size of leases at which expired ones are dropped.
+	leaseSweepAt int
+	waiters      int // all of them
 	// lostLeases counts the entries of lost with no owner (leases), which
 	// no closing connection clears.
 	lostLeases int
@@ -89,6 +92,9 @@ func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Eng
 		lost:    map[lockID]*Owner{},
 		waiting: map[string]queue{},
 		echoes:  map[string]string{},
+		leases:  map[string]lease{},
+
+		leaseSweepAt: minLeaseSweep,
 	}
 	b, err := build(e)
 	if err != nil {
@@ -129,6 +135,7 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
+		e.noteLease(key, h.Token, g.Validity)
 	} else if !e.watch(o, key, h.Token, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
@@ -162,6 +169,7 @@ func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 	var early *waiter
 	ok, err := e.backend.Release(ctx, key, token, e.line(key), func() { early = e.wakeHead(key) })
 	if ok {
+		e.forgetLease(key, token)
 		e.stats.Releases.Add(1)
 		e.releasedHere(key, token, early)
 	}
@@ -183,6 +191,9 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {
 		e.unwatch(key, token)
+	}
+	if err == nil && (mode == Lease || e.isLease(key, token)) {
+		e.noteLease(key, token, v)
 	}
 	return v, err
 }

@@ -17,8 +17,9 @@ const unavailableRetry = 50 * time.Millisecond
 // waiter is one client waiting for a key in this instance. It costs no
 // goroutine: the waiting LOCK's own goroutine blocks on wake.
 type waiter struct {
-	wake  chan struct{} // buffered 1: wakes coalesce
-	place Waiter        // its place in the key's line across instances
+	wake   chan struct{} // buffered 1: wakes coalesce
+	place  Waiter        // its place in the key's line across instances
+	client uint64        // the waiting connection's id (its Owner's)
 	// promoted (guarded by Engine.mu) marks a wake that only says "you
 	// head the queue now": the grant that promoted it put it in line, and
 	// the key is held, so it arms its retry timer without trying.
@@ -41,7 +42,7 @@ func (e *Engine) LockWait(ctx context.Context, o *Owner, key string, h Hold) (Gr
 		h.Token = NewToken()
 	}
 	want := e.shaped(h)
-	w, err := e.enqueue(key, Waiter{ID: h.Token, Since: time.Now(), Keep: e.cfg.WaiterKeep, TTL: want.TTL, Mode: want.Mode, Name: h.Name})
+	w, err := e.enqueue(key, o, Waiter{ID: h.Token, Since: time.Now(), Keep: e.cfg.WaiterKeep, TTL: want.TTL, Mode: want.Mode, Name: h.Name})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -185,8 +186,8 @@ func (w *waiter) signal() {
 	}
 }
 
-// enqueue adds a waiter at the tail of key's queue.
-func (e *Engine) enqueue(key string, place Waiter) (*waiter, error) {
+// enqueue adds o's waiter at the tail of key's queue.
+func (e *Engine) enqueue(key string, o *Owner, place Waiter) (*waiter, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
@@ -195,7 +196,7 @@ func (e *Engine) enqueue(key string, place Waiter) (*waiter, error) {
 	if e.waiters >= e.cfg.MaxWaiters {
 		return nil, ErrTooManyWaiters
 	}
-	w := &waiter{wake: make(chan struct{}, 1), place: place}
+	w := &waiter{wake: make(chan struct{}, 1), place: place, client: o.id}
 	e.waiting[key] = append(e.waiting[key], w)
 	e.waiters++
 	return w, nil

@@ -86,7 +86,8 @@ type ZooKeeperConfig struct {
 	SessionTimeoutMS int      `toml:"session_timeout_ms"` // how long the ensemble keeps lockproxy's locks after it vanishes
 	// ACLDigest, "user:password", makes lock nodes readable and writable
 	// only by that identity (ZooKeeper digest ACL); empty: open to all.
-	ACLDigest string `toml:"acl_digest"`
+	ACLDigest string  `toml:"acl_digest"`
+	TLS       NodeTLS `toml:"tls"` // TLS to the servers (their secureClientPort)
 }
 
 // EmbeddedConfig configures the embedded development backend.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/tlsfiles"
 	"github.com/lockproxy/lockproxy/passthrough"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
@@ -33,11 +34,13 @@ type Instance struct {
 	metricsAddr string
 	closers     []func() // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
-	secrets     secrets     // passwords, read from their files
-	listenTLS   *tls.Config // nil: plain TCP
-	nodesTLS    *tls.Config // nil: plain TCP to the Redis nodes
-	backendAddr []string    // the backend's nodes, for the start-up log
-	nodeSet     *nodeSet    // the redlock nodes' health; nil for zookeeper
+	secrets     secrets          // passwords, read from their files
+	tlsFiles    tlsfiles.Group   // every TLS file, re-read on Reload
+	listenTLS   *tls.Config      // nil: plain TCP
+	nodesTLS    *tlsfiles.Dialer // nil: plain TCP to the Redis nodes
+	zkTLS       *tlsfiles.Dialer // nil: plain TCP to ZooKeeper
+	backendAddr []string         // the backend's nodes, for the start-up log
+	nodeSet     *nodeSet         // the redlock nodes' health; nil for zookeeper
 	lockMetrics *lockMetrics
 	served      chan error
 	shutdown    chan struct{}
@@ -120,7 +123,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	for i, a := range addrs {
 		w := in.nodeSet.add(a, maxLease == 0)
 		opts := upstream.RedisOptions{
-			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: tlsc,
+			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: hostTLS(tlsc, a),
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
 			Observe: w.record,
 		}
@@ -148,13 +151,17 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 // wakes this instance's waiter for the key (ev.Released).
 func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 	zc := in.cfg.ZooKeeper
-	z, err := zookeeper.New(zookeeper.Options{
+	opts := zookeeper.Options{
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),
 		Digest:         zc.ACLDigest,
 		Events:         ev,
-	}, in.log)
+	}
+	if in.zkTLS != nil {
+		opts.TLS = in.zkTLS.Config
+	}
+	z, err := zookeeper.New(opts, in.log)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper backend: %w", err)
 	}
@@ -218,18 +225,23 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		TLS:           in.listenTLS,
 		MaxClients:    l.MaxClients,
 		Version:       Version,
-		Limits: resp.Limits{
-			MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
-			MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
-			MaxBuffered: l.MaxBufferedBytes,
-			AuthTimeout: time.Duration(l.AuthTimeoutMS) * time.Millisecond,
-			IdleTimeout: time.Duration(l.IdleTimeoutMS) * time.Millisecond,
-		},
+		Limits:        respLimits(l),
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)
 	}
 	return srv, err
+}
+
+// respLimits are the limits of l that the RESP server enforces.
+func respLimits(l LimitsConfig) resp.Limits {
+	return resp.Limits{
+		MaxBulk: l.MaxBulkBytes, MaxArgs: l.MaxArgs,
+		MaxInline: l.MaxInlineBytes, MaxRequest: l.MaxRequestBytes,
+		MaxBuffered: l.MaxBufferedBytes,
+		AuthTimeout: ms(l.AuthTimeoutMS),
+		IdleTimeout: ms(l.IdleTimeoutMS),
+	}
 }
 
 // nodesInfo adds the "# Nodes" section to the session's INFO.

@@ -8,16 +8,23 @@ import (
 	"go.uber.org/zap"
 )
 
-// reloadable are the keys Reload applies to a running instance. The
-// certificate files are re-read whenever they change, reload or not;
-// log_level is applied by the caller, which owns the logger.
-var reloadable = []string{"password", "password_file", "log_level", "users"}
+// reloadable are the keys Reload applies to a running instance; log_level
+// is applied by the caller, which owns the logger. The limits are those the
+// RESP server enforces (resp.Server.SetLimits); max_key_bytes,
+// max_token_bytes and max_waiters need a restart.
+var reloadable = []string{"password", "password_file", "log_level", "users",
+	"limits.max_clients", "limits.max_bulk_bytes", "limits.max_args", "limits.max_inline_bytes",
+	"limits.max_request_bytes", "limits.max_buffered_bytes", "limits.auth_timeout_ms", "limits.idle_timeout_ms"}
 
 // Reload applies what can change safely in a running instance — the
-// clients' password (re-reading password_file) — and logs it. It returns
-// the keys that changed and were applied, and those that changed but need a
-// restart (logged as such). An invalid cfg changes nothing. Calls must not
-// overlap (main makes them one at a time, on SIGHUP).
+// clients' password (re-reading password_file), the users, the RESP
+// server's limits — re-reads every TLS file (certificates, keys and CAs of
+// the listener, the Redis nodes and ZooKeeper, changed or not), and logs
+// it. It returns the keys that changed and were applied ("tls files" when
+// there are any), and those that changed but need a restart (logged as
+// such). An invalid cfg changes nothing; a TLS file that does not load is
+// logged and its previous content stays in use. Calls must not overlap
+// (main makes them one at a time, on SIGHUP).
 func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
@@ -52,11 +59,24 @@ func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 		}
 	}
 	in.cfg.Password, in.cfg.PasswordFile, in.cfg.LogLevel, in.cfg.Users = cfg.Password, cfg.PasswordFile, cfg.LogLevel, cfg.Users
+	in.reloadLimits(cfg.Limits)
+	if err := in.tlsFiles.Reload(); err != nil {
+		in.reloadFailed(err)
+	} else if in.listenTLS != nil || in.nodesTLS != nil || in.zkTLS != nil {
+		applied = append(applied, "tls files")
+	}
 	in.log.Info("configuration reloaded", zap.Strings("applied", applied))
 	if len(restart) > 0 {
 		in.log.Warn("changed settings need a restart to take effect", zap.Strings("keys", restart))
 	}
 	return applied, restart, nil
+}
+
+// reloadLimits applies the reloadable limits of l and keeps the others.
+func (in *Instance) reloadLimits(l LimitsConfig) {
+	l.MaxKeyBytes, l.MaxTokenBytes, l.MaxWaiters = in.cfg.Limits.MaxKeyBytes, in.cfg.Limits.MaxTokenBytes, in.cfg.Limits.MaxWaiters
+	in.cfg.Limits = l
+	in.resp.SetLimits(l.MaxClients, respLimits(l))
 }
 
 // changedKeys lists the dotted toml keys whose values differ.

@@ -29,7 +29,10 @@ func (in *Instance) prepare() (err error) {
 	if in.listenTLS, err = in.listenerTLS(); err != nil {
 		return err
 	}
-	if in.nodesTLS, err = in.nodeTLS(); err != nil {
+	if in.nodesTLS, err = in.dialTLS(in.cfg.Redlock.TLS); err != nil {
+		return err
+	}
+	if in.zkTLS, err = in.dialTLS(in.cfg.ZooKeeper.TLS); err != nil {
 		return err
 	}
 	for _, w := range in.cfg.Warnings() {
@@ -48,7 +51,8 @@ func (in *Instance) logServing() {
 		zap.Bool("password", in.secrets.clients != ""),
 		zap.String("backend", in.cfg.BackendName()),
 		zap.Strings("nodes", in.backendAddr),
-		zap.Bool("nodes_tls", in.nodesTLS != nil && in.cfg.BackendName() == "redlock"),
+		zap.Bool("nodes_tls", in.nodesTLS != nil && in.cfg.BackendName() == "redlock" ||
+			in.zkTLS != nil && in.cfg.BackendName() == "zookeeper"),
 		zap.String("metrics_listen", in.metricsAddr))
 	if in.secrets.clients != "" || IsLoopbackListen(in.cfg.Listen) {
 		return

@@ -3,6 +3,7 @@ package instance
 import (
 	"crypto/tls"
 	"errors"
+	"net"
 
 	"github.com/lockproxy/lockproxy/internal/tlsfiles"
 	"go.uber.org/zap"
@@ -18,7 +19,8 @@ type TLSConfig struct {
 	CAFile string `toml:"ca_file"`
 }
 
-// NodeTLS is TLS from lockproxy to the Redis nodes.
+// NodeTLS is TLS from lockproxy to the Redis nodes, or to the ZooKeeper
+// servers. The files are re-read when they change and on SIGHUP.
 type NodeTLS struct {
 	Enabled    bool   `toml:"enabled"`
 	CAFile     string `toml:"ca_file"`     // PEM CAs trusted for the nodes; empty: the system's
@@ -42,6 +44,13 @@ func (c Config) checkTLS() error {
 	if !n.Enabled && (n.CAFile != "" || n.CertFile != "" || n.ServerName != "") {
 		return errors.New("redlock.tls has files or a server name but enabled = false")
 	}
+	z := c.ZooKeeper.TLS
+	if (z.CertFile == "") != (z.KeyFile == "") {
+		return errors.New("zookeeper.tls.cert_file and zookeeper.tls.key_file go together")
+	}
+	if !z.Enabled && (z.CAFile != "" || z.CertFile != "" || z.ServerName != "") {
+		return errors.New("zookeeper.tls has files or a server name but enabled = false")
+	}
 	return nil
 }
 
@@ -51,16 +60,28 @@ func (in *Instance) listenerTLS() (*tls.Config, error) {
 	if t.CertFile == "" {
 		return nil, nil
 	}
-	return tlsfiles.Server(t.CertFile, t.KeyFile, t.CAFile, in.reloadFailed)
+	return in.tlsFiles.Server(t.CertFile, t.KeyFile, t.CAFile, in.reloadFailed)
 }
 
-// nodeTLS is the TLS configuration toward the Redis nodes, nil without TLS.
-func (in *Instance) nodeTLS() (*tls.Config, error) {
-	n := in.cfg.Redlock.TLS
+// dialTLS is TLS toward the Redis nodes or the ZooKeeper servers as n
+// describes it, nil when n is not enabled.
+func (in *Instance) dialTLS(n NodeTLS) (*tlsfiles.Dialer, error) {
 	if !n.Enabled {
 		return nil, nil
 	}
-	return tlsClient(n, in.reloadFailed)
+	return in.tlsFiles.Dialer(n.CAFile, n.CertFile, n.KeyFile, n.ServerName, in.reloadFailed)
+}
+
+// hostTLS is d's configuration for the host of addr (host:port).
+func hostTLS(d *tlsfiles.Dialer, addr string) *tls.Config {
+	if d == nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	return d.Config(host)
 }
 
 // tlsClient is the TLS configuration toward a Redis described by n.

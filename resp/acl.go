@@ -98,6 +98,24 @@ func (s *Server) checkUser(name, pass string) bool {
 	return u != nil && subtle.ConstantTimeCompare([]byte(pass), []byte(u.Password)) == 1
 }
 
+// MayTouch reports whether c's user may touch key: always for the default
+// user, else when key matches one of the user's patterns. Commands that
+// list keys (LOCKPROXY LOCKS) show a user only these.
+func (c *Conn) MayTouch(key string) bool {
+	c.mu.Lock()
+	name := c.user
+	c.mu.Unlock()
+	if name == "" || name == "default" {
+		return true
+	}
+	u := c.srv.user(name)
+	return u != nil && u.mayTouch([]byte(key))
+}
+
+// Glob matches s against a Redis key pattern: * is any run of bytes and ?
+// any one byte (no classes or escapes), as users' key patterns.
+func Glob(pattern, s string) bool { return glob(pattern, s) }
+
 // noPerm is the NOPERM error, in Redis's words, when the connection's user
 // may not run def with args; "" when it may.
 // restricted reports whether c authenticated as an ACL user rather than

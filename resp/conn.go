@@ -52,7 +52,7 @@ func (c *Conn) setAuthed(v bool) {
 	}
 	if !v {
 		g := c.guard
-		c.authTTL = time.AfterFunc(c.srv.cfg.Limits.AuthTimeout, func() { _ = g.Close() })
+		c.authTTL = time.AfterFunc(c.srv.Limits().AuthTimeout, func() { _ = g.Close() })
 	}
 }
 

@@ -11,8 +11,9 @@
 // loopback clients), HTTP requests closed at their first line (POST,
 // Host:), optional TLS on the listener, ACL-style users (AUTH user pass,
 // NOPERM), limits before AUTH and an auth timeout, an idle timeout, a byte
-// budget shared by all connections, CLIENT KILL, and log lines about
-// refused connections bounded in number. A Route hook, when set, takes the
+// budget shared by all connections (limits that SetLimits changes while
+// serving: each connection reads them at its next command), CLIENT KILL,
+// and log lines about refused connections bounded in number. A Route hook, when set, takes the
 // commands that go to a data Redis (passthrough/) before the Table.
 //
 // It knows nothing of locks: commands/ registers the lock commands in the

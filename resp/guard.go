@@ -84,13 +84,19 @@ func (l Limits) unauthenticated() Limits {
 
 // budget counts the bytes buffered for all the connections of a listener.
 type budget struct {
-	max  int64
+	max  atomic.Int64
 	used atomic.Int64
+}
+
+func newBudget(max int) *budget {
+	b := &budget{}
+	b.max.Store(int64(max))
+	return b
 }
 
 // take reserves n bytes, or nothing and reports false if that would pass max.
 func (b *budget) take(n int) bool {
-	if b.used.Add(int64(n)) > b.max {
+	if b.used.Add(int64(n)) > b.max.Load() {
 		b.used.Add(-int64(n))
 		return false
 	}
@@ -126,12 +132,20 @@ func (b *budget) give(n int) { b.used.Add(-int64(n)) }
 //
 // Read must not be called concurrently.
 func Guard(c net.Conn, lim Limits) net.Conn {
-	lim = lim.WithDefaults()
-	return newGuard(c, lim, &budget{max: int64(lim.MaxBuffered)})
+	src := fixedLimits(lim)
+	return newGuard(c, src, newBudget(src.Load().MaxBuffered))
 }
 
-func newGuard(c net.Conn, lim Limits, b *budget) *guardConn {
-	g := &guardConn{Conn: c, lim: lim, budget: b}
+// fixedLimits is a source of limits that never change.
+func fixedLimits(lim Limits) *atomic.Pointer[Limits] {
+	lim = lim.WithDefaults()
+	var src atomic.Pointer[Limits]
+	src.Store(&lim)
+	return &src
+}
+
+func newGuard(c net.Conn, src *atomic.Pointer[Limits], b *budget) *guardConn {
+	g := &guardConn{Conn: c, src: src, lim: *src.Load(), budget: b}
 	g.authed.Store(true)
 	return g
 }
@@ -139,13 +153,13 @@ func newGuard(c net.Conn, lim Limits, b *budget) *guardConn {
 // GuardListener wraps every connection ln accepts with Guard; they share
 // one MaxBuffered budget.
 func GuardListener(ln net.Listener, lim Limits) net.Listener {
-	lim = lim.WithDefaults()
-	return &guardListener{Listener: ln, lim: lim, budget: &budget{max: int64(lim.MaxBuffered)}}
+	src := fixedLimits(lim)
+	return &guardListener{Listener: ln, src: src, budget: newBudget(src.Load().MaxBuffered)}
 }
 
 type guardListener struct {
 	net.Listener
-	lim    Limits
+	src    *atomic.Pointer[Limits] // the limits in force; Server.SetLimits changes them
 	budget *budget
 }
 
@@ -154,7 +168,7 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newGuard(c, l.lim, l.budget), nil
+	return newGuard(c, l.src, l.budget), nil
 }
 
 var (
@@ -164,7 +178,8 @@ var (
 
 type guardConn struct {
 	net.Conn
-	lim    Limits
+	src    *atomic.Pointer[Limits] // the limits in force, read at each Read
+	lim    Limits                  // src's limits at the start of the current Read
 	budget *budget
 	authed atomic.Bool // the unauthenticated limits do not apply
 	fr     framer      // has framed every byte Read returned
@@ -187,6 +202,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	if g.watch != nil {
 		g.watch.stop() // the handler did not
 	}
+	g.lim = *g.src.Load() // no watch runs: only this goroutine reads g.lim
 	if g.err != nil {
 		return 0, g.fail()
 	}

@@ -289,7 +289,7 @@ func (s *Server) info(c *Conn, args [][]byte) {
 			redisVersion, s.cfg.Version, os.Getpid(), int(time.Since(s.started).Seconds()))
 	}
 	if wants(section, "clients") {
-		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.Clients(), s.cfg.MaxClients)
+		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.Clients(), s.maxClients.Load())
 	}
 	b.WriteString(s.session.Info(section))
 	c.BulkString(strings.TrimSuffix(b.String(), "\r\n"))

@@ -69,6 +69,11 @@ type Server struct {
 
 	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
 
+	// The limits in force; SetLimits changes them. cfg's are the first.
+	limits     atomic.Pointer[Limits]
+	maxClients atomic.Int64
+	budget     *budget // MaxBuffered, shared by the listener's connections
+
 	mu    sync.Mutex
 	conns map[uint64]*Conn
 }
@@ -81,6 +86,8 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
 	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}}
+	s.budget = newBudget(cfg.Limits.MaxBuffered)
+	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery
 	if err := table.Add(append(s.handshake(), s.httpCommands()...)...); err != nil {
@@ -97,7 +104,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
 	}
-	err := s.srv.Serve(GuardListener(ln, s.cfg.Limits))
+	err := s.srv.Serve(&guardListener{Listener: ln, src: &s.limits, budget: s.budget})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -134,6 +141,26 @@ func (s *Server) SetPassword(p string) { s.pass.Store(&p) }
 
 func (s *Server) password() string { return *s.pass.Load() }
 
+// SetLimits changes the limits, as NewServer applies them: every
+// connection's next command is read under them, a connection is accepted
+// while fewer than maxClients are open, and the idle timeout counts from
+// each connection's next read. A connection still waiting to authenticate
+// keeps its AuthTimeout; connections that open later get the new one.
+// Lowering maxClients or MaxBuffered closes no connection and frees no
+// buffered byte: they apply to what comes next.
+func (s *Server) SetLimits(maxClients int, l Limits) {
+	if maxClients <= 0 {
+		maxClients = 10000
+	}
+	l = l.WithDefaults()
+	s.limits.Store(&l)
+	s.budget.max.Store(int64(l.MaxBuffered))
+	s.maxClients.Store(int64(maxClients))
+}
+
+// Limits are the limits in force (SetLimits).
+func (s *Server) Limits() Limits { return *s.limits.Load() }
+
 // Clients is the number of open connections.
 func (s *Server) Clients() int { return int(s.clients.Load()) }
 
@@ -142,12 +169,12 @@ func (s *Server) accept(rc redcon.Conn) bool {
 		rc.WriteError(msgDenied)
 		return false // redcon closes it, flushing the error first
 	}
-	if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+	if maxClients := s.maxClients.Load(); s.clients.Add(1) > maxClients {
 		s.clients.Add(-1)
 		rc.WriteError("ERR max number of clients reached")
 		if ok, dropped := s.fullLog.allow(); ok {
 			s.log.Warn("connection refused: max number of clients reached", zap.String("addr", rc.RemoteAddr()),
-				zap.Int("max_clients", s.cfg.MaxClients), zap.Int("refused_not_logged_since_last", dropped))
+				zap.Int64("max_clients", maxClients), zap.Int("refused_not_logged_since_last", dropped))
 		}
 		return false // redcon closes it, flushing the error first
 	}
@@ -226,7 +253,7 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 // limits allow, as Redis does, closing the connection. The guard checks RESP
 // headers before the bytes arrive; this check is the one for inline commands.
 func (s *Server) tooBig(c *Conn, args [][]byte, authed bool) bool {
-	lim := s.cfg.Limits
+	lim := s.Limits()
 	if !authed {
 		lim = lim.unauthenticated()
 	}

@@ -92,7 +92,7 @@ func (w *watch) run() {
 			g.lookErr = err
 			close(w.gone)
 			return
-		case g.budget.used.Load() > g.budget.max:
+		case g.budget.used.Load() > g.budget.max.Load():
 			return // no more until redcon reads
 		}
 	}

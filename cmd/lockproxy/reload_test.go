@@ -44,8 +44,9 @@ func writeFile(t *testing.T, path, body string) {
 }
 
 // TestSIGHUPReloads runs the real main: SIGHUP re-reads the config file and
-// the password file, applies the new password and log level, names what
-// needs a restart, survives a broken config, and never stops serving.
+// the password file, applies the new password, log level and max_clients,
+// names what needs a restart (max_waiters), survives a broken config, and
+// never stops serving.
 func TestSIGHUPReloads(t *testing.T) {
 	dir := t.TempDir()
 	pw, conf := filepath.Join(dir, "pw"), filepath.Join(dir, "lockproxy.toml")
@@ -64,15 +65,17 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 
 	writeFile(t, pw, "second\n")
-	writeFile(t, conf, "listen = \"127.0.0.1:0\"\npassword_file = \""+pw+"\"\nlog_level = \"debug\"\n[limits]\nmax_clients = 5\n")
+	writeFile(t, conf, "listen = \"127.0.0.1:0\"\npassword_file = \""+pw+"\"\nlog_level = \"debug\"\n[limits]\nmax_clients = 5\nmax_waiters = 5\n")
 	if err := child.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	applied := nextLine(t, sc, "configuration reloaded")
-	if !slices.Contains(applied.Applied, "password") || !slices.Contains(applied.Applied, "log_level") {
-		t.Errorf("applied %v", applied.Applied)
+	for _, k := range []string{"password", "log_level", "limits.max_clients"} {
+		if !slices.Contains(applied.Applied, k) {
+			t.Errorf("applied %v lacks %s", applied.Applied, k)
+		}
 	}
-	if restart := nextLine(t, sc, "need a restart"); !slices.Equal(restart.Keys, []string{"limits.max_clients"}) {
+	if restart := nextLine(t, sc, "need a restart"); !slices.Equal(restart.Keys, []string{"limits.max_waiters"}) {
 		t.Errorf("restart keys %v", restart.Keys)
 	}
 	nextLine(t, sc, "log level changed")

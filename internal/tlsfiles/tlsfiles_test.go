@@ -1,11 +1,14 @@
 package tlsfiles_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,4 +157,71 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// dialWith completes a handshake with addr under cfg.
+func dialWith(addr string, cfg *tls.Config) error {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// TestDialerCAFileAndGroupReload: a Dialer verifies the server against its
+// CA file's current content and the expected name; Group.Reload re-reads
+// the CA file even when its size and modification time are unchanged.
+func TestDialerCAFileAndGroupReload(t *testing.T) {
+	ca, other := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "other")
+	srv := ca.Server(t, "srv")
+	cfg, err := tlsfiles.Server(srv.Cert, srv.Key, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, cfg)
+	right, wrong := must(os.ReadFile(ca.File)), must(os.ReadFile(other.File))
+	size := max(len(right), len(wrong)) + 16
+	// Both fit one size, padded with newlines, which PEM parsing skips.
+	padNL := func(b []byte) []byte {
+		return append(append([]byte(nil), b...), bytes.Repeat([]byte("\n"), size-len(b))...)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, padNL(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stamp := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(caFile, stamp, stamp); err != nil {
+		t.Fatal(err)
+	}
+	var g tlsfiles.Group
+	d, err := g.Dialer(caFile, "", "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dialWith(addr, d.Config("127.0.0.1")); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("a server of another CA: %v, want unknown authority", err)
+	}
+	if err := os.WriteFile(caFile, padNL(right), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(caFile, stamp, stamp); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // past the change check's period: it must still see no change
+	if err := dialWith(addr, d.Config("127.0.0.1")); err == nil {
+		t.Fatal("the CA file was re-read though its stamp did not change")
+	}
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialWith(addr, d.Config("127.0.0.1")); err != nil {
+		t.Fatalf("after Reload: %v", err)
+	}
+	named, err := g.Dialer(caFile, "", "", "wrong.example", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dialWith(addr, named.Config("127.0.0.1")); err == nil {
+		t.Fatal("a certificate for another name was accepted")
+	}
 }

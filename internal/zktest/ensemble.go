@@ -32,12 +32,17 @@ type Ensemble struct {
 // StartEnsembleProcess starts n servers (n = 1: standalone) with their files
 // under dir and waits until every one serves.
 func StartEnsembleProcess(dir string, n int) (*Ensemble, error) {
+	return startEnsemble(dir, n, nil)
+}
+
+// startEnsemble starts n servers, serving TLS as tls says if not nil.
+func startEnsemble(dir string, n int, tls *TLS) (*Ensemble, error) {
 	if _, err := exec.LookPath(Script); err != nil {
 		return nil, fmt.Errorf("zktest: %w (Debian package zookeeper)", err)
 	}
 	var errs []error
 	for attempt := range startAttempts {
-		e, err := startOnFreePorts(filepath.Join(dir, "try"+strconv.Itoa(attempt)), n)
+		e, err := startOnFreePorts(filepath.Join(dir, "try"+strconv.Itoa(attempt)), n, tls)
 		if err == nil {
 			return e, nil
 		}
@@ -46,18 +51,18 @@ func StartEnsembleProcess(dir string, n int) (*Ensemble, error) {
 	return nil, errors.Join(errs...)
 }
 
-func startOnFreePorts(dir string, n int) (*Ensemble, error) {
-	ports, err := proctest.FreePorts(3 * n) // client, quorum and election port per server
+func startOnFreePorts(dir string, n int, tls *TLS) (*Ensemble, error) {
+	ports, err := proctest.FreePorts(4 * n) // client, quorum, election and TLS client port per server
 	if err != nil {
 		return nil, err
 	}
 	e := &Ensemble{}
 	var peers []string
 	for i := range n {
-		s := &Server{dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), port: ports[3*i]}
+		s := &Server{dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), port: ports[4*i], securePort: ports[4*i+3], tls: tls}
 		if n > 1 {
 			s.id = i + 1
-			peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", s.id, ports[3*i+1], ports[3*i+2]))
+			peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", s.id, ports[4*i+1], ports[4*i+2]))
 		}
 		e.servers = append(e.servers, s)
 	}

@@ -45,6 +45,9 @@ type Server struct {
 	dir  string
 	id   int // myid in an ensemble; 0 standalone
 	port int // client port
+	// securePort is the TLS client port, served when tls is set.
+	securePort int
+	tls        *TLS
 	proctest.Proc
 }
 
@@ -66,6 +69,11 @@ func (s *Server) writeConfig(peers []string) error {
 		"admin.enableServer=false", "4lw.commands.whitelist=*", "maxSessionTimeout=20000",
 	}
 	cfg = append(cfg, peers...)
+	secure, err := s.tlsConfig()
+	if err != nil {
+		return err
+	}
+	cfg = append(cfg, secure...)
 	if s.id > 0 {
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(s.id)+"\n"), 0o644); err != nil {
 			return err
@@ -77,7 +85,11 @@ func (s *Server) writeConfig(peers []string) error {
 // launch starts the server without waiting for it.
 func (s *Server) launch() error {
 	cmd := exec.Command(Script, "start-foreground", filepath.Join(s.dir, "zoo.cfg"))
-	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+jvmFlags())
+	flags := jvmFlags()
+	if s.tls != nil {
+		flags += " -cp " + classPath // the last -cp wins over zkServer.sh's
+	}
+	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+flags)
 	cmd.Dir = s.dir
 	if err := s.Start(cmd, s.log()); err != nil {
 		return fmt.Errorf("zktest: %w", err)

@@ -1,8 +1,10 @@
 package zookeeper
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +64,9 @@ type Options struct {
 	// expired lease; Lost for each lock held through this instance whose
 	// session expired. Nil drops them (tests of the backend alone).
 	Events engine.Events
+	// TLS, when set, makes the connections to the servers TLS, configured
+	// for each server's host by TLS(host); nil: plain TCP.
+	TLS func(host string) *tls.Config
 }
 
 func (o Options) withDefaults() Options {
@@ -182,8 +187,12 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		watched:  map[string]int{},
 		deleting: map[string]struct{}{},
 	}
+	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
+	if opts.TLS != nil {
+		dial = tlsDialer(opts.TLS, opts.SessionTimeout, log)
+	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event))
+		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event), zk.WithDialer(dial))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
