@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,16 +21,31 @@ type reloadLine struct {
 	Applied, Keys      []string
 }
 
-// nextLine reads log lines until one whose message contains msg.
+// nextLine reads log lines until one whose message contains msg, for at
+// most a minute (the child is killed at cleanup, which ends a read still
+// under way).
 func nextLine(t *testing.T, sc *bufio.Scanner, msg string) reloadLine {
 	t.Helper()
-	for sc.Scan() {
-		var l reloadLine
-		if json.Unmarshal(sc.Bytes(), &l) == nil && strings.Contains(l.Msg, msg) {
+	found := make(chan reloadLine, 1)
+	go func() {
+		defer close(found)
+		for sc.Scan() {
+			var l reloadLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil && strings.Contains(l.Msg, msg) {
+				found <- l
+				return
+			}
+		}
+	}()
+	select {
+	case l, ok := <-found:
+		if ok {
 			return l
 		}
+		t.Fatalf("no log line %q: %v", msg, sc.Err())
+	case <-time.After(time.Minute):
+		t.Fatalf("no log line %q within a minute", msg)
 	}
-	t.Fatalf("no log line %q: %v", msg, sc.Err())
 	return reloadLine{}
 }
 
