@@ -127,6 +127,9 @@ func (h *Handler) unlock(c *resp.Conn, args [][]byte) {
 		c.Error(err.Error())
 		return
 	}
+	if h.lostHere(c, key) {
+		return
+	}
 	ok, err := h.engine.Unlock(c.Context(), key, string(args[2]))
 	switch {
 	case err != nil:
@@ -144,6 +147,9 @@ func (h *Handler) renew(c *resp.Conn, args [][]byte) {
 	key, token, ttl, err := h.limits.parseRenew(args)
 	if err != nil {
 		c.Error(err.Error())
+		return
+	}
+	if h.lostHere(c, key) {
 		return
 	}
 	v, err := h.engine.Renew(c.Context(), key, token, ttl)
@@ -164,6 +170,9 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
 	if err != nil {
 		c.Error(err.Error())
+		return
+	}
+	if h.lostHere(c, key) {
 		return
 	}
 	hd, ok, err := h.engine.Info(c.Context(), key)
@@ -189,7 +198,9 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 
 // Opened gives the new connection its session.
 func (h *Handler) Opened(c *resp.Conn) {
-	c.State = &connSession{owner: h.engine.NewOwner(c.ID()), trackTaken: !h.legacy.DelFromAnyConnection}
+	o := h.engine.NewOwner(c.ID())
+	o.OnLost(func(key, reason string) { c.Push(pushLockLost, key, reason) })
+	c.State = &connSession{owner: o, trackTaken: !h.legacy.DelFromAnyConnection}
 }
 
 // Closed releases the connection-bound locks of a connection that is gone.

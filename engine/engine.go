@@ -65,11 +65,12 @@ type Engine struct {
 	stats   Stats
 
 	mu      sync.Mutex
-	bound   map[string]*bound // connection-bound locks held through this instance, by key
-	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
-	waiting map[string]queue  // clients waiting for each key, first come first
-	echoes  map[string]string // the token of the last release through this instance, by key
-	waiters int               // all of them
+	bound   map[string]*bound   // connection-bound locks held through this instance, by key
+	leases  map[string]*Owner   // the connection that took each lease granted through this instance
+	lost    map[lockID]lostLock // locks found lost, until their holder hears of it
+	waiting map[string]queue    // clients waiting for each key, first come first
+	echoes  map[string]string   // the token of the last release through this instance, by key
+	waiters int                 // all of them
 	// lostLeases counts the entries of lost with no owner (leases), which
 	// no closing connection clears.
 	lostLeases int
@@ -86,7 +87,8 @@ func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Eng
 		cfg:     cfg.withDefaults(),
 		log:     log,
 		bound:   map[string]*bound{},
-		lost:    map[lockID]*Owner{},
+		leases:  map[string]*Owner{},
+		lost:    map[lockID]lostLock{},
 		waiting: map[string]queue{},
 		echoes:  map[string]string{},
 	}
@@ -126,9 +128,11 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return g, err
 	}
 	e.stats.Grants.Add(1)
-	e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
+	_ = e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
+	o.forgetLost(key)            // nor does o's old loss of key matter any more
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
+		e.holdLease(o, key, h.Token)
 	} else if !e.watch(o, key, h.Token, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
@@ -148,10 +152,11 @@ func (e *Engine) shaped(h Hold) Hold {
 
 // Unlock releases key held by token, from any connection.
 func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
-	if e.takeLost(key, token) {
-		return false, ErrLost
+	if err := e.takeLost(key, token); err != nil {
+		return false, err
 	}
 	e.unwatch(key, token)
+	e.dropLease(key, token)
 	return e.free(ctx, key, token)
 }
 
@@ -173,8 +178,8 @@ func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 // makes the lock a lease of ttl. It returns ErrNotHeld when token does not
 // hold key.
 func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	if e.takeLost(key, token) {
-		return 0, ErrLost
+	if err := e.takeLost(key, token); err != nil {
+		return 0, err
 	}
 	mode := Lease
 	if ttl <= 0 {
@@ -182,7 +187,9 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {
-		e.unwatch(key, token)
+		if o := e.unwatch(key, token); o != nil {
+			e.holdLease(o, key, token) // its connection still took it
+		}
 	}
 	return v, err
 }

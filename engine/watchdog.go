@@ -41,13 +41,16 @@ func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool
 	return true
 }
 
-// unwatch stops renewing key if token is the lock this instance keeps.
-func (e *Engine) unwatch(key, token string) {
+// unwatch stops renewing key if token is the lock this instance keeps,
+// and returns the lock's owner (nil if it kept none).
+func (e *Engine) unwatch(key, token string) *Owner {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
+		return b.owner
 	}
+	return nil
 }
 
 // dropLocked forgets b; e.mu is held.
@@ -93,71 +96,14 @@ func (e *Engine) renew(b *bound) {
 		e.log.Warn("renewal failed; retrying while the lease lasts", zap.String("key", b.key), zap.Error(err))
 		b.timer.Reset(e.cfg.RenewEvery / 3)
 	default:
-		e.loseLocked(b, err)
-	}
-}
-
-// loseLocked records that b was lost; e.mu is held.
-func (e *Engine) loseLocked(b *bound, err error) {
-	e.stats.RenewFailures.Add(1)
-	e.stats.Lost.Add(1)
-	e.log.Error("connection-bound lock lost: renewal failed; its holder learns it on its next RENEW or UNLOCK",
-		zap.String("key", b.key), zap.Uint64("client", b.owner.id), zap.Error(err))
-	e.dropLocked(b)
-	id := lockID{b.key, b.token}
-	e.lost[id] = b.owner
-	b.owner.lost[id] = struct{}{}
-}
-
-// takeLost reports once that key's lock for token was lost.
-func (e *Engine) takeLost(key, token string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	id := lockID{key, token}
-	o, ok := e.lost[id]
-	if ok {
-		delete(e.lost, id)
-		if o != nil {
-			delete(o.lost, id)
-		} else {
-			e.lostLeases--
+		e.stats.RenewFailures.Add(1)
+		reason := LostRenewal
+		if errors.Is(err, ErrNotHeld) {
+			reason = LostGone
 		}
-	}
-	return ok
-}
-
-// maxLostLeases bounds the lost leases remembered for holders that have no
-// connection here to forget them with; past it, the oldest are forgotten
-// all at once (their holders then get "not held" instead of LOCKLOST).
-const maxLostLeases = 4096
-
-// Lost records that token's lock on key, granted through this instance,
-// was lost behind its holder's back (Events): a connection-bound lock
-// stops being renewed, and the holder's next RENEW or UNLOCK of it gets
-// ErrLost.
-func (e *Engine) Lost(key, token string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stats.Lost.Add(1)
-	e.log.Error("lock lost: the backend reports it gone; its holder learns it on its next RENEW or UNLOCK",
-		zap.String("key", key))
-	id := lockID{key, token}
-	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
-		e.lost[id] = b.owner
-		b.owner.lost[id] = struct{}{}
-		return
+		e.loseLocked(b.owner, b.key, b.token, reason, err)
 	}
-	if e.lostLeases >= maxLostLeases {
-		for id, o := range e.lost {
-			if o == nil {
-				delete(e.lost, id)
-			}
-		}
-		e.lostLeases = 0
-	}
-	e.lost[id] = nil
-	e.lostLeases++
 }
 
 // Owner is one client connection's stake in the engine: the
@@ -166,14 +112,16 @@ type Owner struct {
 	e    *Engine
 	id   uint64
 	once sync.Once
-	// locks and lost are guarded by e.mu.
-	locks map[string]*bound
-	lost  map[lockID]struct{}
+	// locks, leases and lost are guarded by e.mu.
+	locks  map[string]*bound
+	leases map[string]string // leases o took through this instance: key -> token
+	lost   map[lockID]string // o's locks found lost, until it hears of it: the reason
+	onLost func(key, reason string)
 }
 
 // NewOwner returns the owner for the client connection with the given id.
 func (e *Engine) NewOwner(id uint64) *Owner {
-	return &Owner{e: e, id: id, locks: map[string]*bound{}, lost: map[lockID]struct{}{}}
+	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]string{}, lost: map[lockID]string{}}
 }
 
 // Close releases every connection-bound lock o holds; it runs once, when
@@ -190,6 +138,12 @@ func (o *Owner) Close(ctx context.Context) error {
 		for id := range o.lost {
 			delete(e.lost, id)
 		}
+		for key := range o.leases {
+			if e.leases[key] == o {
+				delete(e.leases, key)
+			}
+		}
+		o.onLost = nil
 		e.mu.Unlock()
 		err = e.releaseAll(ctx, locks)
 	})
