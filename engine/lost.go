@@ -203,6 +203,9 @@ func (e *Engine) takeLost(key, token string) error {
 func (e *Engine) Lost(key, token string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if _, ok := e.lost[lockID{key, token}]; ok {
+		return // lost already (a renewal failed first), its holder told
+	}
 	o := e.holderLocked(key, token)
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
