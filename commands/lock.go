@@ -210,9 +210,12 @@ func (h *Handler) Closed(c *resp.Conn) {
 	}
 }
 
-// Reset releases the connection-bound locks, as a new connection has none.
+// Reset releases the connection-bound locks, as a new connection has none:
+// at once, as the client asked (no lock-delay).
 func (h *Handler) Reset(c *resp.Conn) {
-	h.Closed(c)
+	if err := owner(c).Release(c.Context()); err != nil {
+		h.log.Warn("releasing a reset connection's locks", zap.Uint64("client", c.ID()), zap.Error(err))
+	}
 	h.Opened(c)
 }
 
@@ -223,8 +226,8 @@ func (h *Handler) Info(section string) string {
 	}
 	s := h.engine.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nwaiters:%d\r\nbound_lease_ms:%d\r\n\r\n",
-		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(),
+	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nlocks_delayed:%d\r\nwaiters:%d\r\nbound_lease_ms:%d\r\n\r\n",
+		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(), s.Delayed.Load(),
 		h.engine.Waiters(""), h.engine.Config().BoundLease/time.Millisecond)
 	return b.String()
 }

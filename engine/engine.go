@@ -35,6 +35,11 @@ type Config struct {
 	// of it (default 2s). A node that was down may keep places of waiters
 	// served meanwhile, and refuse others, for up to this long.
 	WaiterKeep time.Duration
+	// LockDelay is each key's lock-delay: when the connection holding a
+	// connection-bound lock on key closes without releasing it, the key is
+	// not granted again for that long (Owner.Close). nil or 0: released at
+	// once.
+	LockDelay func(key string) time.Duration
 }
 
 func (c Config) withDefaults() Config {

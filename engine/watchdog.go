@@ -124,9 +124,16 @@ func (e *Engine) NewOwner(id uint64) *Owner {
 	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]string{}, lost: map[lockID]string{}}
 }
 
-// Close releases every connection-bound lock o holds; it runs once, when
-// the connection closes, however it closed.
-func (o *Owner) Close(ctx context.Context) error {
+// Close releases every connection-bound lock o holds, or, for a key with a
+// lock-delay (Config.LockDelay), keeps it that long; it runs once, when the
+// connection closes, however it closed.
+func (o *Owner) Close(ctx context.Context) error { return o.close(ctx, true) }
+
+// Release releases every connection-bound lock o holds at once, lock-delay
+// or not: the client asked for it (RESET). It runs once, as Close.
+func (o *Owner) Release(ctx context.Context) error { return o.close(ctx, false) }
+
+func (o *Owner) close(ctx context.Context, delay bool) error {
 	var err error
 	o.once.Do(func() {
 		e := o.e
@@ -145,6 +152,9 @@ func (o *Owner) Close(ctx context.Context) error {
 		}
 		o.onLost = nil
 		e.mu.Unlock()
+		if delay {
+			locks = e.delayAll(ctx, locks)
+		}
 		err = e.releaseAll(ctx, locks)
 	})
 	return err

@@ -73,6 +73,7 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
 		MaxWaiters: cfg.Limits.MaxWaiters,
 		WaiterKeep: ms(cfg.Locks.WaiterKeepMS),
+		LockDelay:  cfg.lockDelay(),
 	}, log); err != nil {
 		return nil, err
 	}
