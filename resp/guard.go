@@ -187,7 +187,7 @@ type guardConn struct {
 	// that a push never lands inside a reply (push.go).
 	wmu sync.Mutex
 	// pushes are push frames still to be written; pushing is true while
-	// a goroutine writes them. Both guarded by wmu's sibling pmu.
+	// a goroutine writes them. pmu guards both.
 	pmu     sync.Mutex
 	pushes  [][]byte
 	pushing bool
