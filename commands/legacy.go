@@ -83,7 +83,7 @@ func (h *Handler) held(c *resp.Conn, key string) bool {
 // take acquires key for token as SET NX does (fresh: refused even when
 // token holds it); ttl 0 binds it to c.
 func (h *Handler) take(c *resp.Conn, key, token string, ttl time.Duration) (bool, error) {
-	_, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true})
+	_, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true, Legacy: true})
 	if errors.Is(err, engine.ErrNotAcquired) {
 		return false, nil
 	}

@@ -40,6 +40,11 @@ type Config struct {
 	// not granted again for that long (Owner.Close). nil or 0: released at
 	// once.
 	LockDelay func(key string) time.Duration
+	// AnnounceTaken, when set, tells the other instances that key, held
+	// by token, was taken from its holder through this one (Take), so
+	// that the instance that granted it tells the holder (Taken). It must
+	// not block for long; it runs on a goroutine of its own.
+	AnnounceTaken func(key, token string)
 }
 
 func (c Config) withDefaults() Config {
@@ -137,8 +142,8 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	o.forgetLost(key)            // nor does o's old loss of key matter any more
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
-		e.holdLease(o, key, h.Token)
-	} else if !e.watch(o, key, h.Token, g.Validity) {
+		e.holdLease(o, key, h.Token, h.Legacy)
+	} else if !e.watch(o, key, h.Token, h.Legacy, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
 	}
@@ -192,8 +197,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {
-		if o := e.unwatch(key, token); o != nil {
-			e.holdLease(o, key, token) // its connection still took it
+		if b := e.unwatch(key, token); b != nil {
+			e.holdLease(b.owner, key, token, b.legacy) // its connection still took it
 		}
 	}
 	return v, err

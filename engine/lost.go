@@ -79,8 +79,9 @@ func (o *Owner) forgetLost(key string) {
 	}
 }
 
-// holdLease remembers that o took the lease on key with token.
-func (e *Engine) holdLease(o *Owner, key, token string) {
+// holdLease remembers that o took the lease on key with token (legacy:
+// Hold.Legacy).
+func (e *Engine) holdLease(o *Owner, key, token string, legacy bool) {
 	if o == nil {
 		return
 	}
@@ -92,7 +93,7 @@ func (e *Engine) holdLease(o *Owner, key, token string) {
 	if old := e.leases[key]; old != nil && old != o {
 		delete(old.leases, key)
 	}
-	o.leases[key] = token
+	o.leases[key] = lease{token, legacy}
 	e.leases[key] = o
 }
 
@@ -107,7 +108,7 @@ func (e *Engine) dropLease(key, token string) {
 // the lease it forgot.
 func (e *Engine) dropLeaseLocked(key, token string) *Owner {
 	o := e.leases[key]
-	if o == nil || o.leases[key] != token {
+	if o == nil || o.leases[key].token != token {
 		return nil
 	}
 	delete(o.leases, key)
@@ -115,36 +116,69 @@ func (e *Engine) dropLeaseLocked(key, token string) *Owner {
 	return o
 }
 
+// lease is a lease an Owner took through this instance.
+type lease struct {
+	token  string
+	legacy bool // Hold.Legacy
+}
+
 // holderLocked is the connection that took key with token through this
-// instance, bound or lease, or nil; e.mu is held.
-func (e *Engine) holderLocked(key, token string) *Owner {
+// instance, bound or lease, or nil, and whether a legacy command took it;
+// e.mu is held.
+func (e *Engine) holderLocked(key, token string) (*Owner, bool) {
 	if b := e.bound[key]; b != nil && b.token == token {
-		return b.owner
+		return b.owner, b.legacy
 	}
-	if o := e.leases[key]; o != nil && o.leases[key] == token {
-		return o
+	if o := e.leases[key]; o != nil && o.leases[key].token == token {
+		return o, o.leases[key].legacy
 	}
-	return nil
+	return nil, false
 }
 
 // Take releases key held by token for a client that did not present the
 // token (DEL, UNLINK, EXPIRE 0): from the connection by. If another
-// connection took the lock through this instance, the lock was taken from
-// it: it is told at once (OnLost) and its next command about key, or a
-// RENEW or UNLOCK with the token, gets a LostError.
+// connection took the lock through this instance with LOCK, the lock was
+// taken from it: it is told at once (OnLost) and its next command about
+// key, or a RENEW or UNLOCK with the token, gets a LostError. A lock a
+// legacy command took is released as Redis would, silently (Hold.Legacy).
 func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, error) {
 	e.mu.Lock()
-	holder := e.holderLocked(key, token)
+	holder, legacy := e.holderLocked(key, token)
 	e.mu.Unlock()
+	if legacy {
+		return e.Unlock(ctx, key, token)
+	}
 	e.unwatch(key, token)
 	e.dropLease(key, token)
 	ok, err := e.free(ctx, key, token)
-	if ok && holder != nil && holder != by {
+	switch {
+	case ok && holder != nil && holder != by:
 		e.mu.Lock()
 		e.loseLocked(holder, key, token, LostDeleted, nil)
 		e.mu.Unlock()
+	case ok && holder == nil && e.cfg.AnnounceTaken != nil:
+		go e.cfg.AnnounceTaken(key, token) // granted elsewhere, perhaps
 	}
 	return ok, err
+}
+
+// Taken says that token's lock on key was taken from its holder through
+// another instance (a DEL there, announced by its AnnounceTaken). If this
+// instance granted it and its holder is connected, the holder is told as
+// Take tells it; otherwise nothing happens (the echo of an announcement
+// made here, or a lock granted elsewhere).
+func (e *Engine) Taken(key, token string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o, legacy := e.holderLocked(key, token)
+	if o == nil || legacy {
+		return
+	}
+	if b := e.bound[key]; b != nil && b.token == token {
+		e.dropLocked(b)
+	}
+	e.dropLeaseLocked(key, token)
+	e.loseLocked(o, key, token, LostDeleted, nil)
 }
 
 // loseLocked records that o's lock on key with token was lost for reason,
@@ -206,7 +240,7 @@ func (e *Engine) Lost(key, token string) {
 	if _, ok := e.lost[lockID{key, token}]; ok {
 		return // lost already (a renewal failed first), its holder told
 	}
-	o := e.holderLocked(key, token)
+	o, _ := e.holderLocked(key, token)
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
 	}

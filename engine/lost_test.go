@@ -32,8 +32,9 @@ func (r *told) all() []string {
 // TestTakeTellsTheHolderOnly: a release without the token from another
 // connection (Take) tells the connection that took the lock, bound or
 // lease, and its next command about the key hears it once. The holder's
-// own Take, and UNLOCK with the token from any connection (pooled
-// clients), tell nobody.
+// own Take, UNLOCK with the token from any connection (pooled clients),
+// and a DEL of a lock a legacy command took (how legacy code unlocks),
+// tell nobody.
 func TestTakeTellsTheHolderOnly(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(newMem())
@@ -50,6 +51,7 @@ func TestTakeTellsTheHolderOnly(t *testing.T) {
 	}
 	own, _ := e.Lock(ctx, a, "own", Hold{TTL: time.Minute})
 	pooled, _ := e.Lock(ctx, a, "pooled", Hold{TTL: time.Minute})
+	legacy, _ := e.Lock(ctx, a, "legacy", Hold{TTL: time.Minute, Legacy: true})
 
 	for _, k := range []struct{ key, token string }{{"bound", bound.Token}, {"lease", lease.Token}} {
 		if ok, err := e.Take(ctx, b, k.key, k.token); !ok || err != nil {
@@ -61,6 +63,9 @@ func TestTakeTellsTheHolderOnly(t *testing.T) {
 	}
 	if ok, _ := e.Unlock(ctx, "pooled", pooled.Token); !ok {
 		t.Fatal("UNLOCK with the token did not release")
+	}
+	if ok, _ := e.Take(ctx, b, "legacy", legacy.Token); !ok {
+		t.Fatal("DEL of a legacy lock did not release")
 	}
 	if got, want := heard.all(), []string{"bound deleted", "lease deleted"}; !slices.Equal(got, want) {
 		t.Fatalf("told %v, want %v", got, want)

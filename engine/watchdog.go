@@ -14,6 +14,7 @@ import (
 type bound struct {
 	key, token string
 	owner      *Owner
+	legacy     bool // Hold.Legacy
 	timer      *time.Timer
 	validUntil time.Time // when the last successful renewal's validity ends
 }
@@ -21,7 +22,7 @@ type bound struct {
 // watch starts renewing key for o, replacing any lock this instance kept
 // for key before (one holder per key). It refuses once the engine is
 // shutting down, whose release of bound locks may have run already.
-func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool {
+func (e *Engine) watch(o *Owner, key, token string, legacy bool, validity time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
@@ -34,7 +35,7 @@ func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool
 		}
 		e.dropLocked(old)
 	}
-	b := &bound{key: key, token: token, owner: o, validUntil: time.Now().Add(validity)}
+	b := &bound{key: key, token: token, owner: o, legacy: legacy, validUntil: time.Now().Add(validity)}
 	b.timer = time.AfterFunc(e.cfg.RenewEvery, func() { e.renew(b) })
 	e.bound[key] = b
 	o.locks[key] = b
@@ -42,13 +43,13 @@ func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool
 }
 
 // unwatch stops renewing key if token is the lock this instance keeps,
-// and returns the lock's owner (nil if it kept none).
-func (e *Engine) unwatch(key, token string) *Owner {
+// and returns it (nil if it kept none).
+func (e *Engine) unwatch(key, token string) *bound {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
-		return b.owner
+		return b
 	}
 	return nil
 }
@@ -114,14 +115,14 @@ type Owner struct {
 	once sync.Once
 	// locks, leases and lost are guarded by e.mu.
 	locks  map[string]*bound
-	leases map[string]string // leases o took through this instance: key -> token
+	leases map[string]lease  // leases o took through this instance, by key
 	lost   map[lockID]string // o's locks found lost, until it hears of it: the reason
 	onLost func(key, reason string)
 }
 
 // NewOwner returns the owner for the client connection with the given id.
 func (e *Engine) NewOwner(id uint64) *Owner {
-	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]string{}, lost: map[lockID]string{}}
+	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]lease{}, lost: map[lockID]string{}}
 }
 
 // Close releases every connection-bound lock o holds, or, for a key with a

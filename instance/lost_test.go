@@ -45,7 +45,9 @@ func lostPush(key, reason string) string { return ">[locklost " + key + " " + re
 // a lease from their holder. The RESP3 holder is pushed the news without
 // sending anything; the RESP2 holder's next command about the key gets
 // -LOCKLOST; each hears of it once; a RENEW with the lease's token from
-// any connection gets -LOCKLOST too.
+// any connection gets -LOCKLOST too. A lock taken with SET NX is how
+// legacy code locks, and DEL from any pooled connection how it unlocks:
+// its holder hears what Redis would say, nothing.
 func TestDelTellsHolder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
@@ -54,12 +56,16 @@ func TestDelTellsHolder(t *testing.T) {
 		h2 := dialRaw(t, in.Addr())
 		other := dialRaw(t, in.Addr())
 		parseGrant(t, h3.do("LOCK", key+":bound"))
-		if r := h3.do("SET", key+":lease", "tok", "NX", "PX", "60000"); r != "+OK" {
+		parseGrant(t, h3.do("LOCK", key+":lease", "PX", "60000", "TOKEN", "tok"))
+		if r := h3.do("SET", key+":legacy", "tok", "NX", "PX", "60000"); r != "+OK" {
 			t.Fatalf("SET NX PX: %s", r)
 		}
 		parseGrant(t, h2.do("LOCK", key+":two"))
+		if r := h2.do("SETNX", key+":legacy2", "1"); r != ":1" {
+			t.Fatalf("SETNX: %s", r)
+		}
 
-		if r := other.do("DEL", key+":bound", key+":lease", key+":two"); r != ":3" {
+		if r := other.do("DEL", key+":bound", key+":lease", key+":two", key+":legacy", key+":legacy2"); r != ":5" {
 			t.Fatalf("DEL: %s", r)
 		}
 		got := map[string]bool{h3.push(): true, h3.push(): true}
@@ -79,6 +85,8 @@ func TestDelTellsHolder(t *testing.T) {
 			{h3, []string{"GET", key + ":lease"}, "(nil)"},
 			{h2, []string{"TTL", key + ":two"}, "-LOCKLOST the lock on '" + key + ":two' was lost: another connection deleted it"},
 			{h2, []string{"TTL", key + ":two"}, ":-2"},
+			{h3, []string{"GET", key + ":legacy"}, "(nil)"}, // a push would be read here instead
+			{h2, []string{"EXISTS", key + ":legacy2"}, ":0"},
 		} {
 			if r := c.conn.do(c.cmd...); !strings.HasPrefix(r, c.want) {
 				t.Fatalf("%v: %q, want %q", c.cmd, r, c.want)
@@ -139,9 +147,11 @@ func TestGoRedisHearsLostLock(t *testing.T) {
 }
 
 // TestDelThroughAnotherInstanceTellsHolder: a DEL through a second
-// instance on the same nodes takes bound locks held through the first,
-// whose next renewal finds them gone: the RESP3 holder is pushed it, the
-// RESP2 holder's GET says LOCKLOST.
+// instance on the same nodes takes a bound lock and a lease held through
+// the first. The second announces it on the nodes (the first would find
+// the bound lock gone on its next renewal anyway, but no instance renews a
+// lease): the RESP3 holder is pushed both, the RESP2 holder's GET says
+// LOCKLOST.
 func TestDelThroughAnotherInstanceTellsHolder(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	a := startInstance(t, testConfig(nodes))
@@ -149,20 +159,22 @@ func TestDelThroughAnotherInstanceTellsHolder(t *testing.T) {
 	key := uniqueKey(t)
 	h3 := dialRESP3(t, a.Addr())
 	h2 := dialRaw(t, a.Addr())
-	parseGrant(t, h3.do("LOCK", key+":3"))
-	parseGrant(t, h2.do("LOCK", key+":2"))
-	if r := dialRaw(t, b.Addr()).do("DEL", key+":3", key+":2"); r != ":2" {
+	parseGrant(t, h3.do("LOCK", key+":bound"))
+	parseGrant(t, h3.do("LOCK", key+":lease", "PX", "60000"))
+	parseGrant(t, h2.do("LOCK", key+":2", "PX", "60000"))
+	if r := dialRaw(t, b.Addr()).do("DEL", key+":bound", key+":lease", key+":2"); r != ":3" {
 		t.Fatalf("DEL through the other instance: %s", r)
 	}
-	if p := h3.push(); p != lostPush(key+":3", "gone") {
-		t.Fatalf("push %s", p)
+	got := map[string]bool{h3.push(): true, h3.push(): true}
+	if !got[lostPush(key+":lease", "deleted")] || !got[lostPush(key+":bound", "deleted")] && !got[lostPush(key+":bound", "gone")] {
+		t.Fatalf("pushes %v", got)
 	}
 	eventually(t, 10*time.Second, "the RESP2 holder hears of it", func() bool {
 		r := h2.do("GET", key+":2")
 		if r != "(nil)" && !strings.HasPrefix(r, "-LOCKLOST") {
 			t.Fatalf("GET: %s", r)
 		}
-		return strings.HasPrefix(r, "-LOCKLOST the lock on '"+key+":2' was lost: a renewal found it gone")
+		return strings.HasPrefix(r, "-LOCKLOST the lock on '"+key+":2' was lost: another connection deleted it")
 	})
 }
 
