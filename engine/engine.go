@@ -142,7 +142,7 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	o.forgetLost(key)            // nor does o's old loss of key matter any more
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
-		e.holdLease(o, key, h.Token, h.Legacy)
+		e.holdLease(o, key, h.Token, h.Legacy, g.Validity)
 	} else if !e.watch(o, key, h.Token, h.Legacy, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
@@ -198,8 +198,11 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {
 		if b := e.unwatch(key, token); b != nil {
-			e.holdLease(b.owner, key, token, b.legacy) // its connection still took it
+			e.holdLease(b.owner, key, token, b.legacy, v) // its connection still took it
 		}
+	}
+	if err == nil {
+		e.touchLease(key, token, v)
 	}
 	return v, err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -34,7 +35,9 @@ type lostLock struct {
 const maxLostLeases = 4096
 
 // maxLeasesPerOwner bounds the leases one connection is remembered to have
-// taken, so that it can be told when one is taken from it.
+// taken, so that it can be told when one is taken from it. When it is
+// reached, the leases that have run out are forgotten; if none has, a new
+// lease is not remembered (its holder is not told of a DEL).
 const maxLeasesPerOwner = 1024
 
 // OnLost sets what runs when a lock o holds is lost or taken from it:
@@ -79,22 +82,45 @@ func (o *Owner) forgetLost(key string) {
 	}
 }
 
-// holdLease remembers that o took the lease on key with token (legacy:
-// Hold.Legacy).
-func (e *Engine) holdLease(o *Owner, key, token string, legacy bool) {
+// holdLease remembers that o took the lease on key with token, valid for
+// validity (legacy: Hold.Legacy).
+func (e *Engine) holdLease(o *Owner, key, token string, legacy bool, validity time.Duration) {
 	if o == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	now := time.Now()
 	if _, ok := o.leases[key]; !ok && len(o.leases) >= maxLeasesPerOwner {
-		return
+		for k, l := range o.leases {
+			if now.After(l.until) {
+				delete(o.leases, k)
+				if e.leases[k] == o {
+					delete(e.leases, k)
+				}
+			}
+		}
+		if len(o.leases) >= maxLeasesPerOwner {
+			return
+		}
 	}
 	if old := e.leases[key]; old != nil && old != o {
 		delete(old.leases, key)
 	}
-	o.leases[key] = lease{token, legacy}
+	o.leases[key] = lease{token: token, legacy: legacy, until: now.Add(validity)}
 	e.leases[key] = o
+}
+
+// touchLease records that the lease on key held by token was renewed for
+// validity.
+func (e *Engine) touchLease(key, token string, validity time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o := e.leases[key]; o != nil && o.leases[key].token == token {
+		l := o.leases[key]
+		l.until = time.Now().Add(validity)
+		o.leases[key] = l
+	}
 }
 
 // dropLease forgets the lease on key if token is the one remembered.
@@ -119,7 +145,8 @@ func (e *Engine) dropLeaseLocked(key, token string) *Owner {
 // lease is a lease an Owner took through this instance.
 type lease struct {
 	token  string
-	legacy bool // Hold.Legacy
+	legacy bool      // Hold.Legacy
+	until  time.Time // when its last known validity ends
 }
 
 // holderLocked is the connection that took key with token through this

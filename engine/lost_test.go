@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -146,5 +147,31 @@ func TestLockDelayKeepsTheLock(t *testing.T) {
 	}
 	if _, held := m.snapshot(); held != 1 {
 		t.Fatalf("RESET kept the lock: %d held", held)
+	}
+}
+
+// TestLeaseMemoryForgetsExpired: a connection that took as many leases as
+// are remembered, all run out, is still told when its next lease is taken.
+func TestLeaseMemoryForgetsExpired(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(newMem())
+	a, b := e.NewOwner(1), e.NewOwner(2)
+	var heard told
+	heard.hear(a)
+	for i := range maxLeasesPerOwner {
+		if _, err := e.Lock(ctx, a, "old:"+strconv.Itoa(i), Hold{TTL: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // the leases' validity runs out
+	g, err := e.Lock(ctx, a, "new", Hold{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := e.Take(ctx, b, "new", g.Token); !ok {
+		t.Fatal("DEL did not release")
+	}
+	if got := heard.all(); !slices.Equal(got, []string{"new deleted"}) {
+		t.Fatalf("told %v", got)
 	}
 }
