@@ -56,6 +56,7 @@ func replyError(key string, err error) string {
 	var scriptArg luascript.ArgError
 	var unknownScript *luascript.UnknownError
 	var unknown *engine.UnknownOutcomeError
+	var lost *engine.LostError
 	switch {
 	case errors.As(err, &arg):
 		return arg.Error()
@@ -66,8 +67,10 @@ func replyError(key string, err error) string {
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("TIMEOUT outcome unknown: %d of %d nodes held the lock for that token, %d did not, %d did not answer; %s",
 			unknown.Yes, unknown.Yes+unknown.No+unknown.Silent, unknown.No, unknown.Silent, unknownOutcome[unknown.Op])
+	case errors.As(err, &lost):
+		return "LOCKLOST the lock on '" + oneLine(key) + "' was lost: " + lostWhy[lost.Reason] + "; another client may hold it now"
 	case errors.Is(err, engine.ErrLost):
-		return "LOCKLOST the lock on '" + key + "' was lost while lockproxy kept it alive (a renewal failed); another client may hold it now"
+		return "LOCKLOST the lock on '" + oneLine(key) + "' was lost; another client may hold it now"
 	case errors.Is(err, engine.ErrUnavailable):
 		return "UNAVAILABLE the lock backend cannot be reached right now; nothing was granted, try again: " + err.Error()
 	case errors.Is(err, engine.ErrShuttingDown):
@@ -80,6 +83,17 @@ func replyError(key string, err error) string {
 		return "ERR " + err.Error()
 	}
 }
+
+// lostWhy says why a lock was lost, by engine reason.
+var lostWhy = map[string]string{
+	engine.LostDeleted: "another connection deleted it",
+	engine.LostGone:    "a renewal found it gone (deleted through another instance, or expired)",
+	engine.LostRenewal: "renewals failed until its validity ran out",
+	engine.LostSession: "its ZooKeeper session expired",
+}
+
+// oneLine replaces the bytes that would end a RESP error line.
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 // unknownSubcommand is Redis's error for a subcommand cmd does not have.
 func unknownSubcommand(cmd string, sub []byte) error {

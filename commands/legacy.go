@@ -83,7 +83,7 @@ func (h *Handler) held(c *resp.Conn, key string) bool {
 // take acquires key for token as SET NX does (fresh: refused even when
 // token holds it); ttl 0 binds it to c.
 func (h *Handler) take(c *resp.Conn, key, token string, ttl time.Duration) (bool, error) {
-	_, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true})
+	_, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true, Legacy: true})
 	if errors.Is(err, engine.ErrNotAcquired) {
 		return false, nil
 	}
@@ -113,6 +113,9 @@ func (h *Handler) get(c *resp.Conn, args [][]byte) {
 		c.Error(err.Error())
 		return
 	}
+	if h.lostHere(c, key) {
+		return
+	}
 	hd, held, err := h.engine.Info(c.Context(), key)
 	switch {
 	case err != nil:
@@ -130,6 +133,9 @@ func (h *Handler) exists(c *resp.Conn, args [][]byte) {
 	n := int64(0)
 	for _, b := range args[1:] {
 		key, err := h.limits.key(b)
+		if err == nil && h.lostHere(c, key) {
+			return
+		}
 		if err == nil {
 			var held bool
 			_, held, err = h.engine.Info(c.Context(), key)
@@ -148,6 +154,9 @@ func (h *Handler) exists(c *resp.Conn, args [][]byte) {
 // when free.
 func (h *Handler) ttl(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
+	if err == nil && h.lostHere(c, key) {
+		return
+	}
 	var ms int64
 	if err == nil {
 		ms, err = h.pttl(c.Context(), key)
@@ -190,6 +199,9 @@ func (h *Handler) expire(c *resp.Conn, args [][]byte) {
 		c.Error(err.Error())
 		return
 	}
+	if h.lostHere(c, a.key) {
+		return
+	}
 	hd, held, err := h.engine.Info(c.Context(), a.key)
 	if err != nil || !held || !h.mayTouch(c, a.key, hd.Token) {
 		h.intOrFail(c, a.key, false, err)
@@ -203,7 +215,12 @@ func (h *Handler) expire(c *resp.Conn, args [][]byte) {
 		c.Int(0)
 		return
 	}
-	ok, err := h.setLease(c.Context(), a.key, hd.Token, a.ttl)
+	var ok bool
+	if a.ttl <= 0 { // releases it: taken from its holder, as by DEL
+		ok, err = h.engine.Take(c.Context(), owner(c), a.key, hd.Token)
+	} else {
+		ok, err = h.setLease(c.Context(), a.key, hd.Token, a.ttl)
+	}
 	h.intOrFail(c, a.key, ok, err)
 }
 
@@ -227,6 +244,9 @@ func (h *Handler) del(c *resp.Conn, args [][]byte) {
 	n := int64(0)
 	for _, b := range args[1:] {
 		key, err := h.limits.key(b)
+		if err == nil && h.lostHere(c, key) {
+			return
+		}
 		var ok bool
 		if err == nil {
 			ok, err = h.delOne(c, key, func(string) bool { return true })
@@ -247,7 +267,7 @@ func (h *Handler) delOne(c *resp.Conn, key string, match func(token string) bool
 	if err != nil || !held || !match(hd.Token) || !h.mayTouch(c, key, hd.Token) {
 		return false, err
 	}
-	ok, err := h.engine.Unlock(c.Context(), key, hd.Token)
+	ok, err := h.engine.Take(c.Context(), owner(c), key, hd.Token)
 	if ok {
 		delete(session(c).taken, key)
 	}
@@ -261,6 +281,9 @@ func (h *Handler) delex(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
 	if err != nil {
 		c.Error(err.Error())
+		return
+	}
+	if h.lostHere(c, key) {
 		return
 	}
 	var ok bool
@@ -296,6 +319,9 @@ func condition(args [][]byte) string {
 // delifeq is DELIFEQ key token (Valkey 9): 1 released, 0 not held by token.
 func (h *Handler) delifeq(c *resp.Conn, args [][]byte) {
 	key, token, err := h.keyToken(args)
+	if err == nil && h.lostHere(c, key) {
+		return
+	}
 	var ok bool
 	if err == nil {
 		ok, err = h.engine.Unlock(c.Context(), key, token)

@@ -127,6 +127,9 @@ func (h *Handler) unlock(c *resp.Conn, args [][]byte) {
 		c.Error(err.Error())
 		return
 	}
+	if h.lostHere(c, key) {
+		return
+	}
 	ok, err := h.engine.Unlock(c.Context(), key, string(args[2]))
 	switch {
 	case err != nil:
@@ -144,6 +147,9 @@ func (h *Handler) renew(c *resp.Conn, args [][]byte) {
 	key, token, ttl, err := h.limits.parseRenew(args)
 	if err != nil {
 		c.Error(err.Error())
+		return
+	}
+	if h.lostHere(c, key) {
 		return
 	}
 	v, err := h.engine.Renew(c.Context(), key, token, ttl)
@@ -164,6 +170,9 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
 	if err != nil {
 		c.Error(err.Error())
+		return
+	}
+	if h.lostHere(c, key) {
 		return
 	}
 	hd, ok, err := h.engine.Info(c.Context(), key)
@@ -189,7 +198,9 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 
 // Opened gives the new connection its session.
 func (h *Handler) Opened(c *resp.Conn) {
-	c.State = &connSession{owner: h.engine.NewOwner(c.ID()), trackTaken: !h.legacy.DelFromAnyConnection}
+	o := h.engine.NewOwner(c.ID())
+	o.OnLost(func(key, reason string) { c.Push(pushLockLost, key, reason) })
+	c.State = &connSession{owner: o, trackTaken: !h.legacy.DelFromAnyConnection}
 }
 
 // Closed releases the connection-bound locks of a connection that is gone.
@@ -199,9 +210,12 @@ func (h *Handler) Closed(c *resp.Conn) {
 	}
 }
 
-// Reset releases the connection-bound locks, as a new connection has none.
+// Reset releases the connection-bound locks, as a new connection has none:
+// at once, as the client asked (no lock-delay).
 func (h *Handler) Reset(c *resp.Conn) {
-	h.Closed(c)
+	if err := owner(c).Release(c.Context()); err != nil {
+		h.log.Warn("releasing a reset connection's locks", zap.Uint64("client", c.ID()), zap.Error(err))
+	}
 	h.Opened(c)
 }
 
@@ -212,8 +226,8 @@ func (h *Handler) Info(section string) string {
 	}
 	s := h.engine.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nwaiters:%d\r\nbound_lease_ms:%d\r\n\r\n",
-		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(),
+	fmt.Fprintf(&b, "# Locks\r\nlocks_granted:%d\r\nlocks_released:%d\r\nbound_locks_held:%d\r\nrenewals:%d\r\nrenewal_failures:%d\r\nlocks_lost:%d\r\nlocks_delayed:%d\r\nwaiters:%d\r\nbound_lease_ms:%d\r\n\r\n",
+		s.Grants.Load(), s.Releases.Load(), h.engine.BoundHeld(), s.Renewals.Load(), s.RenewFailures.Load(), s.Lost.Load(), s.Delayed.Load(),
 		h.engine.Waiters(""), h.engine.Config().BoundLease/time.Millisecond)
 	return b.String()
 }

@@ -36,3 +36,23 @@ func (s *connSession) took(key, token string) {
 		s.taken[key] = token
 	}
 }
+
+// pushLockLost names the RESP3 push that tells a holder its lock on a key
+// was lost or taken from it: >3 "locklost" key reason. A client that does
+// not know it skips it (go-redis v9, redis-py 5+ read pushes apart from
+// replies); a go-redis client listens with
+// RegisterPushNotificationHandler("locklost", ...).
+const pushLockLost = "locklost"
+
+// lostHere answers -LOCKLOST, and reports true, when a lock this
+// connection held on key was lost and it has not yet been told on a
+// command: its next command about the key hears of it, once.
+func (h *Handler) lostHere(c *resp.Conn, keys ...string) bool {
+	for _, key := range keys {
+		if err := owner(c).TakeLost(key); err != nil {
+			c.Error(replyError(key, err))
+			return true
+		}
+	}
+	return false
+}

@@ -34,6 +34,12 @@ type Hold struct {
 	// does: legacy lock values need not be unique ("SETNX lock 1"), so
 	// the same value from another client must not count as a retry.
 	Fresh bool
+	// Legacy marks a lock taken by a legacy command (SET NX, SETNX, a lock
+	// script). Legacy code unlocks with DEL from whichever pooled
+	// connection, as Redis lets it, so a DEL from another connection is
+	// not reported to its holder as a loss (Engine.Take); everything else
+	// is.
+	Legacy bool
 }
 
 // Waiter is a place in a key's line of waiters. Older waiters go first: a

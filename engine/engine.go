@@ -35,6 +35,16 @@ type Config struct {
 	// of it (default 2s). A node that was down may keep places of waiters
 	// served meanwhile, and refuse others, for up to this long.
 	WaiterKeep time.Duration
+	// LockDelay is each key's lock-delay: when the connection holding a
+	// connection-bound lock on key closes without releasing it, the key is
+	// not granted again for that long (Owner.Close). nil or 0: released at
+	// once.
+	LockDelay func(key string) time.Duration
+	// AnnounceTaken, when set, tells the other instances that key, held
+	// by token, was taken from its holder through this one (Take), so
+	// that the instance that granted it tells the holder (Taken). It must
+	// not block for long; it runs on a goroutine of its own.
+	AnnounceTaken func(key, token string)
 }
 
 func (c Config) withDefaults() Config {
@@ -65,14 +75,15 @@ type Engine struct {
 	stats   Stats
 
 	mu      sync.Mutex
-	bound   map[string]*bound // connection-bound locks held through this instance, by key
-	lost    map[lockID]*Owner // bound locks found lost, until their holder hears of it
-	waiting map[string]queue  // clients waiting for each key, first come first
-	echoes  map[string]string // the token of the last release through this instance, by key
-	leases  map[string]lease  // leases granted through this instance, by key (listing.go)
-	// leaseSweepAt is the size of leases at which expired ones are dropped.
-	leaseSweepAt int
-	waiters      int // all of them
+	bound   map[string]*bound       // connection-bound locks held through this instance, by key
+	leases  map[string]*Owner       // the connection that took each lease granted through this instance
+	lost    map[lockID]lostLock     // locks found lost, until their holder hears of it
+	waiting map[string]queue        // clients waiting for each key, first come first
+	echoes  map[string]string       // the token of the last release through this instance, by key
+	granted map[string]grantedLease // leases granted through this instance, by key (listing.go)
+	// grantedSweepAt is the size of granted at which expired ones are dropped.
+	grantedSweepAt int
+	waiters        int // all of them
 	// lostLeases counts the entries of lost with no owner (leases), which
 	// no closing connection clears.
 	lostLeases int
@@ -89,12 +100,13 @@ func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Eng
 		cfg:     cfg.withDefaults(),
 		log:     log,
 		bound:   map[string]*bound{},
-		lost:    map[lockID]*Owner{},
+		leases:  map[string]*Owner{},
+		lost:    map[lockID]lostLock{},
 		waiting: map[string]queue{},
 		echoes:  map[string]string{},
-		leases:  map[string]lease{},
+		granted: map[string]grantedLease{},
 
-		leaseSweepAt: minLeaseSweep,
+		grantedSweepAt: minLeaseSweep,
 	}
 	b, err := build(e)
 	if err != nil {
@@ -132,11 +144,13 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return g, err
 	}
 	e.stats.Grants.Add(1)
-	e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
+	_ = e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
+	o.forgetLost(key)            // nor does o's old loss of key matter any more
 	if h.Mode == Lease {
 		e.unwatch(key, h.Token)
+		e.holdLease(o, key, h.Token, h.Legacy, g.Validity)
 		e.noteLease(key, h.Token, g.Validity)
-	} else if !e.watch(o, key, h.Token, g.Validity) {
+	} else if !e.watch(o, key, h.Token, h.Legacy, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
 	}
@@ -155,10 +169,11 @@ func (e *Engine) shaped(h Hold) Hold {
 
 // Unlock releases key held by token, from any connection.
 func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
-	if e.takeLost(key, token) {
-		return false, ErrLost
+	if err := e.takeLost(key, token); err != nil {
+		return false, err
 	}
 	e.unwatch(key, token)
+	e.dropLease(key, token)
 	return e.free(ctx, key, token)
 }
 
@@ -181,8 +196,8 @@ func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 // makes the lock a lease of ttl. It returns ErrNotHeld when token does not
 // hold key.
 func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration) (time.Duration, error) {
-	if e.takeLost(key, token) {
-		return 0, ErrLost
+	if err := e.takeLost(key, token); err != nil {
+		return 0, err
 	}
 	mode := Lease
 	if ttl <= 0 {
@@ -190,7 +205,12 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 	}
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
 	if err == nil && mode == Lease {
-		e.unwatch(key, token)
+		if b := e.unwatch(key, token); b != nil {
+			e.holdLease(b.owner, key, token, b.legacy, v) // its connection still took it
+		}
+	}
+	if err == nil {
+		e.touchLease(key, token, v)
 	}
 	if err == nil && (mode == Lease || e.isLease(key, token)) {
 		e.noteLease(key, token, v)

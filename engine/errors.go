@@ -12,9 +12,11 @@ var (
 	// ErrNotHeld means the token does not hold the key (never did, expired,
 	// or released).
 	ErrNotHeld = errors.New("lock is not held by that token")
-	// ErrLost means lockproxy had been keeping this lock alive for its holder
-	// and learned that it was lost (a renewal failed); another client may
-	// hold it now. It is reported once, on the holder's next RENEW or UNLOCK.
+	// ErrLost means lockproxy learned that a lock it granted was lost or
+	// taken from its holder (a renewal failed, its session expired, another
+	// connection deleted it); another client may hold it now. It is
+	// reported once, on the holder's next command about the key. Every
+	// LostError matches it.
 	ErrLost = errors.New("lock was lost")
 	// ErrNotBound refuses a watchdog renewal of a connection-bound lock that
 	// became a lease (EXPIRE through any instance): the watchdog stops, and
@@ -30,6 +32,14 @@ var (
 	// reached (Config.MaxWaiters).
 	ErrTooManyWaiters = errors.New("max number of waiters reached")
 )
+
+// LostError is ErrLost with the reason (LostDeleted, LostGone, ...).
+type LostError struct{ Reason string }
+
+func (e *LostError) Error() string { return ErrLost.Error() + " (" + e.Reason + ")" }
+
+// Unwrap makes a LostError match ErrLost.
+func (e *LostError) Unwrap() error { return ErrLost }
 
 // BusyError is the refusal of an acquire because another token holds the
 // key. It matches ErrNotAcquired (errors.Is).

@@ -28,9 +28,10 @@ type ListedWaiter struct {
 	Waited time.Duration // since it began to wait
 }
 
-// lease is a lease granted through this instance, remembered until it
-// runs out so that Locks can list it.
-type lease struct {
+// grantedLease is a lease granted through this instance, remembered until
+// it runs out so that Locks can list it, whether or not the connection
+// that took it is still open (lost.go's Owner.leases end with it).
+type grantedLease struct {
 	token string
 	until time.Time
 }
@@ -46,24 +47,24 @@ func (e *Engine) noteLease(key, token string, validity time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
-	e.leases[key] = lease{token: token, until: now.Add(validity)}
-	if len(e.leases) < e.leaseSweepAt {
+	e.granted[key] = grantedLease{token: token, until: now.Add(validity)}
+	if len(e.granted) < e.grantedSweepAt {
 		return
 	}
-	for k, l := range e.leases {
+	for k, l := range e.granted {
 		if now.After(l.until) {
-			delete(e.leases, k)
+			delete(e.granted, k)
 		}
 	}
-	e.leaseSweepAt = max(minLeaseSweep, 2*len(e.leases))
+	e.grantedSweepAt = max(minLeaseSweep, 2*len(e.granted))
 }
 
 // forgetLease forgets key's lease if token holds it.
 func (e *Engine) forgetLease(key, token string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.leases[key].token == token {
-		delete(e.leases, key)
+	if e.granted[key].token == token {
+		delete(e.granted, key)
 	}
 }
 
@@ -71,7 +72,7 @@ func (e *Engine) forgetLease(key, token string) {
 func (e *Engine) isLease(key, token string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.leases[key].token == token
+	return e.granted[key].token == token
 }
 
 // mine is what this instance knows of a key it lists: the token it
@@ -89,7 +90,7 @@ func (e *Engine) candidates(match func(string) bool) ([]string, map[string]mine)
 	defer e.mu.Unlock()
 	now := time.Now()
 	known := map[string]mine{}
-	for k, l := range e.leases {
+	for k, l := range e.granted {
 		if match(k) && now.Before(l.until) {
 			known[k] = mine{token: l.token}
 		}

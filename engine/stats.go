@@ -8,5 +8,6 @@ type Stats struct {
 	Releases      atomic.Int64 // locks released by their holder or on disconnect
 	Renewals      atomic.Int64 // successful watchdog renewals
 	RenewFailures atomic.Int64 // watchdog renewals that failed
-	Lost          atomic.Int64 // connection-bound locks lost while their holder was connected
+	Lost          atomic.Int64 // locks lost or taken from their holder (renewal failed, session expired, DEL from another connection)
+	Delayed       atomic.Int64 // bound locks kept for their lock-delay after their connection closed
 }

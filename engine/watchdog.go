@@ -14,6 +14,7 @@ import (
 type bound struct {
 	key, token string
 	owner      *Owner
+	legacy     bool // Hold.Legacy
 	timer      *time.Timer
 	validUntil time.Time // when the last successful renewal's validity ends
 }
@@ -21,7 +22,7 @@ type bound struct {
 // watch starts renewing key for o, replacing any lock this instance kept
 // for key before (one holder per key). It refuses once the engine is
 // shutting down, whose release of bound locks may have run already.
-func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool {
+func (e *Engine) watch(o *Owner, key, token string, legacy bool, validity time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
@@ -34,20 +35,23 @@ func (e *Engine) watch(o *Owner, key, token string, validity time.Duration) bool
 		}
 		e.dropLocked(old)
 	}
-	b := &bound{key: key, token: token, owner: o, validUntil: time.Now().Add(validity)}
+	b := &bound{key: key, token: token, owner: o, legacy: legacy, validUntil: time.Now().Add(validity)}
 	b.timer = time.AfterFunc(e.cfg.RenewEvery, func() { e.renew(b) })
 	e.bound[key] = b
 	o.locks[key] = b
 	return true
 }
 
-// unwatch stops renewing key if token is the lock this instance keeps.
-func (e *Engine) unwatch(key, token string) {
+// unwatch stops renewing key if token is the lock this instance keeps,
+// and returns it (nil if it kept none).
+func (e *Engine) unwatch(key, token string) *bound {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
+		return b
 	}
+	return nil
 }
 
 // dropLocked forgets b; e.mu is held.
@@ -93,71 +97,14 @@ func (e *Engine) renew(b *bound) {
 		e.log.Warn("renewal failed; retrying while the lease lasts", zap.String("key", b.key), zap.Error(err))
 		b.timer.Reset(e.cfg.RenewEvery / 3)
 	default:
-		e.loseLocked(b, err)
-	}
-}
-
-// loseLocked records that b was lost; e.mu is held.
-func (e *Engine) loseLocked(b *bound, err error) {
-	e.stats.RenewFailures.Add(1)
-	e.stats.Lost.Add(1)
-	e.log.Error("connection-bound lock lost: renewal failed; its holder learns it on its next RENEW or UNLOCK",
-		zap.String("key", b.key), zap.Uint64("client", b.owner.id), zap.Error(err))
-	e.dropLocked(b)
-	id := lockID{b.key, b.token}
-	e.lost[id] = b.owner
-	b.owner.lost[id] = struct{}{}
-}
-
-// takeLost reports once that key's lock for token was lost.
-func (e *Engine) takeLost(key, token string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	id := lockID{key, token}
-	o, ok := e.lost[id]
-	if ok {
-		delete(e.lost, id)
-		if o != nil {
-			delete(o.lost, id)
-		} else {
-			e.lostLeases--
+		e.stats.RenewFailures.Add(1)
+		reason := LostRenewal
+		if errors.Is(err, ErrNotHeld) {
+			reason = LostGone
 		}
-	}
-	return ok
-}
-
-// maxLostLeases bounds the lost leases remembered for holders that have no
-// connection here to forget them with; past it, the oldest are forgotten
-// all at once (their holders then get "not held" instead of LOCKLOST).
-const maxLostLeases = 4096
-
-// Lost records that token's lock on key, granted through this instance,
-// was lost behind its holder's back (Events): a connection-bound lock
-// stops being renewed, and the holder's next RENEW or UNLOCK of it gets
-// ErrLost.
-func (e *Engine) Lost(key, token string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.stats.Lost.Add(1)
-	e.log.Error("lock lost: the backend reports it gone; its holder learns it on its next RENEW or UNLOCK",
-		zap.String("key", key))
-	id := lockID{key, token}
-	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
-		e.lost[id] = b.owner
-		b.owner.lost[id] = struct{}{}
-		return
+		e.loseLocked(b.owner, b.key, b.token, reason, err)
 	}
-	if e.lostLeases >= maxLostLeases {
-		for id, o := range e.lost {
-			if o == nil {
-				delete(e.lost, id)
-			}
-		}
-		e.lostLeases = 0
-	}
-	e.lost[id] = nil
-	e.lostLeases++
 }
 
 // Owner is one client connection's stake in the engine: the
@@ -166,19 +113,28 @@ type Owner struct {
 	e    *Engine
 	id   uint64
 	once sync.Once
-	// locks and lost are guarded by e.mu.
-	locks map[string]*bound
-	lost  map[lockID]struct{}
+	// locks, leases and lost are guarded by e.mu.
+	locks  map[string]*bound
+	leases map[string]lease  // leases o took through this instance, by key
+	lost   map[lockID]string // o's locks found lost, until it hears of it: the reason
+	onLost func(key, reason string)
 }
 
 // NewOwner returns the owner for the client connection with the given id.
 func (e *Engine) NewOwner(id uint64) *Owner {
-	return &Owner{e: e, id: id, locks: map[string]*bound{}, lost: map[lockID]struct{}{}}
+	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]lease{}, lost: map[lockID]string{}}
 }
 
-// Close releases every connection-bound lock o holds; it runs once, when
-// the connection closes, however it closed.
-func (o *Owner) Close(ctx context.Context) error {
+// Close releases every connection-bound lock o holds, or, for a key with a
+// lock-delay (Config.LockDelay), keeps it that long; it runs once, when the
+// connection closes, however it closed.
+func (o *Owner) Close(ctx context.Context) error { return o.close(ctx, true) }
+
+// Release releases every connection-bound lock o holds at once, lock-delay
+// or not: the client asked for it (RESET). It runs once, as Close.
+func (o *Owner) Release(ctx context.Context) error { return o.close(ctx, false) }
+
+func (o *Owner) close(ctx context.Context, delay bool) error {
 	var err error
 	o.once.Do(func() {
 		e := o.e
@@ -190,7 +146,16 @@ func (o *Owner) Close(ctx context.Context) error {
 		for id := range o.lost {
 			delete(e.lost, id)
 		}
+		for key := range o.leases {
+			if e.leases[key] == o {
+				delete(e.leases, key)
+			}
+		}
+		o.onLost = nil
 		e.mu.Unlock()
+		if delay {
+			locks = e.delayAll(ctx, locks)
+		}
 		err = e.releaseAll(ctx, locks)
 	})
 	return err

@@ -2,8 +2,11 @@ package instance
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/tidwall/match"
 )
 
 // Config is lockproxy's whole configuration. config.example.toml documents
@@ -101,6 +104,18 @@ type LocksConfig struct {
 	RenewEveryMS int `toml:"renew_every_ms"` // watchdog period; 0 = bound_lease_ms/3
 	OpTimeoutMS  int `toml:"op_timeout_ms"`  // cap of a renewal or a release on disconnect
 	WaiterKeepMS int `toml:"waiter_keep_ms"` // life of a waiter's place in a key's line, refreshed by its tries
+	// LockDelayMS: a connection-bound lock whose connection closes without
+	// releasing it is not granted again for this long; 0 = off.
+	LockDelayMS int `toml:"lock_delay_ms"`
+	// LockDelay sets the lock-delay of the keys matching a pattern; the
+	// first match wins, lock_delay_ms holds for the rest.
+	LockDelay []LockDelayConfig `toml:"lock_delay"`
+}
+
+// LockDelayConfig is the lock-delay of the keys that match a pattern.
+type LockDelayConfig struct {
+	Keys string `toml:"keys"` // a glob: * any run of characters, ? one, \ escapes the next
+	MS   int    `toml:"ms"`   // 0 = off for these keys
 }
 
 // LimitsConfig bounds what clients may send.
@@ -140,7 +155,7 @@ func Default() Config {
 		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000},
 		Embedded:  EmbeddedConfig{Nodes: 3},
 		Users:     []UserConfig{},
-		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000},
+		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},
 		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
@@ -210,3 +225,31 @@ func (c Config) Validate() error {
 }
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// maxMatchWork bounds the work of matching one key against one pattern;
+// a match that would take more counts as no match.
+const maxMatchWork = 10000
+
+// lockDelay is the lock-delay of each key: that of the first
+// locks.lock_delay pattern it matches, else locks.lock_delay_ms. nil when
+// every delay is 0.
+func (c Config) lockDelay() func(key string) time.Duration {
+	on := c.Locks.LockDelayMS > 0
+	for _, d := range c.Locks.LockDelay {
+		on = on || d.MS > 0
+	}
+	if !on {
+		return nil
+	}
+	rules := slices.Clone(c.Locks.LockDelay)
+	def := time.Duration(c.Locks.LockDelayMS) * time.Millisecond
+	return func(key string) time.Duration {
+		for _, d := range rules {
+			// Bounded: a client's key must not make a pattern cost much.
+			if ok, _ := match.MatchLimit(key, d.Keys, maxMatchWork); ok {
+				return time.Duration(d.MS) * time.Millisecond
+			}
+		}
+		return def
+	}
+}

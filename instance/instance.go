@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/lockproxy/lockproxy/commands"
@@ -45,7 +46,25 @@ type Instance struct {
 	served      chan error
 	shutdown    chan struct{}
 
-	router *passthrough.Router // nil: no data Redis
+	router *passthrough.Router      // nil: no data Redis
+	subs   []*upstream.Subscription // each redlock node's release notifications
+}
+
+// announceTaken tells the other instances, through every node it can
+// reach, that key held by token was taken from its holder through this
+// one (engine.Config.AnnounceTaken). Best effort, bounded by op_timeout_ms.
+func (in *Instance) announceTaken(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ms(in.cfg.Locks.OpTimeoutMS))
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range in.subs {
+		wg.Go(func() {
+			if err := s.PublishTaken(ctx, key, token); err != nil {
+				in.log.Debug("announcing a lock taken by DEL", zap.String("key", key), zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Start builds an instance from cfg and starts serving in the background.
@@ -71,11 +90,13 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 		return countBackend(b, in.lockMetrics), nil
 	}
 	if in.engine, err = engine.New(build, engine.Config{
-		BoundLease: ms(cfg.Locks.BoundLeaseMS),
-		RenewEvery: ms(cfg.Locks.RenewEveryMS),
-		OpTimeout:  ms(cfg.Locks.OpTimeoutMS),
-		MaxWaiters: cfg.Limits.MaxWaiters,
-		WaiterKeep: ms(cfg.Locks.WaiterKeepMS),
+		BoundLease:    ms(cfg.Locks.BoundLeaseMS),
+		RenewEvery:    ms(cfg.Locks.RenewEveryMS),
+		OpTimeout:     ms(cfg.Locks.OpTimeoutMS),
+		MaxWaiters:    cfg.Limits.MaxWaiters,
+		WaiterKeep:    ms(cfg.Locks.WaiterKeepMS),
+		LockDelay:     cfg.lockDelay(),
+		AnnounceTaken: in.announceTaken,
 	}, log); err != nil {
 		return nil, err
 	}
@@ -186,9 +207,14 @@ func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 func (in *Instance) subscribe(ev engine.Events) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	taken := func(string, string) {}
+	if t, ok := ev.(interface{ Taken(key, token string) }); ok {
+		taken = t.Taken // the engine: a DEL through another instance
+	}
 	for _, opts := range in.nodes {
-		s := upstream.Subscribe(opts, ev.Released, in.log)
+		s := upstream.SubscribeTaken(opts, ev.Released, taken, in.log)
 		in.closers = append(in.closers, func() { _ = s.Close() })
+		in.subs = append(in.subs, s)
 		if err := s.Ready(ctx); err != nil {
 			in.log.Warn("release notifications not yet subscribed; waiters fall back to lease expiry meanwhile",
 				zap.String("node", opts.Addr), zap.Error(err))

@@ -91,7 +91,7 @@ func (in *Instance) registry() *prometheus.Registry {
 	counter("locks_released_total", "Locks released by their holder or on disconnect.", s.Releases.Load)
 	counter("renewals_total", "Successful watchdog renewals of connection-bound locks.", s.Renewals.Load)
 	counter("renewal_failures_total", "Watchdog renewals that failed.", s.RenewFailures.Load)
-	counter("locks_lost_total", "Connection-bound locks lost while their holder was connected.", s.Lost.Load)
+	counter("locks_lost_total", "Locks lost or taken from their holder (renewal failed, session expired, DEL from another connection).", s.Lost.Load)
 	gauge("bound_locks", "Connection-bound locks this instance keeps alive.", func() int64 { return int64(in.engine.BoundHeld()) })
 	gauge("clients", "Open client connections.", func() int64 { return int64(in.resp.Clients()) })
 	reg.MustRegister(in.lockCollectors()...)

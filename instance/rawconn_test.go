@@ -91,7 +91,7 @@ func readReply(rd *bufio.Reader) (string, error) {
 			return "", err
 		}
 		return string(buf[:n]), nil
-	case '*', '%':
+	case '*', '%', '>':
 		n, _ := strconv.Atoi(body)
 		if n < 0 {
 			return "(nil)", nil
@@ -104,6 +104,9 @@ func readReply(rd *bufio.Reader) (string, error) {
 			if parts[i], err = readReply(rd); err != nil {
 				return "", err
 			}
+		}
+		if line[0] == '>' { // a push: told apart from replies
+			return ">[" + strings.Join(parts, " ") + "]", nil
 		}
 		return "[" + strings.Join(parts, " ") + "]", nil
 	}

@@ -114,6 +114,9 @@ func (c Config) checkBackendLists() error {
 	return nil
 }
 
+// maxLockDelay is the longest lock-delay in ms: a minute, as Chubby's.
+const maxLockDelay = 60 * 1000
+
 // A range is the bounds of one numeric key.
 type intRange struct {
 	key      string
@@ -137,6 +140,7 @@ func (c Config) intRanges() []intRange {
 		{"locks.renew_every_ms", c.Locks.RenewEveryMS, 0, 24 * hour},
 		{"locks.op_timeout_ms", c.Locks.OpTimeoutMS, 1, hour},
 		{"locks.waiter_keep_ms", c.Locks.WaiterKeepMS, 1, hour},
+		{"locks.lock_delay_ms", c.Locks.LockDelayMS, 0, maxLockDelay},
 		{"legacy.max_scripts", c.Legacy.MaxScripts, 1, 1 << 20},
 		{"limits.max_clients", c.Limits.MaxClients, 1, 1 << 24},
 		{"limits.max_key_bytes", c.Limits.MaxKeyBytes, 1, huge},
@@ -159,6 +163,14 @@ func (c Config) checkRanges() error {
 	for _, r := range c.intRanges() {
 		if r.v < r.min || r.v > r.max {
 			return fmt.Errorf("%s = %d: must be in %d..%d", r.key, r.v, r.min, r.max)
+		}
+	}
+	for i, d := range c.Locks.LockDelay {
+		if d.Keys == "" {
+			return fmt.Errorf("locks.lock_delay[%d].keys is empty: want a pattern such as \"orders:*\"", i)
+		}
+		if d.MS < 0 || d.MS > maxLockDelay {
+			return fmt.Errorf("locks.lock_delay[%d].ms = %d: must be in 0..%d", i, d.MS, maxLockDelay)
 		}
 	}
 	if f := c.Redlock.DriftFactor; !(f >= 0 && f < 0.5) {

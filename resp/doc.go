@@ -5,7 +5,8 @@
 // connection handshake that clients send (HELLO, AUTH, PING, ECHO, SELECT,
 // CLIENT, COMMAND, INFO, READONLY, QUIT, RESET). A handler that blocks
 // (LOCK ... WAIT) watches its connection with WatchClose, so that a client
-// that disconnects or sends QUIT stops waiting at once.
+// that disconnects or sends QUIT stops waiting at once. Push sends a RESP3
+// push from any goroutine, between two replies, never inside one.
 //
 // It also keeps the doors as Redis does: protected mode (no password: only
 // loopback clients), HTTP requests closed at their first line (POST,

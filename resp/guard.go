@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -195,6 +196,23 @@ type guardConn struct {
 	look    []byte
 	lookErr error
 	watch   *watch
+
+	// wmu serialises writes to the socket: redcon's flush of a batch of
+	// replies (one Write) and pushes written from other goroutines, so
+	// that a push never lands inside a reply (push.go).
+	wmu sync.Mutex
+	// pushes are push frames still to be written; pushing is true while
+	// a goroutine writes them. pmu guards both.
+	pmu     sync.Mutex
+	pushes  [][]byte
+	pushing bool
+}
+
+// Write writes b whole before any push can be written.
+func (g *guardConn) Write(b []byte) (int, error) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return g.Conn.Write(b)
 }
 
 // Read returns what the client sent, as Guard describes.
@@ -291,8 +309,10 @@ func (g *guardConn) scan(p []byte) (int, bool, error) {
 // fail writes the pending reply, once and best effort, and returns the sticky error.
 func (g *guardConn) fail() error {
 	if g.reply != "" {
+		g.wmu.Lock()
 		_ = g.Conn.SetWriteDeadline(time.Now().Add(guardReplyTimeout))
 		_, _ = io.WriteString(g.Conn, g.reply)
+		g.wmu.Unlock()
 		g.reply = ""
 	}
 	return g.err

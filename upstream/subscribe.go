@@ -38,6 +38,7 @@ type Subscription struct {
 	client    *redis.Client
 	ps        *redis.PubSub
 	onRelease func(key, token string)
+	onTaken   func(key, token string) // may be nil
 	log       *zap.Logger
 	pingAfter time.Duration
 	pongWait  time.Duration
@@ -71,7 +72,29 @@ func Subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logge
 	return subscribe(o, onRelease, log, DefaultPingAfter)
 }
 
+// SubscribeTaken is Subscribe that also calls onTaken, from the same
+// goroutine, with each lock another instance announced it took from its
+// holder (PublishTaken).
+func SubscribeTaken(o RedisOptions, onRelease, onTaken func(key, token string), log *zap.Logger) *Subscription {
+	return subscribeWith(o, onRelease, onTaken, log, DefaultPingAfter)
+}
+
+// takenTag starts a PublishTaken message: "taken:<length of token>:<token><key>".
+// Instances that do not know it read no release in it (its start is not a length).
+const takenTag = "taken:"
+
+// PublishTaken announces on the node's channel that key, held by token,
+// was released without its token (a DEL) through this instance, so that
+// the instance that granted it can tell its holder. Best effort.
+func (s *Subscription) PublishTaken(ctx context.Context, key, token string) error {
+	return s.client.Publish(ctx, s.channel, takenTag+strconv.Itoa(len(token))+":"+token+key).Err()
+}
+
 func subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logger, pingAfter time.Duration) *Subscription {
+	return subscribeWith(o, onRelease, nil, log, pingAfter)
+}
+
+func subscribeWith(o RedisOptions, onRelease, onTaken func(key, token string), log *zap.Logger, pingAfter time.Duration) *Subscription {
 	o = o.withDefaults()
 	if log == nil {
 		log = zap.NewNop()
@@ -84,6 +107,7 @@ func subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logge
 		client:    client,
 		ps:        client.Subscribe(ctx), // no channel yet: does not dial
 		onRelease: onRelease,
+		onTaken:   onTaken,
 		log:       log.With(zap.String("node", o.Addr), zap.String("channel", releasedChannel(o.Prefix))),
 		pingAfter: pingAfter,
 		pongWait:  o.Timeout,
@@ -187,7 +211,14 @@ func (s *Subscription) handle(h *health, msg any) {
 	h.pinged = time.Time{}
 	switch m := msg.(type) {
 	case *redis.Message:
-		if key, token, ok := parseRelease(m.Payload); ok && m.Channel == s.channel {
+		if m.Channel != s.channel {
+			return
+		}
+		if taken, ok := strings.CutPrefix(m.Payload, takenTag); ok {
+			if key, token, ok := parseRelease(taken); ok && s.onTaken != nil {
+				s.onTaken(key, token)
+			}
+		} else if key, token, ok := parseRelease(m.Payload); ok {
 			s.onRelease(key, token)
 		}
 	case *redis.Subscription:
