@@ -131,6 +131,7 @@ func (c Config) intRanges() []intRange {
 		{"redlock.pipelines", c.Redlock.Pipelines, 1, 1000},
 		{"redlock.max_batch", c.Redlock.MaxBatch, 1, 100000},
 		{"zookeeper.session_timeout_ms", c.ZooKeeper.SessionTimeoutMS, 1, hour},
+		{"zookeeper.clock_skew_ms", c.ZooKeeper.ClockSkewMS, 1, hour},
 		{"embedded.nodes", c.Embedded.Nodes, 1, 99},
 		{"locks.bound_lease_ms", c.Locks.BoundLeaseMS, 1, 24 * hour},
 		{"locks.renew_every_ms", c.Locks.RenewEveryMS, 0, 24 * hour},
