@@ -80,14 +80,17 @@ func parseGrant(t *testing.T, reply string) lockReply {
 }
 
 // TestZooKeeperLockproxyKilled: lockproxy SIGKILLed while it holds a lease
-// and a connection-bound lock. Another instance gets them once the
-// ensemble expires the dead instance's session, not before.
+// and a connection-bound lock. Another instance gets the bound lock once
+// the ensemble expires the dead instance's session, not before; the lease
+// lives its whole validity (it outlives the instance, as on Redis), and a
+// client waiting on the other instance gets it when it ends.
 func TestZooKeeperLockproxyKilled(t *testing.T) {
 	zk := zktest.Start(t)
 	child, addr := startZKChild(t, zk.Addr())
 	c := dialRaw(t, addr)
 	key := uniqueKey(t)
-	parseGrant(t, c.do("LOCK", key+":lease", "PX", "60000"))
+	lease := parseGrant(t, c.do("LOCK", key+":lease", "PX", "8000"))
+	leaseEnd := time.Now().Add(time.Duration(lease.validity) * time.Millisecond)
 	parseGrant(t, c.do("LOCK", key+":bound"))
 
 	other := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
@@ -102,13 +105,30 @@ func TestZooKeeperLockproxyKilled(t *testing.T) {
 			t.Fatalf("%s granted %v after the kill, before the session timeout: %s", k, time.Since(killed), r)
 		}
 	}
-	for _, k := range []string{key + ":lease", key + ":bound"} {
-		r := other.do("LOCK", k, "PX", "10000", "WAIT", "10000")
-		if !strings.HasPrefix(r, "[") {
-			t.Fatalf("%s not granted within 10 s of the wait: %s", k, r)
-		}
-		t.Logf("%s granted %v after the kill (session timeout 2 s)", k, time.Since(killed).Round(time.Millisecond))
+	r := other.do("LOCK", key+":bound", "PX", "10000", "WAIT", "10000")
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("bound lock not granted within 10 s of the wait: %s", r)
 	}
+	t.Logf("bound lock granted %v after the kill (session timeout 2 s)", time.Since(killed).Round(time.Millisecond))
+
+	r = other.do("LOCK", key+":lease", "PX", "10000", "WAIT", "30000")
+	granted := time.Now()
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("lease not granted within 30 s of the wait: %s", r)
+	}
+	if granted.Before(leaseEnd) {
+		t.Fatalf("lease granted again %v before the end of its validity", leaseEnd.Sub(granted))
+	}
+	// Woken when the lease ended, not at some much later retry: within the
+	// clock skew allowed (1 s by default) plus a margin for a busy machine.
+	if late := granted.Sub(leaseEnd); late > 6*time.Second {
+		t.Errorf("lease granted %v after its validity ended", late)
+	}
+	if next := parseGrant(t, r); next.fence <= lease.fence {
+		t.Fatalf("fence %d after %d", next.fence, lease.fence)
+	}
+	t.Logf("lease granted %v after the kill, %v after its validity ended", granted.Sub(killed).Round(time.Millisecond),
+		granted.Sub(leaseEnd).Round(time.Millisecond))
 }
 
 // startZKChild runs lockproxy over zk in a child process (this test binary,
@@ -143,8 +163,9 @@ func serveZK(zkAddr string) {
 // TestZooKeeperSessionExpiry: the instance holding locks is cut off from
 // ZooKeeper past the session timeout. lockproxy gives up its
 // connection-bound lock (counts it lost) before the ensemble can grant it
-// to another client; once reconnected, the holders of both locks hear of
-// the loss on their next RENEW or UNLOCK.
+// to another client; once reconnected, its holder hears of the loss on
+// its next UNLOCK. The lease outlives the session: nobody else gets it,
+// and its holder renews it through the new session.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	zk := zktest.Start(t)
 	proxy := zktest.NewProxy(t, zk.Addr())
@@ -166,9 +187,13 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	if lost := info.do("INFO", "locks"); !strings.Contains(lost, "locks_lost:1") {
 		t.Fatalf("lockproxy still vouched for the bound lock when another client got it:\n%s", lost)
 	}
+	// The lease is not lost: its node outlives the session.
+	if r := b.do("LOCK", key+":lease", "PX", "1000"); r != "(nil)" {
+		t.Fatalf("the other instance got the lease after its session expired: %s", r)
+	}
 	proxy.Restore()
-	eventually(t, 10*time.Second, "the holder hears of the lost lease", func() bool {
-		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), "-LOCKLOST")
+	eventually(t, 10*time.Second, "the lease renewed through the new session", func() bool {
+		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), ":")
 	})
 	if r := holder.do("UNLOCK", key+":bound", bound.token); !strings.HasPrefix(r, "-LOCKLOST") {
 		t.Fatalf("UNLOCK of the lost bound lock: %s", r)
