@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,10 +112,10 @@ func TestZooKeeperLockproxyKilled(t *testing.T) {
 	}
 	t.Logf("bound lock granted %v after the kill (session timeout 2 s)", time.Since(killed).Round(time.Millisecond))
 
-	r = other.do("LOCK", key+":lease", "PX", "10000", "WAIT", "30000")
+	r = other.do("LOCK", key+":lease", "PX", "10000", "WAIT", "9500")
 	granted := time.Now()
 	if !strings.HasPrefix(r, "[") {
-		t.Fatalf("lease not granted within 30 s of the wait: %s", r)
+		t.Fatalf("lease not granted within 9.5 s of the wait: %s", r)
 	}
 	if granted.Before(leaseEnd) {
 		t.Fatalf("lease granted again %v before the end of its validity", leaseEnd.Sub(granted))
@@ -129,6 +130,59 @@ func TestZooKeeperLockproxyKilled(t *testing.T) {
 	}
 	t.Logf("lease granted %v after the kill, %v after its validity ended", granted.Sub(killed).Round(time.Millisecond),
 		granted.Sub(leaseEnd).Round(time.Millisecond))
+}
+
+// TestZooKeeperLockproxyPaused: lockproxy SIGSTOPped while it holds a
+// lease, past its session timeout, then SIGCONTed. The lease lives to its
+// end and no longer: another instance refuses it until then and grants it
+// after, with a higher fence; once resumed, the paused instance neither
+// renews nor releases what is now another client's lock.
+func TestZooKeeperLockproxyPaused(t *testing.T) {
+	zk := zktest.Start(t)
+	child, addr := startZKChild(t, zk.Addr())
+	c := dialRaw(t, addr)
+	key := uniqueKey(t)
+	lease := parseGrant(t, c.do("LOCK", key, "PX", "8000"))
+	leaseEnd := time.Now().Add(time.Duration(lease.validity) * time.Millisecond)
+
+	other := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	time.Sleep(3 * time.Second) // past the 2 s session timeout
+	if r := other.do("LOCK", key, "PX", "10000"); r != "(nil)" && time.Now().Before(leaseEnd) {
+		t.Fatalf("granted while the paused instance's lease lasted: %s", r)
+	}
+	r := other.do("LOCK", key, "PX", "20000", "WAIT", "9500")
+	granted := time.Now()
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("lease not granted within 9.5 s of the wait: %s", r)
+	}
+	next := parseGrant(t, r)
+	if granted.Before(leaseEnd) || next.fence <= lease.fence {
+		t.Fatalf("granted %v before the lease's end, fence %d after %d", leaseEnd.Sub(granted), next.fence, lease.fence)
+	}
+
+	resume()
+	if r := c.do("RENEW", key, lease.token, "PX", "8000"); r != "(nil)" && !strings.HasPrefix(r, "-") {
+		t.Fatalf("the resumed instance renewed a lease now held by another: %s", r)
+	}
+	if r := c.do("UNLOCK", key, lease.token); r != ":0" && !strings.HasPrefix(r, "-") {
+		t.Fatalf("the resumed instance released a lease now held by another: %s", r)
+	}
+	if r := other.do("GET", key); r != next.token {
+		t.Fatalf("GET after the paused instance resumed: %s, want %s", r, next.token)
+	}
 }
 
 // startZKChild runs lockproxy over zk in a child process (this test binary,
