@@ -48,8 +48,10 @@ type Options struct {
 	// It is created, with its parents, when missing.
 	Root string
 	// SessionTimeout is how long the session outlives a lost connection;
-	// default 10s. Locks held through a session end with it. The ensemble
-	// may grant another (between 2 and 20 of its ticks).
+	// default 10s. Connection-bound locks and places in line held through
+	// a session end with it; leases do not. The ensemble may grant another
+	// (between 2 and 20 of its ticks unless configured otherwise), which
+	// is logged and bounds a connection-bound lock's validity.
 	SessionTimeout time.Duration
 	// ACL is given to every node lockproxy creates; default
 	// zk.WorldACL(zk.PermAll), or with Digest, that identity's.
@@ -67,8 +69,8 @@ type Options struct {
 	ClockSkew time.Duration
 	// Events is the engine's: Released when a lock node that a waiter of
 	// this instance watches goes away, or when this instance ends an
-	// expired lease; Lost for each lock held through this instance whose
-	// session expired. Nil drops them (tests of the backend alone).
+	// expired lease; Lost for each connection-bound lock held through
+	// this instance whose session expired. Nil drops them (tests of the backend alone).
 	Events engine.Events
 }
 
