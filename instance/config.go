@@ -86,7 +86,11 @@ type RedlockConfig struct {
 type ZooKeeperConfig struct {
 	Servers          []string `toml:"servers"`            // host:port of each ensemble member
 	Root             string   `toml:"root"`               // parent of every lock's node; created if missing
-	SessionTimeoutMS int      `toml:"session_timeout_ms"` // how long the ensemble keeps lockproxy's locks after it vanishes
+	SessionTimeoutMS int      `toml:"session_timeout_ms"` // how long the ensemble keeps lockproxy's connection-bound locks after it vanishes
+	// ClockSkewMS is how far the wall clocks of the instances sharing the
+	// ensemble may disagree: an instance ends a lease another granted only
+	// this long (plus 1% of the lease) past its deadline.
+	ClockSkewMS int `toml:"clock_skew_ms"`
 	// ACLDigest, "user:password", makes lock nodes readable and writable
 	// only by that identity (ZooKeeper digest ACL); empty: open to all.
 	ACLDigest string  `toml:"acl_digest"`
@@ -152,7 +156,7 @@ func Default() Config {
 			MaxBatch:      128,
 			MaxLeaseMS:    3600 * 1000,
 		},
-		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000},
+		ZooKeeper: ZooKeeperConfig{Root: "/lockproxy", SessionTimeoutMS: 10000, ClockSkewMS: 1000},
 		Embedded:  EmbeddedConfig{Nodes: 3},
 		Users:     []UserConfig{},
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},

@@ -135,6 +135,7 @@ func (c Config) intRanges() []intRange {
 		{"redlock.max_batch", c.Redlock.MaxBatch, 1, 100000},
 		{"redlock.max_lease_ms", c.Redlock.MaxLeaseMS, 0, 30 * 24 * hour},
 		{"zookeeper.session_timeout_ms", c.ZooKeeper.SessionTimeoutMS, 1, hour},
+		{"zookeeper.clock_skew_ms", c.ZooKeeper.ClockSkewMS, 1, hour},
 		{"embedded.nodes", c.Embedded.Nodes, 1, 99},
 		{"locks.bound_lease_ms", c.Locks.BoundLeaseMS, 1, 24 * hour},
 		{"locks.renew_every_ms", c.Locks.RenewEveryMS, 0, 24 * hour},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,14 +81,17 @@ func parseGrant(t *testing.T, reply string) lockReply {
 }
 
 // TestZooKeeperLockproxyKilled: lockproxy SIGKILLed while it holds a lease
-// and a connection-bound lock. Another instance gets them once the
-// ensemble expires the dead instance's session, not before.
+// and a connection-bound lock. Another instance gets the bound lock once
+// the ensemble expires the dead instance's session, not before; the lease
+// lives its whole validity (it outlives the instance, as on Redis), and a
+// client waiting on the other instance gets it when it ends.
 func TestZooKeeperLockproxyKilled(t *testing.T) {
 	zk := zktest.Start(t)
 	child, addr := startZKChild(t, zk.Addr())
 	c := dialRaw(t, addr)
 	key := uniqueKey(t)
-	parseGrant(t, c.do("LOCK", key+":lease", "PX", "60000"))
+	lease := parseGrant(t, c.do("LOCK", key+":lease", "PX", "8000"))
+	leaseEnd := time.Now().Add(time.Duration(lease.validity) * time.Millisecond)
 	parseGrant(t, c.do("LOCK", key+":bound"))
 
 	other := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
@@ -102,12 +106,82 @@ func TestZooKeeperLockproxyKilled(t *testing.T) {
 			t.Fatalf("%s granted %v after the kill, before the session timeout: %s", k, time.Since(killed), r)
 		}
 	}
-	for _, k := range []string{key + ":lease", key + ":bound"} {
-		r := other.do("LOCK", k, "PX", "10000", "WAIT", "10000")
-		if !strings.HasPrefix(r, "[") {
-			t.Fatalf("%s not granted within 10 s of the wait: %s", k, r)
+	r := other.do("LOCK", key+":bound", "PX", "10000", "WAIT", "10000")
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("bound lock not granted within 10 s of the wait: %s", r)
+	}
+	t.Logf("bound lock granted %v after the kill (session timeout 2 s)", time.Since(killed).Round(time.Millisecond))
+
+	r = other.do("LOCK", key+":lease", "PX", "10000", "WAIT", "9500")
+	granted := time.Now()
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("lease not granted within 9.5 s of the wait: %s", r)
+	}
+	if granted.Before(leaseEnd) {
+		t.Fatalf("lease granted again %v before the end of its validity", leaseEnd.Sub(granted))
+	}
+	// Woken when the lease ended, not at some much later retry: within the
+	// clock skew allowed (1 s by default) plus a margin for a busy machine.
+	if late := granted.Sub(leaseEnd); late > 6*time.Second {
+		t.Errorf("lease granted %v after its validity ended", late)
+	}
+	if next := parseGrant(t, r); next.fence <= lease.fence {
+		t.Fatalf("fence %d after %d", next.fence, lease.fence)
+	}
+	t.Logf("lease granted %v after the kill, %v after its validity ended", granted.Sub(killed).Round(time.Millisecond),
+		granted.Sub(leaseEnd).Round(time.Millisecond))
+}
+
+// TestZooKeeperLockproxyPaused: lockproxy SIGSTOPped while it holds a
+// lease, past its session timeout, then SIGCONTed. The lease lives to its
+// end and no longer: another instance refuses it until then and grants it
+// after, with a higher fence; once resumed, the paused instance neither
+// renews nor releases what is now another client's lock.
+func TestZooKeeperLockproxyPaused(t *testing.T) {
+	zk := zktest.Start(t)
+	child, addr := startZKChild(t, zk.Addr())
+	c := dialRaw(t, addr)
+	key := uniqueKey(t)
+	lease := parseGrant(t, c.do("LOCK", key, "PX", "8000"))
+	leaseEnd := time.Now().Add(time.Duration(lease.validity) * time.Millisecond)
+
+	other := dialRaw(t, startInstance(t, zkConfig(zk)).Addr())
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
 		}
-		t.Logf("%s granted %v after the kill (session timeout 2 s)", k, time.Since(killed).Round(time.Millisecond))
+	}
+	t.Cleanup(resume)
+	time.Sleep(3 * time.Second) // past the 2 s session timeout
+	if r := other.do("LOCK", key, "PX", "10000"); r != "(nil)" && time.Now().Before(leaseEnd) {
+		t.Fatalf("granted while the paused instance's lease lasted: %s", r)
+	}
+	r := other.do("LOCK", key, "PX", "20000", "WAIT", "9500")
+	granted := time.Now()
+	if !strings.HasPrefix(r, "[") {
+		t.Fatalf("lease not granted within 9.5 s of the wait: %s", r)
+	}
+	next := parseGrant(t, r)
+	if granted.Before(leaseEnd) || next.fence <= lease.fence {
+		t.Fatalf("granted %v before the lease's end, fence %d after %d", leaseEnd.Sub(granted), next.fence, lease.fence)
+	}
+
+	resume()
+	if r := c.do("RENEW", key, lease.token, "PX", "8000"); r != "(nil)" && !strings.HasPrefix(r, "-") {
+		t.Fatalf("the resumed instance renewed a lease now held by another: %s", r)
+	}
+	if r := c.do("UNLOCK", key, lease.token); r != ":0" && !strings.HasPrefix(r, "-") {
+		t.Fatalf("the resumed instance released a lease now held by another: %s", r)
+	}
+	if r := other.do("GET", key); r != next.token {
+		t.Fatalf("GET after the paused instance resumed: %s, want %s", r, next.token)
 	}
 }
 
@@ -143,8 +217,9 @@ func serveZK(zkAddr string) {
 // TestZooKeeperSessionExpiry: the instance holding locks is cut off from
 // ZooKeeper past the session timeout. lockproxy gives up its
 // connection-bound lock (counts it lost) before the ensemble can grant it
-// to another client; once reconnected, the holders of both locks hear of
-// the loss on their next RENEW or UNLOCK.
+// to another client; once reconnected, its holder hears of the loss on
+// its next UNLOCK. The lease outlives the session: nobody else gets it,
+// and its holder renews it through the new session.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	zk := zktest.Start(t)
 	proxy := zktest.NewProxy(t, zk.Addr())
@@ -166,9 +241,13 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	if lost := info.do("INFO", "locks"); !strings.Contains(lost, "locks_lost:1") {
 		t.Fatalf("lockproxy still vouched for the bound lock when another client got it:\n%s", lost)
 	}
+	// The lease is not lost: its node outlives the session.
+	if r := b.do("LOCK", key+":lease", "PX", "1000"); r != "(nil)" {
+		t.Fatalf("the other instance got the lease after its session expired: %s", r)
+	}
 	proxy.Restore()
-	eventually(t, 10*time.Second, "the holder hears of the lost lease", func() bool {
-		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), "-LOCKLOST")
+	eventually(t, 10*time.Second, "the lease renewed through the new session", func() bool {
+		return strings.HasPrefix(holder.do("RENEW", key+":lease", lease.token), ":")
 	})
 	if r := holder.do("UNLOCK", key+":bound", bound.token); !strings.HasPrefix(r, "-LOCKLOST") {
 		t.Fatalf("UNLOCK of the lost bound lock: %s", r)

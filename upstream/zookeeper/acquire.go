@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockproxy/lockproxy/engine"
+	"go.uber.org/zap"
 )
 
 // errAgain makes a step of an acquire look at the key's nodes again: one
@@ -73,6 +74,7 @@ type acquisition struct {
 
 	created string // the node this call created, if any
 	version int32  // the container's version created's create left
+	czxid   int64  // created's creation zxid
 	kept    string // the waiter's place, kept in line
 	mine    string // the node this call made the lock
 }
@@ -98,7 +100,7 @@ func (a *acquisition) cleanup(ctx context.Context, granted bool) {
 
 // holdData is what a node holding the lock for h says.
 func (a *acquisition) holdData() zkData {
-	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name}.lasts(a.h.TTL)
+	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, By: a.z.id}.lasts(a.h.TTL)
 }
 
 // tryOnce creates a node and keeps it if it is the lowest.
@@ -135,15 +137,19 @@ func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
 
 // own grants the lock held by c, the lowest node, which this call created
 // with data d in session: the node is this session's if the session has
-// not changed since (session IDs never come back), and its creation zxid
-// is the fence.
+// not changed since (session IDs never come back), or a lease's, which no
+// session owns, and its creation zxid is the fence.
 func (a *acquisition) own(c created, d zkData, session int64) (engine.Grant, error) {
+	if nodeFlags(d)&zk.FlagEphemeral == 0 { // a lease: no session owns it
+		session = 0
+	}
 	return a.grant(c.path, c.czxid, session, d, true)
 }
 
 // against answers for p, the lowest node, which this call did not make:
 // if h.Token holds the lock there, the lock is granted again with the same
-// fence and its data rewritten; else the call is refused.
+// fence and its data rewritten; if p is a lease overdue, whoever made it,
+// it is ended (reap) and the nodes read again; else the call is refused.
 func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, error) {
 	top, err := a.z.get(ctx, p)
 	switch {
@@ -151,10 +157,13 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 		return engine.Grant{}, errAgain
 	case err != nil:
 		return engine.Grant{}, err
+	case a.z.overdue(top):
+		return engine.Grant{}, a.z.reap(ctx, a.key, top)
 	case !top.data.heldBy(a.h.Token) || a.h.Fresh:
 		return engine.Grant{}, a.z.busy(top.data)
 	}
 	d := a.holdData()
+	d.Fence = top.data.Fence
 	stat, err := a.z.set(ctx, p, d, top.stat.Version)
 	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 		return engine.Grant{}, errAgain
@@ -162,7 +171,7 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 	if err != nil {
 		return engine.Grant{}, err
 	}
-	return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, false)
+	return a.grant(p, lockNode{path: p, data: d, stat: stat}.fence(), stat.EphemeralOwner, d, false)
 }
 
 // grant is the lock held by node p, created at zxid fence by session
@@ -176,23 +185,49 @@ func (a *acquisition) grant(p string, fence, owner int64, d zkData, made bool) (
 	if made {
 		a.mine = p
 	}
-	v := a.h.TTL - time.Since(a.start)
+	v := a.z.guaranteed(a.h.Mode, a.h.TTL) - time.Since(a.start)
 	if v <= 0 {
 		return engine.Grant{}, errTooLate
 	}
 	return engine.Grant{Token: a.h.Token, Fence: fence, Validity: v}, nil
 }
 
-// busy refuses an acquire while d holds the key. RetryAfter is the
-// holder's lease left, or the session timeout when there is none to go by:
-// a waiter's place about to take the key, or a lease that ran out and
-// that its owner has yet to delete.
+// busy refuses an acquire while d holds the key. RetryAfter is how long
+// until this instance may end the holder's lease (zkData.overdue), or the
+// session timeout when there is none to go by: a waiter's place about to
+// take the key, or a connection-bound lock that ran out and that its
+// owner has yet to delete.
 func (z *ZooKeeper) busy(d zkData) error {
 	after := z.opts.SessionTimeout
-	if left := d.left(); !d.waiting() && left > 0 {
+	if left := -d.overdue(z.id, z.opts.ClockSkew); !d.waiting() && left > 0 {
 		after = left
 	}
 	return &engine.BusyError{RetryAfter: after}
+}
+
+// overdue reports whether lock node n is a lease this instance may end:
+// past its expires_at by more than the clocks may disagree. A
+// connection-bound lock is ended only by its own session's instance (its
+// timer) or by the session's end.
+func (z *ZooKeeper) overdue(n lockNode) bool {
+	return n.data.Mode == engine.Lease && n.data.overdue(z.id, z.opts.ClockSkew) > 0
+}
+
+// reap ends overdue lease n of key, whichever instance granted it: a
+// delete checked against the version read, so an extension that lands
+// meanwhile wins. It returns errAgain, for the caller to read the nodes
+// again, unless ZooKeeper failed.
+func (z *ZooKeeper) reap(ctx context.Context, key string, n lockNode) error {
+	switch err := z.delete(ctx, n.path, n.stat.Version); {
+	case err == nil:
+		z.forget(n.path)
+		z.log.Info("lease ran out; lock deleted", zap.String("key", key), zap.Time("expires_at", n.data.expiry()))
+		return errAgain
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		return errAgain
+	default:
+		return err
+	}
 }
 
 // wanted is the lock a waiter asks for, as a handoff writes it; no Mode
@@ -212,7 +247,7 @@ func (a *acquisition) create(ctx context.Context, id string, kind byte, d zkData
 		c, err := a.z.createSeq(ctx, a.dir, prefix, d)
 		if !errors.Is(err, zk.ErrNoNode) {
 			if err == nil {
-				a.created, a.version = c.path, c.version
+				a.created, a.version, a.czxid = c.path, c.version, c.czxid
 				if a.z.afterCreate != nil {
 					a.z.afterCreate(c.path)
 				}

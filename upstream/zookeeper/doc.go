@@ -1,18 +1,24 @@
 // Package zookeeper is lockproxy's ZooKeeper backend, an engine.Backend over
-// one ZooKeeper session: ZooKeeper's lock recipe (an ephemeral sequential
-// node per acquire, the lowest holds the lock, each waiter watches only its
+// one ZooKeeper session: ZooKeeper's lock recipe (a sequential node per
+// acquire, the lowest holds the lock, each waiter watches only its
 // predecessor, delete to release) with the leases that lockproxy enforces
-// itself, since ZooKeeper's nodes have no TTL.
+// itself, since ZooKeeper's nodes have no TTL. Connection-bound locks and
+// places in line are ephemeral, ending with the session; leases are
+// persistent, outliving the instance that granted them, and any instance
+// ends an overdue one.
 //
 // Files go by what they do for a lock:
 //   - zookeeper.go: Options, New, Close, and the backend's state;
-//   - session.go: the session — authentication, connection and expiry
-//     events (a lost session's locks go up to the engine, Events.Lost);
+//   - session.go: the session — authentication, the negotiated timeout,
+//     connection and expiry events (a lost session's connection-bound
+//     locks go up to the engine, Events.Lost);
 //   - acquire.go: taking a free key, and the grant's fence (the create's zxid);
 //   - line.go: waiting — places in line, watching the predecessor, Leave;
 //   - release.go: release, and the handoff of a released key to this
 //     instance's next waiter in the same multi;
-//   - lease.go: Extend, Inspect, and the timers that end expired leases;
+//   - lease.go: Extend (and a bound lock's promotion to a lease), Inspect,
+//     the validity a grant may claim, and the timers that end expired
+//     leases;
 //   - keys.go: the node layout (paths, names, the data a lock node holds);
 //   - wire.go and batch.go: the requests, and the batching of the writes that
 //     pile up while a multi is on its way.

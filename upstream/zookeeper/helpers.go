@@ -1,6 +1,8 @@
 package zookeeper
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"time"
 )
@@ -24,4 +26,12 @@ func orDefault[T int | string | time.Duration](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// instanceID is 16 random hex digits naming a backend in the leases it
+// writes.
+func instanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

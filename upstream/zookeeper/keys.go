@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,25 @@ type zkData struct {
 	Token     string      `json:"token"`
 	Mode      engine.Mode `json:"mode,omitempty"`       // empty: a waiter's place, not a lock yet
 	TTL       int64       `json:"ttl_ms,omitempty"`     // the lease, in ms
-	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms; its creator deletes the node then
+	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms, on the clock of the instance By
 	Name      string      `json:"name,omitempty"`       // the holder's client name
+	// By names the instance (ZooKeeper.id) whose clock wrote ExpiresAt: it
+	// ends the lease at ExpiresAt, any other instance only ClockSkew and
+	// a drift later (overdue).
+	By string `json:"by,omitempty"`
+	// Fence is the lock's fence when its node is not the one it was
+	// granted in: a node promoted to a lease (promoted) keeps the fence,
+	// the creation zxid, of the node it replaced.
+	Fence int64 `json:"fence,omitempty"`
+}
+
+// fence is the fence of lock node n: its creation zxid, or the one its
+// data carries over from the node it replaced.
+func (n lockNode) fence() int64 {
+	if n.data.Fence != 0 {
+		return n.data.Fence
+	}
+	return n.stat.Czxid
 }
 
 func (d zkData) waiting() bool { return d.Mode == "" }
@@ -34,6 +52,18 @@ func (d zkData) ttl() time.Duration { return time.Duration(d.TTL) * time.Millise
 func (d zkData) expiry() time.Time { return time.UnixMilli(d.ExpiresAt) }
 
 func (d zkData) left() time.Duration { return time.Until(d.expiry()) }
+
+// overdue is how long past its ExpiresAt a lease is, judged by the
+// instance named by with clocks that may differ by skew: by the writer's
+// clock as it is, by any other's only past skew plus Redlock's drift
+// factor (1% of the lease, plus 2ms). Not positive: not yet over.
+func (d zkData) overdue(by string, skew time.Duration) time.Duration {
+	late := -d.left()
+	if d.By != by {
+		late -= skew + d.ttl()/100 + 2*time.Millisecond
+	}
+	return late
+}
 
 func (d zkData) encode() []byte { b, _ := json.Marshal(d); return b }
 
@@ -126,7 +156,28 @@ const seqDigits = 10
 const (
 	kindTry   = 't' // an acquire that tries once, and the lock it may become
 	kindPlace = 'w' // a waiter's place in line, and the lock it may become
+	// kindLease is a lease that replaced an ephemeral node — a waiter's
+	// place, or a connection-bound lock — when its lock became a lease
+	// (promoted): persistent, with the replaced node's sequence, so it
+	// keeps that node's place in line.
+	kindLease = 'l'
 )
+
+// tokenIDLen is the length of tokenID's hex digits.
+const tokenIDLen = 16
+
+// promoted is the path of the persistent node that replaces lock node or
+// place p when it becomes a lease: p's name with kind kindLease. A
+// sequential node is never given that name: ZooKeeper numbers a parent's
+// children by its count of child changes, which only grows, and the
+// container is only deleted once empty.
+func promoted(p string) string {
+	dir, name := path.Split(p)
+	if len(name) <= tokenIDLen+1 {
+		return p
+	}
+	return dir + name[:tokenIDLen+1] + string(kindLease) + name[tokenIDLen+2:]
+}
 
 // tokenID names a token's nodes: 16 hex digits of its SHA-256. A node is
 // found by name without reading every child's data, and the token, a

@@ -18,6 +18,7 @@ import (
 type ownNode struct {
 	key, token string
 	held       bool      // a lock; false: a waiter's place
+	persistent bool      // a lease's node, which outlives the session
 	until      time.Time // a place's end, unless its waiter calls again
 	timer      *time.Timer
 	placeFacts // a place's: what a handoff needs
@@ -35,6 +36,7 @@ type placeFacts struct {
 	// the same multi, so a create that leaves version+1 made the very
 	// next node after this one.
 	version int32
+	czxid   int64 // the place's creation zxid, its fence (0 if unknown)
 }
 
 // node is the record of own node p, made if missing; z.mu is held.
@@ -49,20 +51,21 @@ func (z *ZooKeeper) node(p, key, token string) *ownNode {
 }
 
 // track arms the timer that ends the lease of lock node p when this
-// session owns it. It reports false when owner, the node's session, is
-// another: another instance's, or this instance's previous one, which has
-// expired.
+// session owns it, or when it is a lease's persistent node (owner 0),
+// which this instance then ends too once it is overdue. It reports false
+// when owner, the node's session, is another: another instance's, or this
+// instance's previous one, which has expired.
 func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.closed || owner != z.conn.SessionID() {
+	if z.closed || owner != 0 && owner != z.conn.SessionID() {
 		return false
 	}
 	n := z.node(p, key, token)
 	if !n.held && z.places[zkLock{key, n.token}] == p {
 		delete(z.places, zkLock{key, n.token})
 	}
-	n.held, n.token = true, token
+	n.held, n.token, n.persistent = true, token, owner == 0
 	n.timer.Reset(max(d.left(), 0))
 	z.locks[zkLock{key, token}] = p
 	return true
@@ -90,6 +93,16 @@ func (z *ZooKeeper) hasPlace(key, id string) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	return z.places[zkLock{key, id}] != ""
+}
+
+// placeCzxid is own place p's creation zxid, 0 if unknown.
+func (z *ZooKeeper) placeCzxid(p string) int64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if n := z.own[p]; n != nil && !n.held {
+		return n.czxid
+	}
+	return 0
 }
 
 // placeVersion is the container's version that own place p's create left,
@@ -121,6 +134,9 @@ func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, f placeFact
 		n.timer.Reset(keep)
 		if f.version == 0 {
 			f.version = n.version
+		}
+		if f.czxid == 0 {
+			f.czxid = n.czxid
 		}
 		n.placeFacts = f
 		z.places[zkLock{key, id}] = p
@@ -187,9 +203,9 @@ func (z *ZooKeeper) retryDelay() time.Duration {
 	return max(z.opts.SessionTimeout/10, 50*time.Millisecond)
 }
 
-// endLease deletes lock node p once its expires_at has passed, re-reading
-// it first: another instance may have extended it. The delete is
-// version-checked, so an extension that lands meanwhile wins.
+// endLease deletes lock node p once it is overdue (zkData.overdue),
+// re-reading it first: another instance may have extended it. The delete
+// is version-checked, so an extension that lands meanwhile wins.
 func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	ctx, cancel := z.cleanupCtx(context.Background())
 	defer cancel()
@@ -201,8 +217,8 @@ func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	case err != nil:
 		z.rearm(p, n, z.retryDelay())
 		return
-	case ln.data.left() > 0:
-		z.rearm(p, n, ln.data.left())
+	case ln.data.overdue(z.id, z.opts.ClockSkew) <= 0:
+		z.rearm(p, n, -ln.data.overdue(z.id, z.opts.ClockSkew))
 		return
 	}
 	switch err := z.delete(ctx, p, ln.stat.Version); {
@@ -342,11 +358,19 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		if err != nil {
 			return 0, err
 		}
+		d.By = z.id
+		if d.Mode == engine.Lease && v.top.stat.EphemeralOwner != 0 {
+			err = z.promote(ctx, key, token, v.top, d)
+			if errors.Is(err, errAgain) {
+				continue
+			}
+			return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), err
+		}
 		stat, err := z.set(ctx, v.top.path, d, v.top.stat.Version)
 		switch {
 		case err == nil:
 			z.track(key, token, v.top.path, stat.EphemeralOwner, d)
-			return d.ttl() - time.Since(start), nil
+			return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), nil
 		case errors.Is(err, zk.ErrNoNode):
 			return 0, engine.ErrNotHeld
 		case !errors.Is(err, zk.ErrBadVersion):
@@ -354,6 +378,28 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		}
 	}
 	return 0, errContended
+}
+
+// promote makes lock node n, ephemeral, held by token, the lease d: the
+// connection-bound lock became a lease (EXPIRE), which must outlive the
+// session. n is replaced by its promoted node, persistent, at the same
+// place in line and with the same fence; the multi is checked against
+// n's version, and errAgain means n changed meanwhile.
+func (z *ZooKeeper) promote(ctx context.Context, key, token string, n lockNode, d zkData) error {
+	d.Fence = n.fence()
+	ops := z.promoteOps(n.path, n.stat.Version, d)
+	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
+	switch err = multiDone(ops, res, err); {
+	case err == nil:
+		z.forget(n.path)
+		z.track(key, token, promoted(n.path), 0, d)
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return engine.ErrNotHeld
+	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
+		return errAgain
+	}
+	return zkErr("promote", n.path, err)
 }
 
 // extended is lock data d with its lease reset to ttl (zero: d's own) and
@@ -371,6 +417,23 @@ func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	return d.lasts(ttl), nil
 }
 
+// guaranteed is how long a lock of mode, asked for ttl, is safe from the
+// moment the ensemble answered: a lease its whole ttl (its node outlives
+// any session); a connection-bound lock no longer than the session
+// timeout the ensemble granted, since its node goes when the session
+// expires, which may happen that long after the server last heard from
+// this instance.
+func (z *ZooKeeper) guaranteed(mode engine.Mode, ttl time.Duration) time.Duration {
+	if mode == engine.Lease {
+		return ttl
+	}
+	timeout, known := z.sessionTimeout()
+	if !known {
+		return 0
+	}
+	return min(ttl, timeout)
+}
+
 // Inspect reads key's lowest node: the fence is its creation zxid, the
 // validity what is left of its lease (0 once it ran out, until its owner
 // deletes it). A waiter's place that has not taken the key yet holds
@@ -384,5 +447,6 @@ func (z *ZooKeeper) Inspect(ctx context.Context, key string) (engine.Holder, boo
 		return engine.Holder{}, false, err
 	}
 	d := v.top.data
-	return engine.Holder{Token: d.Token, Fence: v.top.stat.Czxid, Validity: max(d.left(), 0), Mode: d.Mode, Name: d.Name}, true, nil
+	left := max(min(d.left(), z.guaranteed(d.Mode, d.ttl())), 0)
+	return engine.Holder{Token: d.Token, Fence: v.top.fence(), Validity: left, Mode: d.Mode, Name: d.Name}, true, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockproxy/lockproxy/engine"
@@ -64,6 +65,9 @@ func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error
 // waiter made it the lock already.
 func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error) {
 	d := a.holdData()
+	if d.Mode == engine.Lease {
+		return a.claimLease(ctx, p, d)
+	}
 	stat, err := a.claimWrite(ctx, p, d)
 	switch {
 	case err == nil:
@@ -74,6 +78,60 @@ func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error)
 		return engine.Grant{}, errAgain
 	}
 	return engine.Grant{}, err
+}
+
+// claimLease makes the waiter's place p, the lowest node, the lease d. A
+// place is ephemeral, and a lease must outlive the session: p is replaced
+// by its promoted node, persistent, at the same place in line, which
+// keeps p's creation zxid as its fence. As in claimWrite, the same multi
+// makes the place of this instance's next waiter.
+func (a *acquisition) claimLease(ctx context.Context, p string, d zkData) (engine.Grant, error) {
+	fence := a.z.placeCzxid(p)
+	if p == a.created {
+		fence = a.czxid
+	}
+	if fence == 0 {
+		n, err := a.z.get(ctx, p)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return engine.Grant{}, errAgain
+		case err != nil:
+			return engine.Grant{}, err
+		case n.stat.Version != 0: // written: a lock already
+			return a.against(ctx, p)
+		}
+		fence = n.stat.Czxid
+	}
+	d.Fence = fence
+	next := a.z.planPlace(a.key, a.h.Next)
+	ops := append(a.z.promoteOps(p, 0, d), next.ops(a.z)...)
+	cctx, cancel := a.z.cleanupCtx(ctx)
+	defer cancel()
+	res, err := zkCall(cctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	if err = multiDone(ops, res, err); err != nil {
+		next.failed(a.z, err)
+		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
+			a.z.spawn(func() { a.z.adoptLock(a.key, a.h.Token, p) })
+		}
+		switch {
+		case errors.Is(err, zk.ErrBadVersion):
+			return a.against(ctx, p)
+		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrNodeExists):
+			return engine.Grant{}, errAgain
+		}
+		return engine.Grant{}, zkErr("claim", p, err)
+	}
+	// The promoted node stands at p's sequence, and its create leaves the
+	// container's version alone: the next place stands right behind it
+	// when its create left p's version+1 (placeMade).
+	version := a.z.placeVersion(p)
+	if p == a.created {
+		version, a.created = a.version, ""
+	}
+	a.z.forget(p)
+	lease := promoted(p)
+	next.made(a.z, a.key, res, lease, version)
+	return a.grant(lease, fence, 0, d, true)
 }
 
 // claimWrite writes the lock d into the waiter's place p, expected at
@@ -122,7 +180,53 @@ func (a *acquisition) behind(ctx context.Context, kids []child, i int) (engine.G
 	if werr := a.watchAhead(ctx, kids, i); werr != nil {
 		return engine.Grant{}, werr
 	}
+	var busy *engine.BusyError
+	if errors.As(err, &busy) {
+		a.z.reapLater(a.key, a.dir+"/"+kids[0].name, busy.RetryAfter)
+	}
 	return g, err
+}
+
+// maxReaping bounds the lock nodes this instance waits to end at once.
+const maxReaping = 4096
+
+// reapLater ends lock node p of key after wait if it is then an overdue
+// lease, for a waiter here: the instance that granted the lease may be
+// gone, and with it the timer that would have ended it, and the watch
+// wakes the waiter only once someone deletes the node. One timer per
+// node; it stops when the node is gone or is not a lease.
+func (z *ZooKeeper) reapLater(key, p string, wait time.Duration) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed || z.reaping[p] || len(z.reaping) >= maxReaping || z.own[p] != nil {
+		return
+	}
+	z.reaping[p] = true
+	time.AfterFunc(wait, func() { z.inBG(func() { z.reapDue(key, p) }) })
+}
+
+// reapDue runs reapLater's timer.
+func (z *ZooKeeper) reapDue(key, p string) {
+	z.mu.Lock()
+	delete(z.reaping, p)
+	z.mu.Unlock()
+	ctx, cancel := z.cleanupCtx(context.Background())
+	defer cancel()
+	n, err := z.get(ctx, p)
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode), n.data.Mode != engine.Lease && err == nil:
+		return
+	case err != nil:
+		z.reapLater(key, p, z.retryDelay())
+	case !z.overdue(n):
+		z.reapLater(key, p, -n.data.overdue(z.id, z.opts.ClockSkew))
+	default:
+		if err := z.reap(ctx, key, n); errors.Is(err, errAgain) {
+			z.announce(key)
+		} else {
+			z.reapLater(key, p, z.retryDelay())
+		}
+	}
 }
 
 // watchAhead watches the node before the waiter's place kids[i] and keeps
@@ -144,7 +248,7 @@ func (a *acquisition) keep(p, ahead string) {
 	a.kept = p
 	f := placeFacts{ahead: ahead, want: wanted(a.h.Token, a.h.TTL, a.h.Mode, a.h.Name)}
 	if p == a.created {
-		f.version = a.version
+		f.version, f.czxid = a.version, a.czxid
 	}
 	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f)
 }
@@ -222,18 +326,25 @@ func (z *ZooKeeper) unwatched(p string) {
 	}
 }
 
-// listen waits for the watch on p. A deletion announces key; a change of
-// data (an extension) only renews the watch. A watch that ends with the
-// session or the backend announces nothing: the waiter's place went too,
-// and its next try says so.
+// listen waits for the watch on p. A deletion announces key, unless p was
+// replaced by its promoted node (its lock became a lease), which is then
+// watched instead; a change of data (an extension) only renews the watch.
+// A watch that ends with the session or the backend announces nothing:
+// the waiter's place went too, and its next try says so.
 func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
 	ev := <-ch
 	z.unwatched(p)
 	switch ev.Type {
 	case zk.EventNodeDeleted:
-		if !z.deletedHere(p) {
-			z.announce(key)
+		if z.deletedHere(p) {
+			return
 		}
+		if q := promoted(p); q != p {
+			if ok, err := z.setWatch(key, q); err == nil && ok {
+				return
+			}
+		}
+		z.announce(key)
 	case zk.EventNodeDataChanged:
 		if ok, err := z.setWatch(key, p); err == nil && !ok {
 			z.announce(key)

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockproxy/lockproxy/engine"
@@ -16,6 +17,7 @@ type handoff struct {
 	fence   int64
 	version int32 // the place's data version after the handoff's write
 	data    zkData
+	at      time.Time // when the ensemble answered the handoff
 }
 
 // Release deletes key's lock node if token holds it, and hands key to
@@ -48,14 +50,26 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 		return false
 	}
 	d := facts.want.lasts(facts.want.ttl())
+	d.By = z.id
+	// A lease must outlive the session, and the place is ephemeral: it is
+	// replaced by its promoted node (claimLease), whose fence is the
+	// place's creation zxid — unknown here, then the waiter claims it.
+	lease := d.Mode == engine.Lease
+	if lease && facts.czxid == 0 {
+		return false
+	}
 	var after *nextPlace
 	if len(line) > 1 {
 		after = z.planPlace(key, &line[1])
 	}
-	ops := append([]any{
-		&zk.DeleteRequest{Path: lock, Version: -1},
-		&zk.SetDataRequest{Path: place, Data: d.encode(), Version: 0},
-	}, after.ops(z)...)
+	ops := []any{&zk.DeleteRequest{Path: lock, Version: -1}}
+	if lease {
+		d.Fence = facts.czxid
+		ops = append(ops, z.promoteOps(place, 0, d)...)
+	} else {
+		ops = append(ops, &zk.SetDataRequest{Path: place, Data: d.encode(), Version: 0})
+	}
+	ops = append(ops, after.ops(z)...)
 	// The client's ctx does not cut the multi short: its outcome is needed.
 	ctx, cancel := z.cleanupCtx(ctx)
 	defer cancel()
@@ -73,15 +87,26 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 		z.log.Debug("handoff not made; releasing", zap.String("key", key), zap.Error(err))
 		return false
 	}
-	stat := res[1].Stat
 	z.forget(lock)
-	if !z.track(key, next, place, stat.EphemeralOwner, d) {
+	h := handoff{path: place, data: d, at: time.Now()}
+	owner := int64(0)
+	if lease {
+		z.forget(place)
+		// The promoted node stands at the place's sequence, and its create,
+		// unlike createOps', leaves the container's version alone: a next
+		// place whose create left facts.version+1 stands right behind it.
+		h.path, h.fence = promoted(place), facts.czxid
+	} else {
+		stat := res[1].Stat
+		h.fence, h.version, owner = stat.Czxid, stat.Version, stat.EphemeralOwner
+	}
+	if !z.track(key, next, h.path, owner, d) {
 		return true // the session changed: the place, and the lock, went with it
 	}
 	z.mu.Lock()
-	z.handed[zkLock{key, next}] = handoff{path: place, fence: stat.Czxid, version: stat.Version, data: d}
+	z.handed[zkLock{key, next}] = h
 	z.mu.Unlock()
-	after.made(z, key, res, place, facts.version)
+	after.made(z, key, res, h.path, facts.version)
 	return true
 }
 
@@ -127,15 +152,15 @@ func (n *nextPlace) made(z *ZooKeeper, key string, res []zk.MultiResponse, befor
 		return
 	}
 	create, set := res[len(res)-2], res[len(res)-1]
-	z.placeMade(key, n.w, create.String, set.Stat.Version, before, beforeVersion)
+	z.placeMade(key, n.w, create.String, set.Stat.Version, set.Stat.Mzxid, before, beforeVersion)
 }
 
 // placeMade keeps the place p that a handoff or a claim made for waiter w,
 // which left the container at version. It stands just behind before, the
 // node given the key, when before's create left version-1: then it
 // watches before; else the waiter is put in line as after a grant (queue).
-func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int32, before string, beforeVersion int32) {
-	f := placeFacts{want: wanted(w.ID, w.TTL, w.Mode, w.Name), version: version}
+func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int32, czxid int64, before string, beforeVersion int32) {
+	f := placeFacts{want: wanted(w.ID, w.TTL, w.Mode, w.Name), version: version, czxid: czxid}
 	if beforeVersion > 0 && version == beforeVersion+1 {
 		f.ahead = before
 	}
@@ -172,11 +197,16 @@ func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, f p
 
 // adoptLock looks after waiter next's place when it may have become
 // next's lock without this instance knowing — a handoff or a claim whose
-// outcome is unknown: if it did, this instance enforces its lease as for
-// any lock it made, and next takes it on its next try (against).
+// outcome is unknown, the place written or replaced by its promoted node:
+// if it did, this instance enforces its lease as for any lock it made,
+// and next takes it on its next try (against).
 func (z *ZooKeeper) adoptLock(key, next, place string) {
 	z.retry(func(ctx context.Context) error {
 		n, err := z.get(ctx, place)
+		if errors.Is(err, zk.ErrNoNode) && promoted(place) != place {
+			n, err = z.get(ctx, promoted(place))
+			place = promoted(place)
+		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode):
 			return nil
@@ -202,7 +232,7 @@ func (a *acquisition) handedOver() (engine.Grant, bool) {
 	if !current || h.data.Mode != a.h.Mode || h.data.ttl() != a.h.TTL {
 		return engine.Grant{}, false // the waiter's try reads the nodes
 	}
-	v := h.data.left()
+	v := min(h.data.left(), z.guaranteed(h.data.Mode, h.data.ttl())-time.Since(h.at))
 	if v <= 0 {
 		return engine.Grant{}, false
 	}

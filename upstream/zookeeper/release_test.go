@@ -23,7 +23,9 @@ func waiterFor(token string, ttl time.Duration) engine.Hold {
 // TestZooKeeperHandoff: a release through the instance whose waiter stands
 // just behind the lock hands it the key in the same multi; the waiter
 // takes it without writing its place again, with the place's czxid as its
-// fence, and the lock then behaves as any other.
+// fence, and the lock then behaves as any other. A lease replaces the
+// place by its promoted node, persistent, at the same sequence; a
+// connection-bound lock is written into the place.
 func TestZooKeeperHandoff(t *testing.T) {
 	srv := zktest.Start(t)
 	z := newZK(t, []string{srv.Addr()}, Options{})
@@ -33,6 +35,7 @@ func TestZooKeeperHandoff(t *testing.T) {
 	b := waiterFor("b", 20*time.Second)
 	mustBusy(t, z, key, b)
 
+	placeBefore, placeStat := place(t, raw, key, "b")
 	ok, err := z.Release(ctx, key, "a", []engine.Waiter{{ID: "b"}}, nil)
 	if !ok || err != nil {
 		t.Fatalf("release with a handoff: %v %v", ok, err)
@@ -42,17 +45,20 @@ func TestZooKeeperHandoff(t *testing.T) {
 		t.Fatalf("nodes after the handoff: %v, want b's place only", nodes)
 	}
 	p := DefaultRoot + "/" + encodeKey(key) + "/" + nodes[0]
-	if _, stat, err := raw.Get(p); err != nil || stat.Version != 1 {
-		t.Fatalf("b's place right after the release: %+v %v; want it written (version 1) in the release's multi", stat, err)
+	if p != promoted(placeBefore) {
+		t.Fatalf("b's lease %s, want %s in place of %s", p, promoted(placeBefore), placeBefore)
+	}
+	if _, stat, err := raw.Get(p); err != nil || stat.Version != 0 || stat.EphemeralOwner != 0 {
+		t.Fatalf("b's lease right after the release: %+v %v; want it made persistent in the release's multi", stat, err)
 	}
 	g := mustGrant(t, z, key, b)
 	_, stat, err := raw.Get(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Fence != stat.Czxid || g.Fence <= first.Fence || stat.Version != 1 {
-		t.Fatalf("taken: fence %d (first %d), place czxid %d version %d; want the czxid, version 1 (no second write)",
-			g.Fence, first.Fence, stat.Czxid, stat.Version)
+	if g.Fence != placeStat.Czxid || g.Fence <= first.Fence || stat.Version != 0 {
+		t.Fatalf("taken: fence %d (first %d), place czxid %d, lease version %d; want the place's czxid, version 0 (no second write)",
+			g.Fence, first.Fence, placeStat.Czxid, stat.Version)
 	}
 	if g.Validity <= 0 || g.Validity > 20*time.Second {
 		t.Fatalf("validity %v", g.Validity)
@@ -122,10 +128,12 @@ func releaseThen(t *testing.T, z *ZooKeeper, key, token string, line ...engine.H
 }
 
 // place is the node of waiter id's place among key's nodes, and its stat.
+// A place that became a lease is replaced by its promoted node, at the
+// same sequence.
 func place(t *testing.T, raw *zk.Conn, key, id string) (string, *zk.Stat) {
 	t.Helper()
 	for _, name := range lockNodes(t, raw, key) {
-		if strings.HasPrefix(name, placePrefix(id)) {
+		if strings.HasPrefix(name, placePrefix(id)) || strings.HasPrefix(name, tokenID(id)+"-"+string(kindLease)) {
 			p := DefaultRoot + "/" + encodeKey(key) + "/" + name
 			_, stat, err := raw.Get(p)
 			if err != nil {
@@ -160,7 +168,7 @@ func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
 		t.Fatalf("c's place stands behind %q, want b's place %q", ahead, bLock)
 	}
 	bPlace, bStat := place(t, raw, key, "b")
-	if _, cStat := place(t, raw, key, "c"); bStat.Version != 1 || cStat.Version != 0 || len(lockNodes(t, raw, key)) != 2 {
+	if _, cStat := place(t, raw, key, "c"); !becameLease(bStat) || !freshPlace(cStat) || len(lockNodes(t, raw, key)) != 2 {
 		t.Fatalf("after a's release: b's place at version %d, c's at %d, nodes %v; want b's written, c's made",
 			bStat.Version, cStat.Version, lockNodes(t, raw, key))
 	}
@@ -168,24 +176,33 @@ func TestZooKeeperHandoffMakesTheNextPlace(t *testing.T) {
 	gb := mustGrant(t, z, key, b)
 	eventually(t, 10*time.Second, "c's watch on b's lock", func() bool { return z.watching(bPlace) })
 
+	_, cPlaceStat := place(t, raw, key, "c")
 	releaseThen(t, z, key, "b", c, d)
 	cPlace, cStat := place(t, raw, key, "c")
-	if _, dStat := place(t, raw, key, "d"); cStat.Version != 1 || dStat.Version != 0 {
+	if _, dStat := place(t, raw, key, "d"); !becameLease(cStat) || !freshPlace(dStat) {
 		t.Fatalf("after b's release: c's place at version %d, d's at %d; want c's written by the release, d's made",
 			cStat.Version, dStat.Version)
 	}
 	gc := mustGrant(t, z, key, c)
-	if gc.Fence != cStat.Czxid || gc.Fence <= gb.Fence || gb.Fence <= first.Fence {
-		t.Fatalf("fences a %d, b %d, c %d; c's place czxid %d", first.Fence, gb.Fence, gc.Fence, cStat.Czxid)
+	if gc.Fence != cPlaceStat.Czxid || gc.Fence <= gb.Fence || gb.Fence <= first.Fence {
+		t.Fatalf("fences a %d, b %d, c %d; c's place czxid %d", first.Fence, gb.Fence, gc.Fence, cPlaceStat.Czxid)
 	}
 	eventually(t, 10*time.Second, "the watch on b's lock to fire", func() bool { return !z.watching(bPlace) })
 	if n := woken.count(key); n != 0 {
 		t.Fatalf("the releases through the instance woke waiters %d times by watch; want 0", n)
 	}
-	if _, stat, err := raw.Get(cPlace); err != nil || stat.Version != 1 {
+	if _, stat, err := raw.Get(cPlace); err != nil || !becameLease(stat) {
 		t.Fatalf("c's lock: %+v %v", stat, err)
 	}
 }
+
+// becameLease reports whether a waiter's place, as stat says, is now its
+// lease: replaced by its promoted node, persistent and not written since.
+func becameLease(stat *zk.Stat) bool { return stat.EphemeralOwner == 0 && stat.Version == 0 }
+
+// freshPlace reports whether a waiter's place, as stat says, is a place
+// as made: ephemeral, never written.
+func freshPlace(stat *zk.Stat) bool { return stat.EphemeralOwner != 0 && stat.Version == 0 }
 
 // TestZooKeeperClaimMakesTheNextPlace: a waiter that takes the key by
 // writing its place makes, in the same multi, the place of the instance's
@@ -202,11 +219,11 @@ func TestZooKeeperClaimMakesTheNextPlace(t *testing.T) {
 
 	b.Next = c.Waiter
 	mustGrant(t, z, key, b)
-	if _, cStat := place(t, raw, key, "c"); cStat.Version != 0 {
-		t.Fatalf("c's place at version %d, want 0", cStat.Version)
+	if _, cStat := place(t, raw, key, "c"); !freshPlace(cStat) {
+		t.Fatalf("c's place: %+v, want a fresh place", cStat)
 	}
 	releaseThen(t, z, key, "b", c)
-	if _, cStat := place(t, raw, key, "c"); cStat.Version != 1 || len(lockNodes(t, raw, key)) != 1 {
+	if _, cStat := place(t, raw, key, "c"); !becameLease(cStat) || len(lockNodes(t, raw, key)) != 1 {
 		t.Fatalf("after b's release: c's place at version %d, nodes %v; want it written by the release",
 			cStat.Version, lockNodes(t, raw, key))
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,9 +57,10 @@ func TestZooKeeperBriefDisconnect(t *testing.T) {
 }
 
 // TestZooKeeperSessionExpiry: a partition longer than the session timeout
-// expires the session: ZooKeeper deletes its locks, the instance reports
-// them lost to the engine (Events.Lost, once each; the engine answers the
-// holder's next RENEW or UNLOCK with ErrLost), and works again with a new
+// expires the session: ZooKeeper deletes its connection-bound locks, the
+// instance reports them lost to the engine (Events.Lost, once each; the
+// engine answers the holder's next RENEW or UNLOCK with ErrLost), and
+// works again with a new session. Leases are not lost: they outlive the
 // session.
 func TestZooKeeperSessionExpiry(t *testing.T) {
 	srv := zktest.Start(t)
@@ -89,30 +89,33 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 	if _, err := a.Acquire(ctx, "other", hold("t4", time.Second)); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("acquire while disconnected: %v", err)
 	}
-	eventually(t, 10*time.Second, "locks of the expired session deleted", func() bool {
-		_, ok1, err1 := b.Inspect(ctx, "lease")
-		_, ok2, err2 := b.Inspect(ctx, "bound")
-		return !ok1 && !ok2 && err1 == nil && err2 == nil
+	eventually(t, 10*time.Second, "bound lock of the expired session deleted", func() bool {
+		_, ok, err := b.Inspect(ctx, "bound")
+		return !ok && err == nil
 	})
-	mustGrant(t, b, "lease", hold("other", time.Minute)) // someone else may take it now
+	mustGrant(t, b, "bound", hold("other", time.Minute)) // someone else may take it now
+	if h, ok, err := b.Inspect(ctx, "lease"); !ok || err != nil || h.Token != "t1" {
+		t.Fatalf("lease after its session expired: %+v, %v, %v", h, ok, err)
+	}
 	proxy.Restore()
 	eventually(t, 10*time.Second, "new session", a.Connected)
-	eventually(t, 5*time.Second, "loss reported", func() bool { return len(events.lostLocks()) == 2 })
-	lost := events.lostLocks()
-	slices.SortFunc(lost, func(a, b zkLock) int { return strings.Compare(a.key, b.key) })
-	if want := []zkLock{{"bound", "t2"}, {"lease", "t1"}}; !slices.Equal(lost, want) {
+	eventually(t, 5*time.Second, "loss reported", func() bool { return len(events.lostLocks()) == 1 })
+	if lost, want := events.lostLocks(), []zkLock{{"bound", "t2"}}; !slices.Equal(lost, want) {
 		t.Fatalf("reported lost %v, want %v", lost, want)
 	}
 
-	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); !errors.Is(err, engine.ErrNotHeld) {
+	if _, err := a.Extend(ctx, "bound", "t2", 0, ""); !errors.Is(err, engine.ErrNotHeld) {
 		t.Fatalf("extend after the loss: %v, want ErrNotHeld", err)
+	}
+	if _, err := a.Extend(ctx, "lease", "t1", 0, ""); err != nil {
+		t.Fatalf("extend the lease through the new session: %v", err)
 	}
 	zkRelease(t, a, "bound", "t2", false)
 	zkRelease(t, a, "released", "t3", false)
+	zkRelease(t, a, "lease", "t1", true)
 
-	mustGrant(t, a, "bound", bound) // the new session takes locks
-	mustBusy(t, a, "lease", hold("t1", time.Second))
-	if lost := events.lostLocks(); len(lost) != 2 {
+	mustGrant(t, a, "lease", hold("t4", time.Minute)) // the new session takes locks
+	if lost := events.lostLocks(); len(lost) != 1 {
 		t.Fatalf("lost %v", lost)
 	}
 }
@@ -166,9 +169,9 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 }
 
 // TestZooKeeperSessionExpiresDuringAcquire: the session that created a
-// try's node expires before the try looks at the key's nodes. The try must
-// not grant (its node went with the session), must leave no node, and the
-// key stays free for another instance.
+// connection-bound try's node expires before the try looks at the key's
+// nodes. The try must not grant (its node went with the session), must
+// leave no node, and the key stays free for another instance.
 func TestZooKeeperSessionExpiresDuringAcquire(t *testing.T) {
 	srv := zktest.Start(t)
 	proxy := zktest.NewProxy(t, srv.Addr())
@@ -191,7 +194,9 @@ func TestZooKeeperSessionExpiresDuringAcquire(t *testing.T) {
 		proxy.Restore()
 		eventually(t, 10*time.Second, "a new session", func() bool { return a.Connected() && a.conn.SessionID() != first })
 	}
-	g, err := a.Acquire(testCtx(t), "k", hold("t", time.Minute))
+	bound := hold("t", time.Minute)
+	bound.Mode = engine.Bound
+	g, err := a.Acquire(testCtx(t), "k", bound)
 	if err == nil {
 		t.Fatalf("granted %+v through a session that expired during the acquire", g)
 	}

@@ -226,13 +226,35 @@ func (z *ZooKeeper) multiCreate(dir, prefix string, d zkData) created {
 	return created{path: res[0].String, czxid: res[1].Stat.Mzxid, version: res[1].Stat.Version, alone: res[1].Stat.NumChildren == 1}
 }
 
-// createOps are the ops of a multi that creates an ephemeral sequential
-// node, named prefix + sequence, in dir, and rewrites dir's (unused) data;
-// createSeq says why.
+// createOps are the ops of a multi that creates a sequential node, named
+// prefix + sequence, in dir, and rewrites dir's (unused) data; createSeq
+// says why. The node is ephemeral — it ends with the session — unless it
+// holds a lease (nodeFlags).
 func (z *ZooKeeper) createOps(dir, prefix string, d zkData) []any {
 	return []any{
-		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.CreateRequest{Path: prefix, Data: d.encode(), Acl: z.opts.ACL, Flags: nodeFlags(d)},
 		&zk.SetDataRequest{Path: dir, Version: -1},
+	}
+}
+
+// nodeFlags are the create flags of a node holding d. A lease outlives
+// the instance that granted it, as on Redis: its node is persistent, and
+// any instance deletes it once it is overdue. A connection-bound lock and
+// a waiter's place are ephemeral: they end with the session.
+func nodeFlags(d zkData) int32 {
+	if d.Mode == engine.Lease {
+		return zk.FlagSequence
+	}
+	return zk.FlagEphemeral | zk.FlagSequence
+}
+
+// promoteOps are the ops of a multi that makes lock node or place p, at
+// version, the lease d: p is deleted and its promoted node, persistent,
+// created in its place in line. d.Fence must carry p's fence.
+func (z *ZooKeeper) promoteOps(p string, version int32, d zkData) []any {
+	return []any{
+		&zk.DeleteRequest{Path: p, Version: version},
+		&zk.CreateRequest{Path: promoted(p), Data: d.encode(), Acl: z.opts.ACL, Flags: 0},
 	}
 }
 

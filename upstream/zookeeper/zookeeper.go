@@ -20,6 +20,7 @@ var _ engine.Backend = (*ZooKeeper)(nil)
 const (
 	DefaultRoot           = "/lockproxy"
 	DefaultSessionTimeout = 10 * time.Second
+	DefaultClockSkew      = time.Second
 )
 
 var (
@@ -49,8 +50,10 @@ type Options struct {
 	// It is created, with its parents, when missing.
 	Root string
 	// SessionTimeout is how long the session outlives a lost connection;
-	// default 10s. Locks held through a session end with it. The ensemble
-	// may grant another (between 2 and 20 of its ticks).
+	// default 10s. Connection-bound locks and places in line held through
+	// a session end with it; leases do not. The ensemble may grant another
+	// (between 2 and 20 of its ticks unless configured otherwise), which
+	// is logged and bounds a connection-bound lock's validity.
 	SessionTimeout time.Duration
 	// ACL is given to every node lockproxy creates; default
 	// zk.WorldACL(zk.PermAll), or with Digest, that identity's.
@@ -59,10 +62,17 @@ type Options struct {
 	// identity, and makes it the default ACL: only sessions that know the
 	// password can read or change lockproxy's nodes.
 	Digest string
+	// ClockSkew is how far apart the wall clocks of the lockproxy
+	// instances sharing the ensemble may be; default 1s. A lease's
+	// deadline (expires_at) is written on the granting instance's clock;
+	// any other instance ends the lease only once its own clock passes
+	// expires_at + ClockSkew + 1% of the lease + 2ms (Redlock's drift
+	// factor, for clocks that also run at slightly different rates).
+	ClockSkew time.Duration
 	// Events is the engine's: Released when a lock node that a waiter of
 	// this instance watches goes away, or when this instance ends an
-	// expired lease; Lost for each lock held through this instance whose
-	// session expired. Nil drops them (tests of the backend alone).
+	// expired lease; Lost for each connection-bound lock held through
+	// this instance whose session expired. Nil drops them (tests of the backend alone).
 	Events engine.Events
 	// TLS, when set, makes the connections to the servers TLS, configured
 	// for each server's host by TLS(host); nil: plain TCP.
@@ -72,6 +82,7 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultRoot), "/")
 	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultSessionTimeout)
+	o.ClockSkew = orDefault(o.ClockSkew, DefaultClockSkew)
 	if user, pass, ok := strings.Cut(o.Digest, ":"); ok && len(o.ACL) == 0 {
 		o.ACL = zk.DigestACL(zk.PermAll, user, pass)
 	}
@@ -99,11 +110,15 @@ func (o Options) validate() error {
 //
 // Layout: each key is a container node <Root>/<encodeKey(key)>, which
 // ZooKeeper deletes once it is empty. Each acquire, and each waiter's place
-// in line, is an ephemeral sequential child named
-// "<tokenID>-<kind><nonce>-<sequence>" (zkkey.go) holding JSON: the token,
-// mode, ttl_ms, expires_at (unix ms) and the holder's name; a waiter's
+// in line, is a sequential child named "<tokenID>-<kind><nonce>-<sequence>"
+// (keys.go) holding JSON: the token, mode, ttl_ms, expires_at (unix ms),
+// the instance whose clock wrote it, and the holder's name; a waiter's
 // place holds no mode until it becomes the lock. The child with the lowest
-// sequence holds the lock.
+// sequence holds the lock. A lease's node is persistent, every other node
+// ephemeral: a place or a connection-bound lock that becomes a lease is
+// replaced, in one multi, by a persistent node of the same name but kind
+// 'l' — at the same sequence, so at the same place in line — that carries
+// the replaced node's fence (promoted).
 //
 // Why the guarantees hold:
 //   - Mutual exclusion: ZooKeeper numbers a parent's sequential children in
@@ -114,18 +129,32 @@ func (o Options) validate() error {
 //     create that finds its node the container's only child (createSeq)
 //     needs no listing: the multi that makes it reads the container in
 //     the same transaction.
-//   - Fencing: the fence is the lock node's creation zxid (Stat.Czxid).
+//   - Fencing: the fence is the creation zxid (Stat.Czxid) of the node
+//     the lock was granted in, or of the node a promoted lease replaced.
 //     Zxids grow strictly with every transaction of the ensemble, across
 //     leader changes (the epoch is their high half), and a later grant is
 //     always a younger node, even after the container was deleted.
-//   - Crash: nodes are ephemeral. If lockproxy dies, its session expires
-//     and ZooKeeper deletes its nodes, releasing its locks and places.
-//   - Leases and bound locks: ZooKeeper has no TTL for ephemeral nodes, so
-//     the instance that created a lock node deletes it at expires_at, after
-//     re-reading it (another instance may have extended it); deletes are
-//     version-checked. Bound locks get the same deadline, which the
-//     engine's watchdog pushes back (Extend), so a lock the watchdog gave
-//     up on cannot stay held while the session lives.
+//   - Crash: places and connection-bound locks are ephemeral. If lockproxy
+//     dies, its session expires and ZooKeeper deletes them. Leases are
+//     persistent, as on Redis: they live their whole validity, whatever
+//     becomes of the instance that granted them.
+//   - Expiry: ZooKeeper's nodes have no TTL that operators can be expected
+//     to enable (TTL nodes need extendedTypesEnabled), so lockproxy ends
+//     leases itself: the instance whose clock wrote expires_at deletes the
+//     node then (its timer), and any instance that meets an overdue lease
+//     ahead of its acquire or of its waiter (a timer at the deadline,
+//     reapLater) deletes it, by version, so an extension that lands first
+//     wins. Bound locks get the same deadline, which the engine's watchdog
+//     pushes back (Extend), so a lock the watchdog gave up on cannot stay
+//     held while the session lives.
+//   - Clocks: expires_at is on the writer's wall clock. Another instance
+//     waits ClockSkew + 1% of the lease + 2ms past it (zkData.overdue):
+//     safe as long as the instances' clocks differ by less than ClockSkew
+//     (default 1s) and run at rates within 1% of each other.
+//   - Validity: a lease is valid for its ttl less the time the grant took.
+//     A connection-bound lock ends with the session, which may expire the
+//     negotiated session timeout after the server last heard from this
+//     instance: it is never reported valid for longer (guaranteed).
 //   - Waiting: a waiter keeps one place across its calls and watches only
 //     the node just before it, so a release wakes one waiter, not all.
 //
@@ -134,18 +163,22 @@ func (o Options) validate() error {
 // clients that pile up go in one multi (batcher); a line of waiters in
 // this instance takes one request per grant (zookeeper_handoff.go).
 //
-// Limits: instances that extend each other's leases compare expires_at
-// with their own wall clocks, which must agree to well within a lease. A
-// lease whose owner is cut off from ZooKeeper outlives expires_at until
-// the owner's session expires. A lease released through another instance
-// stays on its owner's books until its deadline: should the owner's
-// session expire first, it is counted lost too.
+// Limits: an overdue lease that no instance looks at stays as a node (it
+// holds nothing: the next acquire of the key deletes it). A refused try
+// for a lease whose instance dies before deleting it leaves a persistent
+// node that holds the key until its expires_at, as a Redis node keeps a
+// refused lock it never heard the rollback of. A lease released through
+// another instance stays on its owner's books until its deadline.
 type ZooKeeper struct {
 	conn  *zk.Conn
 	batch *batcher // the creates and deletes of locks, batched under load
 	opts  Options
 	log   *zap.Logger
 	done  chan struct{} // closed by Close
+	id    string        // names this instance in the leases it writes (zkData.By)
+	// granted is the session timeout the ensemble granted: a lock bound
+	// to the session is reported valid for no longer.
+	granted negotiated
 
 	// Test hooks, set before first use. createReturned runs on the
 	// request's goroutine when a create succeeded, before the caller hears
@@ -160,6 +193,7 @@ type ZooKeeper struct {
 	handed    map[zkLock]handoff  // keys handed to waiters of this instance, until they take them
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
+	reaping   map[string]bool     // others' lock nodes this instance ends when overdue, for its waiters
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
 }
@@ -179,6 +213,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 	z := &ZooKeeper{
 		opts:     opts,
 		log:      log,
+		id:       instanceID(),
 		done:     make(chan struct{}),
 		own:      map[string]*ownNode{},
 		locks:    map[zkLock]string{},
@@ -186,13 +221,15 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		handed:   map[zkLock]handoff{},
 		watched:  map[string]int{},
 		deleting: map[string]struct{}{},
+		reaping:  map[string]bool{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
 	if opts.TLS != nil {
 		dial = tlsDialer(opts.TLS, opts.SessionTimeout, log)
 	}
 	conn, _, err := zk.Connect(opts.Servers, opts.SessionTimeout,
-		zk.WithLogger(zkLogger{log}), zk.WithEventCallback(z.event), zk.WithDialer(dial))
+		zk.WithLogger(zkLogger{log: log, requested: opts.SessionTimeout, granted: &z.granted}),
+		zk.WithEventCallback(z.event), zk.WithDialer(dial))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: %w", err)
 	}
@@ -205,12 +242,23 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 	return z, nil
 }
 
-// Connected reports whether the session is established, that is whether
-// the backend takes new locks (for health checks).
-func (z *ZooKeeper) Connected() bool { return z.conn.State() == zk.StateHasSession }
+// Connected reports whether the session is established and its timeout
+// known, that is whether the backend takes new locks (for health checks).
+func (z *ZooKeeper) Connected() bool {
+	_, known := z.sessionTimeout()
+	return known && z.conn.State() == zk.StateHasSession
+}
 
-// Close ends the session, which frees its ephemeral nodes (every lock and
-// place taken through this instance), and waits for background work.
+// sessionTimeout is the timeout the ensemble granted the current session;
+// false until it is known.
+func (z *ZooKeeper) sessionTimeout() (time.Duration, bool) {
+	return z.granted.of(z.conn.SessionID())
+}
+
+// Close ends the session, which frees its ephemeral nodes (the
+// connection-bound locks and the places in line taken through this
+// instance), and waits for background work. Leases stay until they are
+// released or run out; any instance ends them then.
 func (z *ZooKeeper) Close() error {
 	z.closeOnce.Do(func() {
 		z.mu.Lock()
