@@ -30,7 +30,7 @@ type call struct {
 }
 
 // maxPending bounds the calls in flight on one shared connection; more are
-// refused (each client has at most one in flight).
+// refused (each client has at most maxQueued in flight).
 const maxPending = 1 << 16
 
 var errBroken = errors.New("connection to the data Redis broke off")
@@ -44,9 +44,18 @@ func newShared(u *upConn) *shared {
 	return s
 }
 
-// do sends args and waits for the reply, at most timeout; a timeout breaks
-// the connection, since the late reply would answer the next caller.
+// do sends args and waits for the reply, at most timeout.
 func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
+	c, err := s.send(args)
+	if err != nil {
+		return nil, err
+	}
+	return s.wait(c, time.Now().Add(timeout))
+}
+
+// send queues args for the next write and returns the call its reply will
+// answer. Calls are answered in the order they were sent.
+func (s *shared) send(args [][]byte) (*call, error) {
 	c := &call{done: make(chan struct{})}
 	s.mu.Lock()
 	if s.err != nil {
@@ -65,16 +74,26 @@ func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	return c, nil
+}
+
+// wait returns c's reply once it came, or fails the connection at deadline:
+// a late reply would answer the next caller.
+func (s *shared) wait(c *call, deadline time.Time) ([]byte, error) {
 	select {
 	case <-c.done:
 		return c.reply, c.err
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.done:
 	case <-t.C:
 		s.fail(errors.New("no reply within the timeout"))
 		<-c.done
-		return c.reply, c.err
 	}
+	return c.reply, c.err
 }
 
 // write sends what callers queued, as few writes as the load allows.

@@ -85,6 +85,11 @@ func (c *Conn) Close() {
 	c.rc.Close()
 }
 
+// Pipelined reports whether more commands of the client's current batch
+// (read together, a pipeline) wait behind the one being handled. Their
+// replies are flushed together once the batch is done.
+func (c *Conn) Pipelined() bool { return len(c.rc.PeekPipeline()) > 0 }
+
 // Raw writes a reply already encoded in RESP, as is.
 func (c *Conn) Raw(b []byte) { c.rc.WriteRaw(b) }
 
