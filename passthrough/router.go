@@ -238,11 +238,16 @@ func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quie
 		st.up = up
 		r.mu.Unlock()
 	}
-	timeout := r.cfg.Timeout
-	if blocking[name] {
-		timeout = 0
+	var reply []byte
+	var err error
+	switch {
+	case blocking[name] && !st.multi:
+		reply, err = r.block(c, st.up, name, args)
+	case blocking[name]: // queued by the transaction: answers at once
+		reply, err = st.up.do(c.Proto(), args, 0)
+	default:
+		reply, err = st.up.do(c.Proto(), args, r.cfg.Timeout)
 	}
-	reply, err := st.up.do(c.Proto(), args, timeout)
 	if err != nil {
 		return nil, r.fail(c, st, quiet, err)
 	}

@@ -150,3 +150,34 @@ func (f *framer) isQuit() bool {
 }
 
 var quit = []byte("quit")
+
+// Left reports whether the client has closed the connection or sent QUIT,
+// giving the socket up to d to say so; what the client sent meanwhile is
+// kept for redcon, as a watch keeps it. It is for a handler about to
+// deliver something a client that left would lose: the socket is read in
+// the handler's goroutine, so a close that already reached this host is
+// seen however busy the machine is. Call it from the handler's goroutine
+// with no watch running (after stop). It waits the whole of d when the
+// client is still there.
+func (c *Conn) Left(d time.Duration) bool {
+	g, ok := c.rc.NetConn().(*guardConn)
+	if !ok || g.watch != nil {
+		return false
+	}
+	w := &watch{g: g, fr: g.fr.clone(), framing: g.err == nil, gone: make(chan struct{}), done: make(chan struct{})}
+	w.frame(g.look)
+	if w.fr.quit || g.lookErr != nil {
+		return true
+	}
+	if err := g.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return errors.Is(err, net.ErrClosed)
+	}
+	w.run()
+	_ = g.Conn.SetReadDeadline(time.Time{})
+	select {
+	case <-w.gone:
+		return true
+	default:
+		return false
+	}
+}
