@@ -363,3 +363,108 @@ func TestPassthroughIoredisMix(t *testing.T) {
 		t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
 	}
 }
+
+// TestPassthroughLongPipelineOrder: a pipeline with long runs of data
+// commands (longer than the most lockproxy sends on before writing their
+// replies) between lock commands gets every reply in order, in RESP2 and
+// RESP3.
+func TestPassthroughLongPipelineOrder(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		c := newClient(t, p.in.Addr(), proto)
+		pipe := c.Pipeline()
+		var incrs []*redis.IntCmd
+		var locks []*redis.BoolCmd
+		for i := 0; i < 1200; i++ {
+			incrs = append(incrs, pipe.Incr(ctx, fmt.Sprintf("long:%d", proto)))
+			if i%300 == 299 {
+				locks = append(locks, pipe.SetNX(ctx, fmt.Sprintf("lock:long:%d:%d", proto, i), "t", 10*time.Second))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range incrs {
+			if cmd.Val() != int64(i+1) {
+				t.Fatalf("resp%d: INCR %d answered %d", proto, i, cmd.Val())
+			}
+		}
+		for i, l := range locks {
+			if !l.Val() {
+				t.Fatalf("resp%d: lock %d not granted: %v", proto, i, l.Err())
+			}
+		}
+	}
+}
+
+// TestPassthroughBlockedPopAfterDisconnect: a client blocked in a pop
+// through lockproxy goes away; an element pushed afterwards — at once, in a
+// race with lockproxy unblocking the data Redis, or after — is still in the
+// list, never taken for the client that left. Each pop form, many times.
+func TestPassthroughBlockedPopAfterDisconnect(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	data := newClient(t, p.data.Addr(), 2)
+	blocked := func() int64 {
+		var n int64
+		fmt.Sscanf(infoField(data.Info(ctx, "clients").Val(), "blocked_clients"), "%d", &n)
+		return n
+	}
+	forms := []struct {
+		args []string
+		dump func(k string) string
+	}{
+		{[]string{"BLPOP", "K", "0"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BRPOP", "K", "0"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BLMPOP", "0", "1", "K", "LEFT"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BZPOPMIN", "K", "0"}, func(k string) string { return fmt.Sprint(data.ZRangeWithScores(ctx, k, 0, -1).Val()) }},
+	}
+	for f, form := range forms {
+		for i := 0; i < 10; i++ {
+			key := fmt.Sprintf("queue:%d:%d", f, i)
+			args := make([]string, len(form.args))
+			for j, a := range form.args {
+				args[j] = strings.ReplaceAll(a, "K", key)
+			}
+			raw := dialRaw(t, p.in.Addr())
+			if i%2 == 1 {
+				if got := raw.do("HELLO", "3"); !strings.HasPrefix(got, "[") {
+					t.Fatalf("HELLO 3: %s", got)
+				}
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "*%d\r\n", len(args))
+			for _, a := range args {
+				fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+			}
+			raw.send(b.String())
+			eventually(t, 20*time.Second, "the pop blocks on the data Redis", func() bool { return blocked() == 1 })
+			raw.c.Close()
+			if i >= 5 { // the other half pushes once lockproxy unblocked the data Redis
+				eventually(t, 20*time.Second, "the data Redis unblocked", func() bool { return blocked() == 0 })
+			}
+			if args[0] == "BZPOPMIN" {
+				data.ZAdd(ctx, key, redis.Z{Score: 1, Member: "job"})
+			} else {
+				data.RPush(ctx, key, "job")
+			}
+			// If the pop won the race, lockproxy puts the element back.
+			eventually(t, 20*time.Second, key+" holds the element", func() bool { return form.dump(key) != "[]" })
+			eventually(t, 20*time.Second, "lockproxy done with the pop", func() bool { return blocked() == 0 })
+			if got := form.dump(key); got != "[job]" && got != "[{1 job}]" {
+				t.Fatalf("%v: %s holds %s, want the one element pushed", args, key, got)
+			}
+		}
+	}
+}
+
+// infoField is one field's value in an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
