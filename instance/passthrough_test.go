@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/internal/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,8 +99,13 @@ func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 // dumpData is every key of addr with its value, as text.
 func dumpData(t *testing.T, addr string) string {
 	t.Helper()
+	return dumpClient(t, newClient(t, addr, 2))
+}
+
+// dumpClient is every key of c's Redis with its value, as text.
+func dumpClient(t *testing.T, c *redis.Client) string {
+	t.Helper()
 	ctx := context.Background()
-	c := newClient(t, addr, 2)
 	keys, err := c.Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -467,4 +473,42 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
+}
+
+// TestPassthroughTLS: with a data redis-server that speaks TLS only and
+// requires a client certificate, the application's mix through lockproxy
+// leaves the same data as on a plain Redis; lockproxy configured with a CA
+// that does not trust the data Redis gets an error naming it for data
+// commands, and its locks keep working.
+func TestPassthroughTLS(t *testing.T) {
+	ca, stranger := tlstest.NewCA(t, "data"), tlstest.NewCA(t, "stranger")
+	srvFiles, cliFiles := ca.Server(t, "server"), ca.Client(t, "client", "lockproxy-client")
+	data := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key,
+		CAFile: ca.File, AuthClients: true, Client: clientTLS(t, ca, &cliFiles)}})
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	plain := redistest.Start(t, redistest.Options{})
+	appMix(t, plain.Addr(), 2, func() {})
+
+	cfg := testConfig(nodes)
+	cfg.Passthrough.Address, cfg.Passthrough.LockKeys = data.Addr(), []string{"lock:*"}
+	cfg.Passthrough.TLS = instance.NodeTLS{Enabled: true, CAFile: ca.File, CertFile: cliFiles.Cert, KeyFile: cliFiles.Key}
+	in := startInstance(t, cfg)
+	appMix(t, in.Addr(), 2, func() {})
+	direct := redis.NewClient(&redis.Options{Addr: data.Addr(), TLSConfig: clientTLS(t, ca, &cliFiles)})
+	defer direct.Close()
+	if want, got := dumpData(t, plain.Addr()), dumpClient(t, direct); want != got || !strings.Contains(got, "counter:hits") {
+		t.Fatalf("data through lockproxy over TLS:\n%s\nwant, as on a plain Redis:\n%s", got, want)
+	}
+
+	cfg.Passthrough.TLS.CAFile = stranger.File
+	distrust := startInstance(t, cfg)
+	c := newClient(t, distrust.Addr(), 2)
+	ctx := context.Background()
+	err := c.Get(ctx, "cache:a").Err()
+	if err == nil || !strings.Contains(err.Error(), "data Redis "+data.Addr()+" unavailable") || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("GET through lockproxy distrusting the data Redis: %v, want an error naming it and the certificate", err)
+	}
+	if ok, err := c.SetNX(ctx, "lock:tls", "t", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("SET lock:tls NX with the data Redis unreachable: %v, %v", ok, err)
+	}
 }
