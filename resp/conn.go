@@ -24,6 +24,9 @@ type Conn struct {
 
 	closing atomic.Bool // Close was called: run no further command
 
+	stream   *stream     // set by Stream, in the handler's goroutine
+	streamed atomic.Bool // serveStream runs the connection, not redcon
+
 	// State is the Session's per-connection value.
 	State any
 
