@@ -48,7 +48,7 @@ func (r *rawConn) send(s string) {
 }
 
 // reply reads one reply and renders it compactly: +OK, -ERR .., :1, $-1 as
-// (nil), arrays and maps as [a b], RESP3 null as (nil).
+// (nil), arrays and maps as [a b], pushes as >[a b], RESP3 null as (nil).
 func (r *rawConn) reply() string {
 	r.t.Helper()
 	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -91,7 +91,7 @@ func readReply(rd *bufio.Reader) (string, error) {
 			return "", err
 		}
 		return string(buf[:n]), nil
-	case '*', '%':
+	case '*', '%', '>':
 		n, _ := strconv.Atoi(body)
 		if n < 0 {
 			return "(nil)", nil
@@ -104,6 +104,9 @@ func readReply(rd *bufio.Reader) (string, error) {
 			if parts[i], err = readReply(rd); err != nil {
 				return "", err
 			}
+		}
+		if line[0] == '>' { // a RESP3 push
+			return ">[" + strings.Join(parts, " ") + "]", nil
 		}
 		return "[" + strings.Join(parts, " ") + "]", nil
 	}

@@ -52,6 +52,7 @@ type client struct {
 	multi  bool     // a MULTI was forwarded and not yet ended
 	dirty  bool     // a command of the transaction was refused: EXEC aborts
 	queued []queued // commands sent on a shared connection, replies not yet written
+	sub    *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
 }
 
 // queued is a command of a client's pipeline sent on a shared connection,
@@ -85,6 +86,9 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 	name := strings.ToLower(string(args[0]))
 	st := r.client(c)
 	dest := r.classify(name, args)
+	if st.sub != nil {
+		return r.routeRelayed(c, st, name, args, dest)
+	}
 	if dest == toData && r.shareable(st, name) {
 		r.queue(c, st, args)
 		if !c.Pipelined() || len(st.queued) >= maxQueued {
@@ -97,9 +101,18 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 		r.reset(st)
 		return false
 	}
+	if dest == toData && streams[name] {
+		r.enterRelay(c, st, name, args)
+		return true
+	}
+	return r.dispatch(c, st, name, args, dest)
+}
+
+// dispatch handles a command of a client not in relay mode.
+func (r *Router) dispatch(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
 	switch dest {
 	case refused:
-		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis yet (pub/sub and replication streams)")
+		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis (a replication stream)")
 	case toLocks:
 		if !st.multi {
 			return false
@@ -160,10 +173,34 @@ func (r *Router) lockShaped(name string, args [][]byte) destination {
 	return toData
 }
 
+// enterRelay puts the client in pub/sub (or MONITOR) mode on a connection
+// of its own, where everything the data Redis sends is relayed as it comes.
+func (r *Router) enterRelay(c *resp.Conn, st *client, name string, args [][]byte) {
+	if st.multi {
+		st.dirty = true
+		c.Error("ERR lockproxy does not relay '" + name + "' inside a transaction")
+		return
+	}
+	r.stats.Forwarded.Add(1)
+	if st.up == nil {
+		up, err := dial(r.cfg, c.Proto())
+		if err != nil {
+			r.fail(c, st, false, err)
+			return
+		}
+		r.mu.Lock()
+		st.up = up
+		r.mu.Unlock()
+	}
+	if err := r.startRelay(c, st, args); err != nil {
+		r.fail(c, st, false, err)
+	}
+}
+
 // shareable reports whether a command may go over a shared connection:
 // it leaves no state there and answers within the timeout.
 func (r *Router) shareable(st *client, name string) bool {
-	return st.up == nil && !st.multi && !blocking[name] && !stateful[name]
+	return st.up == nil && !st.multi && !blocking[name] && !stateful[name] && !streams[name]
 }
 
 // queue sends args on a shared connection without waiting for the reply,
