@@ -49,7 +49,7 @@ func (p passthroughSetup) onLockNodes(t *testing.T, key string) int {
 }
 
 // appMix is an application's use of one Redis: cache, counters, a hash, a
-// queue with a blocking pop, a transaction, and a lock taken and released
+// queue with a blocking pop, pub/sub, a transaction, and a lock taken and released
 // with SET NX / DEL. lockHeld runs while the lock is held.
 func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 	t.Helper()
@@ -77,6 +77,15 @@ func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 	check("rpush", c.RPush(ctx, "queue:jobs", "job1", "job2").Err())
 	if v := <-popped; len(v) != 2 || v[1] != "job1" {
 		t.Fatalf("BLPOP = %q", v)
+	}
+	ps := popper.Subscribe(ctx, "news")
+	defer ps.Close()
+	if _, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil {
+		t.Fatalf("SUBSCRIBE: %v", err)
+	}
+	check("publish", c.Publish(ctx, "news", "hello").Err())
+	if m, err := ps.ReceiveMessage(ctx); err != nil || m.Payload != "hello" {
+		t.Fatalf("pub/sub message: %v, %v", m, err)
 	}
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Incr(ctx, "counter:tx")
