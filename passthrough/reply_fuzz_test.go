@@ -47,6 +47,7 @@ func FuzzReadReply(f *testing.F) {
 			for _, name := range []string{"blpop", "blmpop", "bzpopmin", "bzmpop"} {
 				_ = restore(name, [][]byte{[]byte(name), []byte("RIGHT")}, got)
 			}
+			(&relay{}).count(got) // a relayed frame's subscription count
 		}
 		// A RESP2 reply redcon accepts (it also checks integers, which
 		// the relay passes through as they are) is read to the same end.
