@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,5 +520,73 @@ func TestPassthroughTLS(t *testing.T) {
 	}
 	if ok, err := c.SetNX(ctx, "lock:tls", "t", 10*time.Second).Result(); !ok || err != nil {
 		t.Fatalf("SET lock:tls NX with the data Redis unreachable: %v, %v", ok, err)
+	}
+}
+
+// TestPassthroughLocksFlowAcrossDataRedisRestart: a client takes and
+// releases locks without pause while the data Redis is killed and
+// restarted; every lock cycle succeeds, some of them while the data Redis
+// is down, and INFO shows both sides throughout: the lock nodes healthy,
+// the data Redis's forwarding failures counted.
+func TestPassthroughLocksFlowAcrossDataRedisRestart(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	locker, c := newClient(t, p.in.Addr(), 2), newClient(t, p.in.Addr(), 2)
+	var cycles atomic.Int64
+	stop := make(chan struct{})
+	failed := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(2 * time.Minute)
+		for i := 0; i < 100000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := fmt.Sprintf("lock:flow:%d", i%8)
+			ok, err := locker.SetNX(ctx, key, "t", 10*time.Second).Result()
+			if err == nil && !ok {
+				err = fmt.Errorf("SET %s NX refused", key)
+			}
+			if err == nil {
+				err = locker.Del(ctx, key).Err()
+			}
+			if err != nil {
+				failed <- err
+				return
+			}
+			cycles.Add(1)
+		}
+	}()
+	eventually(t, 30*time.Second, "locks flow", func() bool { return cycles.Load() > 5 })
+	if err := p.data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, "cache:x").Err(); err == nil || !strings.Contains(err.Error(), p.data.Addr()) {
+		t.Fatalf("GET with the data Redis down: %v, want an error naming it", err)
+	}
+	downAt := cycles.Load()
+	eventually(t, 30*time.Second, "locks flow while the data Redis is down", func() bool { return cycles.Load() > downAt+5 })
+	info := c.Info(ctx).Val()
+	if !strings.Contains(info, "# Nodes\r\nnodes:3\r\nnodes_up:3") || !strings.Contains(info, "data_redis:"+p.data.Addr()) ||
+		strings.Contains(info, "forward_failures:0\r\n") {
+		t.Fatalf("INFO with the data Redis down:\n%s", info)
+	}
+	if err := p.data.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "data commands work after the restart", func() bool {
+		return c.Set(ctx, "cache:y", "2", 0).Err() == nil
+	})
+	upAt := cycles.Load()
+	eventually(t, 30*time.Second, "locks flow after the restart", func() bool { return cycles.Load() > upAt+5 })
+	close(stop)
+	<-done
+	select {
+	case err := <-failed:
+		t.Fatalf("a lock cycle failed around the data Redis's restart: %v", err)
+	default:
 	}
 }
