@@ -214,7 +214,7 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		st.sub = nil
 		r.reset(st)
 		return false
-	case dest == toData || name == "ping" || dest == refused:
+	case dest == toData || name == "ping":
 		r.stats.Forwarded.Add(1)
 		switch name {
 		case "multi":
