@@ -219,8 +219,8 @@ func TestPassthroughRefusesMixedKeys(t *testing.T) {
 	if p.onLockNodes(t, "lock:tx") != 0 {
 		t.Fatal("an aborted transaction took its lock")
 	}
-	if err := c.Do(ctx, "SUBSCRIBE", "news").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
-		t.Fatalf("SUBSCRIBE: %v, want a refusal (pub/sub is not relayed)", err)
+	if err := c.Do(ctx, "SYNC").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
+		t.Fatalf("SYNC: %v, want a refusal (a replication stream is not relayed)", err)
 	}
 	if v, err := c.Get(ctx, "cache:b").Result(); err != nil || v != "v" {
 		t.Fatalf("connection not usable after refusals: %q, %v", v, err)
