@@ -172,3 +172,25 @@ func TestPassthroughMonitor(t *testing.T) {
 		t.Fatalf("GET after RESET: %s", got)
 	}
 }
+
+// TestPassthroughSubscriberDataRedisGone: when the data Redis dies, a
+// subscribed client's connection is closed (its subscriptions are gone;
+// clients resubscribe on reconnect), while other clients' locks keep
+// working.
+func TestPassthroughSubscriberDataRedisGone(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	r := dialRaw(t, p.in.Addr())
+	if got := r.do("SUBSCRIBE", "c"); got != "[subscribe c :1]" {
+		t.Fatalf("SUBSCRIBE: %s", got)
+	}
+	if err := p.data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if !r.closed() {
+		t.Fatal("the subscriber's connection stayed open after the data Redis died")
+	}
+	c := newClient(t, p.in.Addr(), 2)
+	if ok, err := c.SetNX(context.Background(), "lock:after", "t", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("lock after the data Redis died: %v, %v", ok, err)
+	}
+}
