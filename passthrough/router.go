@@ -310,7 +310,7 @@ func (r *Router) sharedFor(proto int, id uint64) (*shared, error) {
 		if err != nil {
 			return nil, err
 		}
-		conns[i] = newShared(u)
+		conns[i] = newShared(u, r.cfg.Timeout)
 	}
 	return conns[i], nil
 }
