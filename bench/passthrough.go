@@ -27,6 +27,11 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	stopProfile, err := startProfile(o.cpuprofile) // lockproxy runs in this process
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	data, err := startNode(filepath.Join(dir, "data"))
 	if err != nil {
 		return err

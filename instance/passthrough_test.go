@@ -7,11 +7,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/internal/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,7 +50,7 @@ func (p passthroughSetup) onLockNodes(t *testing.T, key string) int {
 }
 
 // appMix is an application's use of one Redis: cache, counters, a hash, a
-// queue with a blocking pop, a transaction, and a lock taken and released
+// queue with a blocking pop, pub/sub, a transaction, and a lock taken and released
 // with SET NX / DEL. lockHeld runs while the lock is held.
 func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 	t.Helper()
@@ -77,6 +79,15 @@ func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 	if v := <-popped; len(v) != 2 || v[1] != "job1" {
 		t.Fatalf("BLPOP = %q", v)
 	}
+	ps := popper.Subscribe(ctx, "news")
+	defer ps.Close()
+	if _, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil {
+		t.Fatalf("SUBSCRIBE: %v", err)
+	}
+	check("publish", c.Publish(ctx, "news", "hello").Err())
+	if m, err := ps.ReceiveMessage(ctx); err != nil || m.Payload != "hello" {
+		t.Fatalf("pub/sub message: %v, %v", m, err)
+	}
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Incr(ctx, "counter:tx")
 		p.Set(ctx, "cache:tx", "done", 0)
@@ -98,8 +109,13 @@ func appMix(t *testing.T, addr string, proto int, lockHeld func()) {
 // dumpData is every key of addr with its value, as text.
 func dumpData(t *testing.T, addr string) string {
 	t.Helper()
+	return dumpClient(t, newClient(t, addr, 2))
+}
+
+// dumpClient is every key of c's Redis with its value, as text.
+func dumpClient(t *testing.T, c *redis.Client) string {
+	t.Helper()
 	ctx := context.Background()
-	c := newClient(t, addr, 2)
 	keys, err := c.Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +219,8 @@ func TestPassthroughRefusesMixedKeys(t *testing.T) {
 	if p.onLockNodes(t, "lock:tx") != 0 {
 		t.Fatal("an aborted transaction took its lock")
 	}
-	if err := c.Do(ctx, "SUBSCRIBE", "news").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
-		t.Fatalf("SUBSCRIBE: %v, want a refusal (pub/sub is not relayed)", err)
+	if err := c.Do(ctx, "SYNC").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
+		t.Fatalf("SYNC: %v, want a refusal (a replication stream is not relayed)", err)
 	}
 	if v, err := c.Get(ctx, "cache:b").Result(); err != nil || v != "v" {
 		t.Fatalf("connection not usable after refusals: %q, %v", v, err)
@@ -361,5 +377,216 @@ func TestPassthroughIoredisMix(t *testing.T) {
 	compatRunScript(t, nodeCompatDir, node, args...)
 	if want, got := dumpData(t, plain.Addr()), dumpData(t, p.data.Addr()); want != got || got == "" {
 		t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
+	}
+}
+
+// TestPassthroughLongPipelineOrder: a pipeline with long runs of data
+// commands (longer than the most lockproxy sends on before writing their
+// replies) between lock commands gets every reply in order, in RESP2 and
+// RESP3.
+func TestPassthroughLongPipelineOrder(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		c := newClient(t, p.in.Addr(), proto)
+		pipe := c.Pipeline()
+		var incrs []*redis.IntCmd
+		var locks []*redis.BoolCmd
+		for i := 0; i < 1200; i++ {
+			incrs = append(incrs, pipe.Incr(ctx, fmt.Sprintf("long:%d", proto)))
+			if i%300 == 299 {
+				locks = append(locks, pipe.SetNX(ctx, fmt.Sprintf("lock:long:%d:%d", proto, i), "t", 10*time.Second))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range incrs {
+			if cmd.Val() != int64(i+1) {
+				t.Fatalf("resp%d: INCR %d answered %d", proto, i, cmd.Val())
+			}
+		}
+		for i, l := range locks {
+			if !l.Val() {
+				t.Fatalf("resp%d: lock %d not granted: %v", proto, i, l.Err())
+			}
+		}
+	}
+}
+
+// TestPassthroughBlockedPopAfterDisconnect: a client blocked in a pop
+// through lockproxy goes away; an element pushed afterwards — at once, in a
+// race with lockproxy unblocking the data Redis, or after — is still in the
+// list, never taken for the client that left. Each pop form, many times.
+func TestPassthroughBlockedPopAfterDisconnect(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	data := newClient(t, p.data.Addr(), 2)
+	blocked := func() int64 {
+		var n int64
+		fmt.Sscanf(infoField(data.Info(ctx, "clients").Val(), "blocked_clients"), "%d", &n)
+		return n
+	}
+	forms := []struct {
+		args []string
+		dump func(k string) string
+	}{
+		{[]string{"BLPOP", "K", "0"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BRPOP", "K", "0"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BLMPOP", "0", "1", "K", "LEFT"}, func(k string) string { return fmt.Sprint(data.LRange(ctx, k, 0, -1).Val()) }},
+		{[]string{"BZPOPMIN", "K", "0"}, func(k string) string { return fmt.Sprint(data.ZRangeWithScores(ctx, k, 0, -1).Val()) }},
+	}
+	for f, form := range forms {
+		for i := 0; i < 10; i++ {
+			key := fmt.Sprintf("queue:%d:%d", f, i)
+			args := make([]string, len(form.args))
+			for j, a := range form.args {
+				args[j] = strings.ReplaceAll(a, "K", key)
+			}
+			raw := dialRaw(t, p.in.Addr())
+			if i%2 == 1 {
+				if got := raw.do("HELLO", "3"); !strings.HasPrefix(got, "[") {
+					t.Fatalf("HELLO 3: %s", got)
+				}
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "*%d\r\n", len(args))
+			for _, a := range args {
+				fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+			}
+			raw.send(b.String())
+			eventually(t, 20*time.Second, "the pop blocks on the data Redis", func() bool { return blocked() == 1 })
+			raw.c.Close()
+			if i >= 5 { // the other half pushes once lockproxy unblocked the data Redis
+				eventually(t, 20*time.Second, "the data Redis unblocked", func() bool { return blocked() == 0 })
+			}
+			if args[0] == "BZPOPMIN" {
+				data.ZAdd(ctx, key, redis.Z{Score: 1, Member: "job"})
+			} else {
+				data.RPush(ctx, key, "job")
+			}
+			// If the pop won the race, lockproxy puts the element back.
+			eventually(t, 20*time.Second, key+" holds the element", func() bool { return form.dump(key) != "[]" })
+			eventually(t, 20*time.Second, "lockproxy done with the pop", func() bool { return blocked() == 0 })
+			if got := form.dump(key); got != "[job]" && got != "[{1 job}]" {
+				t.Fatalf("%v: %s holds %s, want the one element pushed", args, key, got)
+			}
+		}
+	}
+}
+
+// infoField is one field's value in an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestPassthroughTLS: with a data redis-server that speaks TLS only and
+// requires a client certificate, the application's mix through lockproxy
+// leaves the same data as on a plain Redis; lockproxy configured with a CA
+// that does not trust the data Redis gets an error naming it for data
+// commands, and its locks keep working.
+func TestPassthroughTLS(t *testing.T) {
+	ca, stranger := tlstest.NewCA(t, "data"), tlstest.NewCA(t, "stranger")
+	srvFiles, cliFiles := ca.Server(t, "server"), ca.Client(t, "client", "lockproxy-client")
+	data := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key,
+		CAFile: ca.File, AuthClients: true, Client: clientTLS(t, ca, &cliFiles)}})
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	plain := redistest.Start(t, redistest.Options{})
+	appMix(t, plain.Addr(), 2, func() {})
+
+	cfg := testConfig(nodes)
+	cfg.Passthrough.Address, cfg.Passthrough.LockKeys = data.Addr(), []string{"lock:*"}
+	cfg.Passthrough.TLS = instance.NodeTLS{Enabled: true, CAFile: ca.File, CertFile: cliFiles.Cert, KeyFile: cliFiles.Key}
+	in := startInstance(t, cfg)
+	appMix(t, in.Addr(), 2, func() {})
+	direct := redis.NewClient(&redis.Options{Addr: data.Addr(), TLSConfig: clientTLS(t, ca, &cliFiles)})
+	defer direct.Close()
+	if want, got := dumpData(t, plain.Addr()), dumpClient(t, direct); want != got || !strings.Contains(got, "counter:hits") {
+		t.Fatalf("data through lockproxy over TLS:\n%s\nwant, as on a plain Redis:\n%s", got, want)
+	}
+
+	cfg.Passthrough.TLS.CAFile = stranger.File
+	distrust := startInstance(t, cfg)
+	c := newClient(t, distrust.Addr(), 2)
+	ctx := context.Background()
+	err := c.Get(ctx, "cache:a").Err()
+	if err == nil || !strings.Contains(err.Error(), "data Redis "+data.Addr()+" unavailable") || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("GET through lockproxy distrusting the data Redis: %v, want an error naming it and the certificate", err)
+	}
+	if ok, err := c.SetNX(ctx, "lock:tls", "t", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("SET lock:tls NX with the data Redis unreachable: %v, %v", ok, err)
+	}
+}
+
+// TestPassthroughLocksFlowAcrossDataRedisRestart: a client takes and
+// releases locks without pause while the data Redis is killed and
+// restarted; every lock cycle succeeds, some of them while the data Redis
+// is down, and INFO shows both sides throughout: the lock nodes healthy,
+// the data Redis's forwarding failures counted.
+func TestPassthroughLocksFlowAcrossDataRedisRestart(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	locker, c := newClient(t, p.in.Addr(), 2), newClient(t, p.in.Addr(), 2)
+	var cycles atomic.Int64
+	stop := make(chan struct{})
+	failed := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(2 * time.Minute)
+		for i := 0; i < 100000 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := fmt.Sprintf("lock:flow:%d", i%8)
+			ok, err := locker.SetNX(ctx, key, "t", 10*time.Second).Result()
+			if err == nil && !ok {
+				err = fmt.Errorf("SET %s NX refused", key)
+			}
+			if err == nil {
+				err = locker.Del(ctx, key).Err()
+			}
+			if err != nil {
+				failed <- err
+				return
+			}
+			cycles.Add(1)
+		}
+	}()
+	eventually(t, 30*time.Second, "locks flow", func() bool { return cycles.Load() > 5 })
+	if err := p.data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, "cache:x").Err(); err == nil || !strings.Contains(err.Error(), p.data.Addr()) {
+		t.Fatalf("GET with the data Redis down: %v, want an error naming it", err)
+	}
+	downAt := cycles.Load()
+	eventually(t, 30*time.Second, "locks flow while the data Redis is down", func() bool { return cycles.Load() > downAt+5 })
+	info := c.Info(ctx).Val()
+	if !strings.Contains(info, "# Nodes\r\nnodes:3\r\nnodes_up:3") || !strings.Contains(info, "data_redis:"+p.data.Addr()) ||
+		strings.Contains(info, "forward_failures:0\r\n") {
+		t.Fatalf("INFO with the data Redis down:\n%s", info)
+	}
+	if err := p.data.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "data commands work after the restart", func() bool {
+		return c.Set(ctx, "cache:y", "2", 0).Err() == nil
+	})
+	upAt := cycles.Load()
+	eventually(t, 30*time.Second, "locks flow after the restart", func() bool { return cycles.Load() > upAt+5 })
+	close(stop)
+	<-done
+	select {
+	case err := <-failed:
+		t.Fatalf("a lock cycle failed around the data Redis's restart: %v", err)
+	default:
 	}
 }

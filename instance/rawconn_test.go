@@ -48,7 +48,7 @@ func (r *rawConn) send(s string) {
 }
 
 // reply reads one reply and renders it compactly: +OK, -ERR .., :1, $-1 as
-// (nil), arrays and maps as [a b], RESP3 null as (nil).
+// (nil), arrays and maps as [a b], pushes as >[a b], RESP3 null as (nil).
 func (r *rawConn) reply() string {
 	r.t.Helper()
 	r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -105,7 +105,7 @@ func readReply(rd *bufio.Reader) (string, error) {
 				return "", err
 			}
 		}
-		if line[0] == '>' { // a push: told apart from replies
+		if line[0] == '>' { // a RESP3 push: told apart from replies
 			return ">[" + strings.Join(parts, " ") + "]", nil
 		}
 		return "[" + strings.Join(parts, " ") + "]", nil

@@ -20,17 +20,15 @@ var lockCapable = set("set", "setnx", "get", "exists", "ttl", "pttl", "expire", 
 var keyless = set("keys", "scan", "config", "publish", "subscribe", "psubscribe", "unsubscribe", "punsubscribe",
 	"dbsize", "flushall", "flushdb", "multi", "exec", "discard", "unwatch", "select", "swapdb", "time", "wait",
 	"function", "object", "memory", "debug", "lastsave", "save", "bgsave", "bgrewriteaof", "role", "slowlog",
-	"latency", "acl", "cluster", "pubsub", "randomkey", "xread", "xreadgroup", "ssubscribe", "spublish")
+	"latency", "acl", "cluster", "pubsub", "randomkey", "xread", "xreadgroup", "ssubscribe", "sunsubscribe", "spublish", "monitor")
 
 // allKeys are commands whose arguments are all keys.
 var allKeys = set("mget", "del", "unlink", "exists", "touch", "watch", "sinter", "sunion", "sdiff",
 	"sinterstore", "sunionstore", "sdiffstore", "pfcount", "pfmerge")
 
-// unrelayed are commands after which the data Redis sends replies nobody
-// asked for (pushes, a replication stream): a connection answering one
-// request with one reply cannot relay them, so they are refused.
-var unrelayed = set("subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe",
-	"monitor", "sync", "psync")
+// unrelayed are commands after which the data Redis sends a replication
+// stream, which lockproxy does not relay: they are refused.
+var unrelayed = set("sync", "psync")
 
 // stateful are commands that leave state on their upstream connection: a
 // client sending one gets a connection of its own from then on.

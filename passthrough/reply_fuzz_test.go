@@ -43,6 +43,12 @@ func FuzzReadReply(f *testing.F) {
 		if err == nil && !bytes.HasPrefix(in, got) {
 			t.Fatalf("read %q, not a prefix of %q", got, in)
 		}
+		if err == nil { // a blocking pop's reply is decoded to put its element back
+			for _, name := range []string{"blpop", "blmpop", "bzpopmin", "bzmpop"} {
+				_ = restore(name, [][]byte{[]byte(name), []byte("RIGHT")}, got)
+			}
+			(&relay{}).count(got) // a relayed frame's subscription count
+		}
 		// A RESP2 reply redcon accepts (it also checks integers, which
 		// the relay passes through as they are) is read to the same end.
 		if n, _ := redcon.ReadNextRESP(in); n > 0 && (err != nil || n != len(got)) {

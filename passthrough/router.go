@@ -48,10 +48,25 @@ type Router struct {
 
 // client is one client connection's forwarding state.
 type client struct {
-	up    *upConn // dedicated upstream connection; nil until needed
-	multi bool    // a MULTI was forwarded and not yet ended
-	dirty bool    // a command of the transaction was refused: EXEC aborts
+	up     *upConn  // dedicated upstream connection; nil until needed
+	multi  bool     // a MULTI was forwarded and not yet ended
+	dirty  bool     // a command of the transaction was refused: EXEC aborts
+	queued []queued // commands sent on a shared connection, replies not yet written
+	sub    *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
 }
+
+// queued is a command of a client's pipeline sent on a shared connection,
+// whose reply is written to the client in turn.
+type queued struct {
+	s        *shared // nil when the send failed: err says why
+	c        *call
+	err      error
+	deadline time.Time
+}
+
+// maxQueued bounds the commands of one client's pipeline in flight at once
+// on a shared connection; at that many the client waits for their replies.
+const maxQueued = 256
 
 // New returns a router for cfg.
 func New(cfg Config) *Router {
@@ -70,13 +85,34 @@ func (r *Router) Stats() *Stats { return &r.stats }
 func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 	name := strings.ToLower(string(args[0]))
 	st := r.client(c)
+	dest := r.classify(name, args)
+	if st.sub != nil {
+		return r.routeRelayed(c, st, name, args, dest)
+	}
+	if dest == toData && r.shareable(st, name) {
+		r.queue(c, st, args)
+		if !c.Pipelined() || len(st.queued) >= maxQueued {
+			r.flush(c, st)
+		}
+		return true
+	}
+	r.flush(c, st) // earlier replies first, whoever writes the next one
 	if name == "reset" {
 		r.reset(st)
 		return false
 	}
-	switch r.classify(name, args) {
+	if dest == toData && streams[name] {
+		r.enterRelay(c, st, name, args)
+		return true
+	}
+	return r.dispatch(c, st, name, args, dest)
+}
+
+// dispatch handles a command of a client not in relay mode.
+func (r *Router) dispatch(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
+	switch dest {
 	case refused:
-		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis yet (pub/sub and replication streams)")
+		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis (a replication stream)")
 	case toLocks:
 		if !st.multi {
 			return false
@@ -137,8 +173,75 @@ func (r *Router) lockShaped(name string, args [][]byte) destination {
 	return toData
 }
 
-// forward sends args on the client's upstream connection and relays the
-// reply; the client waits for it, so replies keep the commands' order.
+// enterRelay puts the client in pub/sub (or MONITOR) mode on a connection
+// of its own, where everything the data Redis sends is relayed as it comes.
+func (r *Router) enterRelay(c *resp.Conn, st *client, name string, args [][]byte) {
+	if st.multi {
+		st.dirty = true
+		c.Error("ERR lockproxy does not relay '" + name + "' inside a transaction")
+		return
+	}
+	r.stats.Forwarded.Add(1)
+	if st.up == nil {
+		up, err := dial(r.cfg, c.Proto())
+		if err != nil {
+			r.fail(c, st, false, err)
+			return
+		}
+		r.mu.Lock()
+		st.up = up
+		r.mu.Unlock()
+	}
+	if err := r.startRelay(c, st, args); err != nil {
+		r.fail(c, st, false, err)
+	}
+}
+
+// shareable reports whether a command may go over a shared connection:
+// it leaves no state there and answers within the timeout.
+func (r *Router) shareable(st *client, name string) bool {
+	return st.up == nil && !st.multi && !blocking[name] && !stateful[name] && !streams[name]
+}
+
+// queue sends args on a shared connection without waiting for the reply,
+// so that a client's pipeline goes upstream as one write; flush writes the
+// replies in order.
+func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
+	r.stats.Forwarded.Add(1)
+	q := queued{deadline: time.Now().Add(r.cfg.Timeout)}
+	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err == nil {
+		q.c, q.err = q.s.send(args)
+	}
+	st.queued = append(st.queued, q)
+}
+
+// flush waits for the replies of the client's queued commands and writes
+// them in order. Every reply the client gets from elsewhere is written
+// after a flush, so no reply overtakes an earlier command's.
+func (r *Router) flush(c *resp.Conn, st *client) {
+	for i, q := range st.queued {
+		reply, err := q.reply()
+		if err != nil {
+			r.stats.Failed.Add(1)
+			c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+		} else {
+			c.Raw(reply)
+		}
+		st.queued[i] = queued{}
+	}
+	st.queued = st.queued[:0]
+}
+
+func (q queued) reply() ([]byte, error) {
+	if q.err != nil {
+		return nil, q.err
+	}
+	return q.s.wait(q.c, q.deadline)
+}
+
+// forward sends args on the client's dedicated upstream connection and
+// relays the reply; the client waits for it, so replies keep the commands'
+// order.
 func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	if name == "exec" && st.dirty {
 		args, name = [][]byte{[]byte("DISCARD")}, "discard"
@@ -159,12 +262,10 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	}
 }
 
-// send forwards args and writes the reply to c unless quiet.
+// send forwards args on the client's own upstream connection, dialled on
+// first use, and writes the reply to c unless quiet.
 func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quiet bool) ([]byte, bool) {
 	r.stats.Forwarded.Add(1)
-	if st.up == nil && !quiet && !st.multi && !blocking[name] && !stateful[name] {
-		return r.sendShared(c, args)
-	}
 	if st.up == nil {
 		up, err := dial(r.cfg, c.Proto())
 		if err != nil {
@@ -174,34 +275,22 @@ func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quie
 		st.up = up
 		r.mu.Unlock()
 	}
-	timeout := r.cfg.Timeout
-	if blocking[name] {
-		timeout = 0
+	var reply []byte
+	var err error
+	switch {
+	case blocking[name] && !st.multi:
+		reply, err = r.block(c, st.up, name, args)
+	case blocking[name]: // queued by the transaction: answers at once
+		reply, err = st.up.do(c.Proto(), args, 0)
+	default:
+		reply, err = st.up.do(c.Proto(), args, r.cfg.Timeout)
 	}
-	reply, err := st.up.do(c.Proto(), args, timeout)
 	if err != nil {
 		return nil, r.fail(c, st, quiet, err)
 	}
 	if !quiet {
 		c.Raw(reply)
 	}
-	return reply, true
-}
-
-// sendShared forwards a command that leaves no state on its connection
-// over a connection shared with other clients.
-func (r *Router) sendShared(c *resp.Conn, args [][]byte) ([]byte, bool) {
-	s, err := r.sharedFor(c.Proto(), c.ID())
-	var reply []byte
-	if err == nil {
-		reply, err = s.do(args, r.cfg.Timeout)
-	}
-	if err != nil {
-		r.stats.Failed.Add(1)
-		c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
-		return nil, false
-	}
-	c.Raw(reply)
 	return reply, true
 }
 
@@ -221,7 +310,7 @@ func (r *Router) sharedFor(proto int, id uint64) (*shared, error) {
 		if err != nil {
 			return nil, err
 		}
-		conns[i] = newShared(u)
+		conns[i] = newShared(u, r.cfg.Timeout)
 	}
 	return conns[i], nil
 }

@@ -11,15 +11,19 @@ import (
 // shared is one upstream connection that many clients' plain commands go
 // through, pipelined: callers append their command to the next write and
 // the reader hands each reply to the caller whose command it answers, in
-// the order they were written.
+// the order they were written. The caller that finds no write under way
+// writes, for itself and for everyone who queued meanwhile (no writer
+// goroutine to wake for each command).
 type shared struct {
-	nc net.Conn
+	nc     net.Conn
+	wlimit time.Duration // bound of one write
 
 	mu      sync.Mutex
-	out     []byte        // commands not yet written
-	pending chan *call    // calls written or about to be, in order
-	wake    chan struct{} // the writer has something to write
-	err     error         // set once the connection broke: it takes no more calls
+	out     []byte     // commands not yet written
+	spare   []byte     // the buffer last written, reused for out
+	writing bool       // a caller is writing out
+	pending chan *call // calls written or about to be, in order
+	err     error      // set once the connection broke: it takes no more calls
 }
 
 // call is one command waiting for its reply.
@@ -30,23 +34,32 @@ type call struct {
 }
 
 // maxPending bounds the calls in flight on one shared connection; more are
-// refused (each client has at most one in flight).
+// refused (each client has at most maxQueued in flight).
 const maxPending = 1 << 16
 
 var errBroken = errors.New("connection to the data Redis broke off")
 
-// newShared starts the writer and reader of an established connection.
-func newShared(u *upConn) *shared {
+// newShared starts the reader of an established connection; a write
+// taking longer than wlimit breaks it.
+func newShared(u *upConn, wlimit time.Duration) *shared {
 	_ = u.nc.SetDeadline(time.Time{}) // set-up commands set one; calls time out by themselves
-	s := &shared{nc: u.nc, pending: make(chan *call, maxPending), wake: make(chan struct{}, 1)}
-	go s.write()
+	s := &shared{nc: u.nc, wlimit: wlimit, pending: make(chan *call, maxPending)}
 	go s.read(u.br)
 	return s
 }
 
-// do sends args and waits for the reply, at most timeout; a timeout breaks
-// the connection, since the late reply would answer the next caller.
+// do sends args and waits for the reply, at most timeout.
 func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
+	c, err := s.send(args)
+	if err != nil {
+		return nil, err
+	}
+	return s.wait(c, time.Now().Add(timeout))
+}
+
+// send queues args for the next write and returns the call its reply will
+// answer. Calls are answered in the order they were sent.
+func (s *shared) send(args [][]byte) (*call, error) {
 	c := &call{done: make(chan struct{})}
 	s.mu.Lock()
 	if s.err != nil {
@@ -60,42 +73,56 @@ func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
 		return nil, errors.New("too many commands in flight on one upstream connection")
 	}
 	s.out = appendCommand(s.out, args)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if s.writing {
+		s.mu.Unlock()
+		return c, nil // the writer takes it along
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return c.reply, c.err
-	case <-t.C:
-		s.fail(errors.New("no reply within the timeout"))
-		<-c.done
-		return c.reply, c.err
+	s.writing = true
+	s.mu.Unlock()
+	s.writeOut()
+	return c, nil
+}
+
+// writeOut writes what callers queued until nothing is left.
+func (s *shared) writeOut() {
+	for {
+		s.mu.Lock()
+		if len(s.out) == 0 || s.err != nil {
+			s.writing = false
+			s.mu.Unlock()
+			return
+		}
+		buf := s.out
+		s.out, s.spare = s.spare[:0], nil
+		s.mu.Unlock()
+		_ = s.nc.SetWriteDeadline(time.Now().Add(s.wlimit))
+		_, err := s.nc.Write(buf)
+		s.mu.Lock()
+		s.spare = buf[:0]
+		s.mu.Unlock()
+		if err != nil {
+			s.fail(err)
+		}
 	}
 }
 
-// write sends what callers queued, as few writes as the load allows.
-func (s *shared) write() {
-	var buf []byte
-	for range s.wake {
-		s.mu.Lock()
-		buf, s.out = s.out, buf[:0]
-		broken := s.err != nil
-		s.mu.Unlock()
-		if broken {
-			return
-		}
-		if len(buf) == 0 {
-			continue
-		}
-		if _, err := s.nc.Write(buf); err != nil {
-			s.fail(err)
-			return
-		}
+// wait returns c's reply once it came, or fails the connection at deadline:
+// a late reply would answer the next caller.
+func (s *shared) wait(c *call, deadline time.Time) ([]byte, error) {
+	select {
+	case <-c.done:
+		return c.reply, c.err
+	default:
 	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		s.fail(errors.New("no reply within the timeout"))
+		<-c.done
+	}
+	return c.reply, c.err
 }
 
 // read hands each reply to the oldest waiting call.
@@ -121,10 +148,6 @@ func (s *shared) fail(err error) {
 		s.err = errors.Join(errBroken, err)
 		_ = s.nc.Close()
 		close(s.pending)
-		select { // the writer sees the error and stops
-		case s.wake <- struct{}{}:
-		default:
-		}
 	}
 }
 

@@ -19,7 +19,7 @@ func TestSharedRepliesReachTheirCallers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := newShared(u)
+		s := newShared(u, 10*time.Second)
 		var wg sync.WaitGroup
 		errs := make(chan error, 32)
 		for i := 0; i < 32; i++ {
@@ -56,7 +56,7 @@ func TestSharedDataRedisGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newShared(u)
+	s := newShared(u, 10*time.Second)
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.do([][]byte{[]byte("BLPOP"), []byte("never"), []byte("0")}, time.Minute)
@@ -82,7 +82,7 @@ func TestSharedOutlivesSetupDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newShared(u)
+	s := newShared(u, 10*time.Second)
 	defer s.close()
 	start := time.Now()
 	for n := 0; n < 100000 && time.Since(start) < 5*setup; n++ {

@@ -14,7 +14,8 @@ type upConn struct {
 	nc    net.Conn
 	br    *bufio.Reader
 	bw    *bufio.Writer
-	proto int // protocol version the connection speaks
+	proto int   // protocol version the connection speaks
+	id    int64 // its CLIENT ID on the data Redis; 0 until asked
 	buf   []byte
 }
 
@@ -84,6 +85,24 @@ func (u *upConn) must(timeout time.Duration, args ...string) error {
 		return errors.New(args[0] + ": " + string(trimCRLF(reply[1:])))
 	}
 	return nil
+}
+
+// clientID is the connection's CLIENT ID, asked once.
+func (u *upConn) clientID(timeout time.Duration) (int64, error) {
+	if u.id != 0 {
+		return u.id, nil
+	}
+	reply, err := u.roundTrip([][]byte{[]byte("CLIENT"), []byte("ID")}, timeout)
+	if err != nil {
+		return 0, err
+	}
+	if len(reply) < 3 || reply[0] != ':' {
+		return 0, errors.New("CLIENT ID: " + string(trimCRLF(reply)))
+	}
+	if u.id, err = strconv.ParseInt(string(trimCRLF(reply[1:])), 10, 64); err != nil {
+		return 0, errors.New("CLIENT ID: " + string(trimCRLF(reply)))
+	}
+	return u.id, nil
 }
 
 // do sends args in proto and returns the raw reply, valid until the next call.

@@ -24,6 +24,9 @@ type Conn struct {
 
 	closing atomic.Bool // Close was called: run no further command
 
+	stream   *stream     // set by Stream, in the handler's goroutine
+	streamed atomic.Bool // serveStream runs the connection, not redcon
+
 	// State is the Session's per-connection value.
 	State any
 
@@ -84,6 +87,11 @@ func (c *Conn) Close() {
 	c.closing.Store(true)
 	c.rc.Close()
 }
+
+// Pipelined reports whether more commands of the client's current batch
+// (read together, a pipeline) wait behind the one being handled. Their
+// replies are flushed together once the batch is done.
+func (c *Conn) Pipelined() bool { return len(c.rc.PeekPipeline()) > 0 }
 
 // Raw writes a reply already encoded in RESP, as is.
 func (c *Conn) Raw(b []byte) { c.rc.WriteRaw(b) }

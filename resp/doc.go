@@ -14,8 +14,11 @@
 // NOPERM), limits before AUTH and an auth timeout, an idle timeout, a byte
 // budget shared by all connections (limits that SetLimits changes while
 // serving: each connection reads them at its next command), CLIENT KILL,
-// and log lines about refused connections bounded in number. A Route hook, when set, takes the
-// commands that go to a data Redis (passthrough/) before the Table.
+// and log lines about refused connections bounded in number. A Route hook,
+// when set, takes the commands that go to a data Redis (passthrough/)
+// before the Table; a handler may make its connection stream (Conn.Stream),
+// served by a goroutine of its own so that other goroutines can write to
+// the client between replies (a relayed pub/sub subscription).
 //
 // It knows nothing of locks: commands/ registers the lock commands in the
 // Table and learns of connections opening, resetting and closing through

@@ -121,6 +121,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if srv != nil {
 		_ = srv.Close()
 	}
+	s.closeStreams()
 	done := make(chan struct{})
 	go func() { s.handled.Wait(); close(done) }()
 	select {
@@ -193,9 +194,16 @@ func (s *Server) accept(rc redcon.Conn) bool {
 
 func (s *Server) closed(rc redcon.Conn, err error) {
 	c, _ := rc.Context().(*Conn)
-	if c == nil {
-		return // refused in accept
+	if c == nil || c.streamed.Load() {
+		return // refused in accept, or carried on by serveStream
 	}
+	s.finish(c, err)
+}
+
+// finish runs once a connection is gone: its counters, its state and the
+// Closed callbacks.
+func (s *Server) finish(c *Conn, err error) {
+	rc := c.rc
 	defer s.handled.Done()
 	s.clients.Add(-1)
 	c.cancel()
@@ -211,9 +219,18 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 	s.session.Closed(c)
 }
 
-// serve dispatches one command.
+// serve dispatches one command; a handler that called Conn.Stream hands
+// the connection to serveStream.
 func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 	c := rc.Context().(*Conn)
+	s.dispatch(c, cmd)
+	if c.stream != nil && !c.streamed.Load() {
+		c.streamed.Store(true)
+		go s.serveStream(c)
+	}
+}
+
+func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 	if c.closing.Load() {
 		return // closed by an earlier command of the same batch (QUIT, POST)
 	}

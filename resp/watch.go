@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -150,3 +151,70 @@ func (f *framer) isQuit() bool {
 }
 
 var quit = []byte("quit")
+
+// Left reports whether the client has closed the connection or sent QUIT,
+// giving the socket up to d to say so; what the client sent meanwhile is
+// kept for redcon, as a watch keeps it. It is for a handler about to
+// deliver something a client that left would lose: the socket is read in
+// the handler's goroutine, so a close that already reached this host is
+// seen however busy the machine is (on plain TCP without waiting: a peek at
+// the socket; under TLS, or with bytes waiting, by reading). Call it from the handler's goroutine
+// with no watch running (after stop). It waits the whole of d when the
+// client is still there.
+func (c *Conn) Left(d time.Duration) bool {
+	g, ok := c.rc.NetConn().(*guardConn)
+	if !ok || g.watch != nil {
+		return false
+	}
+	w := &watch{g: g, fr: g.fr.clone(), framing: g.err == nil, gone: make(chan struct{}), done: make(chan struct{})}
+	w.frame(g.look)
+	if w.fr.quit || g.lookErr != nil {
+		return true
+	}
+	if closed, known := peerClosed(g.Conn); known {
+		return closed
+	}
+	if err := g.Conn.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return errors.Is(err, net.ErrClosed)
+	}
+	w.run()
+	_ = g.Conn.SetReadDeadline(time.Time{})
+	select {
+	case <-w.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+// peerClosed peeks at a TCP socket without blocking or consuming: known is
+// false when c is not plain TCP or bytes wait (a read must tell), closed is
+// true when the client closed or reset the connection.
+func peerClosed(c net.Conn) (closed, known bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	var n int
+	var rerr error
+	buf := make([]byte, 1)
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return errors.Is(err, net.ErrClosed), errors.Is(err, net.ErrClosed)
+	}
+	switch {
+	case rerr == nil && n == 0:
+		return true, true // end of stream
+	case errors.Is(rerr, syscall.EAGAIN):
+		return false, true // open, nothing sent
+	case rerr != nil:
+		return true, true // reset
+	}
+	return false, false
+}

@@ -39,6 +39,20 @@ async function main() {
     await r.rpush("js:queue", "job1", "job2");
     const popped = await pop;
     step("blocking pop", popped && popped[1] === "job1");
+    const sub = client(addr);
+    const got = [];
+    const heard = new Promise((resolve) => {
+      sub.on("message", (ch, msg) => {
+        got.push(ch + "=" + msg);
+        if (msg === "end") resolve();
+      });
+    });
+    await sub.subscribe("js:news");
+    await r.publish("js:news", "hello");
+    await r.publish("js:news", "end");
+    await Promise.race([heard, new Promise((resolve) => setTimeout(resolve, 10000))]);
+    step("pub/sub", got.join(",") === "js:news=hello,js:news=end");
+    sub.disconnect();
     const tx = await r.multi().incr("js:tx").set("js:cache:tx", "done").exec();
     step("transaction", tx && tx[0][1] === 1 && tx[1][1] === "OK");
     const redlock = new Redlock([r], { retryCount: 0 });

@@ -2,8 +2,8 @@
 
 Usage: /usr/bin/python3 mix.py HOST:PORT [DATA_REDIS LOCK_NODE...]
 
-Cache reads and writes, counters, a hash, a queue with a blocking pop, a
-transaction, and a lock taken and released with redis-py's Lock. With the
+Cache reads and writes, counters, a hash, a queue with a blocking pop,
+pub/sub, a transaction, and a lock taken and released with redis-py's Lock. With the
 data Redis and lock nodes given (a lockproxy run), it checks while the lock
 is held that the lock is on a quorum of the lock nodes and not in the data
 Redis. Prints "ok <step>" or "FAIL <step>: <why>"; exits 0 only if all passed.
@@ -47,6 +47,20 @@ def main():
     r.rpush("py:queue", "job1", "job2")
     t.join(15)
     step("blocking pop", popped and popped[0] == (b"py:queue", b"job1"))
+    ps = client(sys.argv[1]).pubsub(ignore_subscribe_messages=True)
+    ps.subscribe("py:news")
+    ps.get_message(timeout=10)  # the confirmation
+    r.publish("py:news", "hello")
+    r.publish("py:news", "end")
+    heard = []
+    for _ in range(10):
+        m = ps.get_message(timeout=10)
+        if m:
+            heard.append(m["data"])
+        if heard and heard[-1] == b"end":
+            break
+    step("pub/sub", heard == [b"hello", b"end"])
+    ps.close()
     with r.pipeline(transaction=True) as p:
         p.incr("py:tx").set("py:cache:tx", "done")
         step("transaction", p.execute() == [1, True])

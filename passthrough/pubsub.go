@@ -1,0 +1,239 @@
+package passthrough
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockproxy/lockproxy/resp"
+)
+
+// streams are the commands after which the data Redis sends what nobody
+// asked for (pub/sub messages, MONITOR's lines): the client gets a relay.
+var streams = set("subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "monitor")
+
+// relay is a client's upstream connection in pub/sub or MONITOR mode: the
+// client's commands for the data Redis are written to it as they come, and
+// a goroutine writes everything it sends to the client as it arrives, so
+// replies and messages keep the data Redis's order. A command lockproxy
+// answers itself waits first for a barrier — PING with a random token, whose
+// reply the relay swallows — so that its reply follows those of earlier
+// commands.
+type relay struct {
+	up    *upConn
+	token []byte
+	ping  [][]byte      // the barrier command
+	pongs [2][]byte     // its reply outside and inside RESP2's subscribed mode
+	done  chan struct{} // closed when the relay goroutine has stopped writing
+
+	wmu sync.Mutex // serialises writes to up
+
+	mu       sync.Mutex
+	barriers []chan struct{} // waiting for their PING's reply, in order
+	channels int             // subscriptions to channels and patterns
+	shard    int             // subscriptions to shard channels
+	err      error           // why the relay stopped
+}
+
+// errReset ends a relay on the client's RESET: the client stays.
+var errReset = errors.New("reset")
+
+// startRelay puts the client in relay mode on up and sends args, the first
+// command of the mode.
+func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
+	if err := st.up.speak(c.Proto(), r.cfg.Timeout); err != nil {
+		return err
+	}
+	_ = st.up.nc.SetDeadline(time.Time{})
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	h := []byte("lockproxy-barrier-" + hex.EncodeToString(tok))
+	bulk := append(append(strconv.AppendInt([]byte{'$'}, int64(len(h)), 10), "\r\n"...), h...)
+	bulk = append(bulk, "\r\n"...)
+	rl := &relay{up: st.up, token: h, ping: [][]byte{[]byte("PING"), h}, done: make(chan struct{})}
+	rl.pongs = [2][]byte{bulk, append([]byte("*2\r\n$4\r\npong\r\n"), bulk...)}
+	st.sub = rl
+	c.Stream()
+	go r.relayTo(c, rl)
+	return rl.send(args)
+}
+
+// send writes one command to the data Redis.
+func (rl *relay) send(args [][]byte) error {
+	rl.wmu.Lock()
+	defer rl.wmu.Unlock()
+	_ = rl.up.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := rl.up.nc.Write(appendCommand(nil, args)); err != nil {
+		rl.stop(err)
+		return err
+	}
+	return nil
+}
+
+// relayTo writes what the data Redis sends to the client until either side
+// closes. The client is dropped if the data Redis goes: its subscriptions
+// are gone, and it resubscribes when it reconnects.
+func (r *Router) relayTo(c *resp.Conn, rl *relay) {
+	defer close(rl.done)
+	br := rl.up.br
+	for {
+		frame, err := readReply(br, nil)
+		if err != nil {
+			if rl.stop(err) || !errors.Is(rl.stopped(), errReset) {
+				r.stats.Failed.Add(1)
+				c.Drop()
+			}
+			return
+		}
+		if rl.isBarrier(frame) {
+			continue
+		}
+		if bytes.Contains(frame, rl.token) {
+			continue // the barrier in MONITOR's stream
+		}
+		rl.count(frame)
+		if !c.Write(frame) {
+			rl.stop(errors.New("client gone"))
+			return
+		}
+	}
+}
+
+// isBarrier reports whether frame answers a barrier, and releases it.
+func (rl *relay) isBarrier(frame []byte) bool {
+	if string(frame) != string(rl.pongs[0]) && string(frame) != string(rl.pongs[1]) {
+		return false
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if len(rl.barriers) > 0 {
+		close(rl.barriers[0])
+		rl.barriers = rl.barriers[1:]
+	}
+	return true
+}
+
+// count follows the subscription counts the data Redis reports.
+func (rl *relay) count(frame []byte) {
+	if len(frame) < 4 || (frame[0] != '*' && frame[0] != '>') || frame[1] != '3' {
+		return
+	}
+	v, err := parseValue(bufio.NewReader(bytes.NewReader(frame)))
+	elems, ok := v.([]any)
+	if err != nil || !ok || len(elems) != 3 {
+		return
+	}
+	kind, _ := elems[0].([]byte)
+	n, _ := elems[2].([]byte)
+	k, err := strconv.Atoi(string(n))
+	if err != nil {
+		return
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	switch string(kind) {
+	case "subscribe", "psubscribe", "unsubscribe", "punsubscribe":
+		rl.channels = k
+	case "ssubscribe", "sunsubscribe":
+		rl.shard = k
+	}
+}
+
+// barrier waits until the replies of every command sent so far were
+// written to the client.
+func (rl *relay) barrier(c *resp.Conn, timeout time.Duration) error {
+	ch := make(chan struct{})
+	rl.mu.Lock()
+	if rl.err != nil {
+		rl.mu.Unlock()
+		return rl.err
+	}
+	rl.barriers = append(rl.barriers, ch)
+	rl.mu.Unlock()
+	if err := rl.send(rl.ping); err != nil {
+		return err
+	}
+	var err error
+	c.Unheld(func() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-rl.done:
+			err = rl.stopped()
+		case <-t.C:
+			err = errors.New("no reply within the timeout")
+			rl.stop(err)
+			c.Drop()
+		}
+	})
+	return err
+}
+
+// subscribed reports whether the upstream connection is in RESP2's
+// subscribed mode, as of the last barrier.
+func (rl *relay) subscribed() bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.channels > 0 || rl.shard > 0
+}
+
+// stop ends the relay once; it reports whether this call ended it.
+func (rl *relay) stop(err error) bool {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.err != nil {
+		return false
+	}
+	rl.err = err
+	rl.up.close()
+	return true
+}
+
+func (rl *relay) stopped() error {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.err
+}
+
+// routeRelayed handles a command of a client in relay mode: commands for
+// the data Redis and PING go to it; a command lockproxy answers waits for
+// the replies to earlier ones and, on RESP2 while subscribed, is refused
+// as Redis refuses it.
+func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
+	rl := st.sub
+	switch {
+	case name == "reset":
+		rl.stop(errReset)
+		c.Unheld(func() { <-rl.done })
+		st.sub = nil
+		r.reset(st)
+		return false
+	case dest == toData || name == "ping":
+		r.stats.Forwarded.Add(1)
+		switch name {
+		case "multi":
+			st.multi = true
+		case "exec", "discard":
+			st.multi, st.dirty = false, false
+		}
+		if err := rl.send(args); err != nil {
+			r.stats.Failed.Add(1)
+			c.Drop()
+		}
+		return true
+	}
+	if err := rl.barrier(c, r.cfg.Timeout); err != nil {
+		return true // the connection is dropped
+	}
+	if name != "quit" && c.Proto() == 2 && rl.subscribed() {
+		c.Error("ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
+		return true
+	}
+	return r.dispatch(c, st, name, args, dest)
+}
