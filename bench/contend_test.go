@@ -174,7 +174,10 @@ func TestParseFlagsContended(t *testing.T) {
 	if len(o.conc) != 0 || o.contended != 8 || o.hold != 100*time.Microsecond {
 		t.Fatalf("conc %v contended %d hold %v", o.conc, o.contended, o.hold)
 	}
-	for _, bad := range [][]string{{"-concurrency", "", "-contended", "0"}, {"-contended", "-1"}, {"-hold", "-1ms"}} {
+	if o, err := parseFlags([]string{"-concurrency", "", "-contended", "0", "-faults=false"}); err != nil || o.hasCases() || !o.rss {
+		t.Errorf("the RSS cases alone: %+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"-concurrency", "", "-contended", "0", "-faults=false", "-rss=false"}, {"-contended", "-1"}, {"-hold", "-1ms"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)
 		}

@@ -29,6 +29,9 @@
 //	               [-hold 0s] [-duration 2s] [-warmup 500ms] [-cycles N]
 //	               [-impl redis,redsync,zkrecipe,lockproxy] [-faults=true] [-rss=true]
 //	               [-inprocess] [-procs N] [-cpuprofile FILE]
+//
+// With -concurrency "" -contended 0 no backend's case runs, only the faults
+// and RSS cases: add -faults=false for the RSS cases alone.
 package main
 
 import (
@@ -131,11 +134,16 @@ func (o options) validate() error {
 	if o.contended < 0 || o.hold < 0 {
 		return errors.New("-contended and -hold must not be negative")
 	}
-	if len(o.conc) == 0 && o.contended == 0 {
-		return errors.New("nothing to measure: -concurrency is empty and -contended is 0")
+	if !o.hasCases() && !o.faults && !o.rss {
+		return errors.New("nothing to measure: -concurrency is empty, -contended is 0, -faults and -rss are false")
 	}
 	return nil
 }
+
+// hasCases reports whether the backends' cases run: with -concurrency ”
+// and -contended 0 only the faults and RSS cases do (-rss alone:
+// -faults=false too).
+func (o options) hasCases() bool { return len(o.conc) > 0 || o.contended > 0 }
 
 // parseInts reads "1,32" into positive ints; "" is none.
 func parseInts(s string) ([]int, error) {

@@ -38,7 +38,7 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	l := &launcher{inprocess: o.inprocess, procs: o.procs, dir: dir}
 	f := figures{uncontended: map[string][]outcome{}, contended: map[string][]contendOutcome{}, inprocess: o.inprocess}
 	for i, s := range o.suites {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !o.hasCases() {
 			break
 		}
 		if i > 0 {
