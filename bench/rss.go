@@ -22,12 +22,12 @@ import (
 // The RSS cases: lockproxy's resident memory with many idle client
 // connections, then with many held locks.
 const (
-	rssIdleConns  = 10_000  // lockproxy's default max_clients
-	rssHeldLocks  = 100_000 // leases, LOCK key PX rssLockTTL
-	rssLockConns  = 16      // connections that send the LOCKs
-	rssBatch      = 500     // LOCKs pipelined per round trip on one connection
-	rssDialers    = 64      // goroutines opening the idle connections
-	rssLockTTL    = 10 * time.Minute
+	rssIdleConns  = 10_000           // lockproxy's default max_clients
+	rssHeldLocks  = 100_000          // leases, LOCK key PX rssLockTTL
+	rssLockConns  = 16               // connections that send the LOCKs
+	rssBatch      = 500              // LOCKs pipelined per round trip on one connection
+	rssDialers    = 64               // goroutines opening the idle connections
+	rssLockTTL    = maxLease         // the longest lease lockproxy grants here
 	rssCaseBound  = 90 * time.Second // bound of each case
 	rssSettleTime = 200 * time.Millisecond
 	rssFileMargin = 200 // open files besides the idle connections, per process
@@ -172,6 +172,7 @@ func dialPing(ctx context.Context, addr string) (net.Conn, error) {
 // each of rssLockConns connections, and reads lockproxy's RSS while they
 // are held.
 func heldLocksRSS(ctx context.Context, px *proxy) (int64, error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, rssCaseBound)
 	defer cancel()
 	c := redis.NewClient(&redis.Options{Addr: px.addr, PoolSize: rssLockConns, MaxRetries: -1,
@@ -192,7 +193,11 @@ func heldLocksRSS(ctx context.Context, px *proxy) (int64, error) {
 		return 0, err
 	}
 	time.Sleep(rssSettleTime)
-	return vmRSS(px.pid)
+	rss, err := vmRSS(px.pid)
+	if took := time.Since(start); err == nil && took >= rssLockTTL {
+		err = fmt.Errorf("taking the locks took %v: the first had expired (PX %v)", took.Round(time.Millisecond), rssLockTTL)
+	}
+	return rss, err
 }
 
 // lockBatch takes the leases on keys from to to-1 in one pipeline; each must
