@@ -153,7 +153,7 @@ func TestWriteContended(t *testing.T) {
 	var sb strings.Builder
 	writeContended(&sb, suites[0], results, 2, 0)
 	want := []string{
-		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 30000 WAIT 30000, redsync Lock with its default retries (plain redis: no contended case)",
+		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 10000 WAIT 30000, redsync Lock with its default retries (plain redis: no contended case)",
 		"impl       grants  grants/s  wait p50   wait p99   gap p50    gap p99    held p50   fewest  most    max dev  gave up  errors",
 		"redsync    200     200       100ms      100ms      2ms        2ms        -          10      190     90.0%    3        0",
 		"lockproxy  200     200       1ms        1ms        0s         0s         300µs      99      101     1.0%     0        0",

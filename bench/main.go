@@ -4,7 +4,7 @@
 //
 //   - redlock: three local redis-servers. Uncontended cycles at each
 //     -concurrency through lockproxy, through redsync, and through one plain
-//     redis-server (the first node: SET key token NX PX 30000 plus a Lua
+//     redis-server (the first node: SET key token NX PX 10000 plus a Lua
 //     compare-and-delete, no HA), then the contended case (clients that all
 //     wait for one key; lockproxy's LOCK ... WAIT against redsync's retries).
 //   - zookeeper: one standalone ZooKeeper server (internal/zktest) against

@@ -14,8 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lockTTL is the lease every cycle asks for, as PX 30000 / WithExpiry(30s).
-const lockTTL = 30 * time.Second
+// lockTTL is the lease every cycle asks for, as PX 10000 / WithExpiry(10s):
+// maxLease, the longest lease the bench lets lockproxy grant.
+const lockTTL = maxLease
 
 // cycleFunc takes and releases key once and returns how long taking it
 // took; it returns an error unless both steps succeeded.
@@ -54,7 +55,7 @@ func lockproxyCycle(c *redis.Client) cycleFunc {
 	}
 }
 
-// lockproxyLock sends LOCK key PX 30000, followed by extra arguments such
+// lockproxyLock sends LOCK key PX 10000, followed by extra arguments such
 // as WAIT ms, and returns the token. A null reply is errNotAcquired.
 func lockproxyLock(ctx context.Context, c *redis.Client, key string, extra ...any) (string, error) {
 	args := append([]any{"LOCK", key, "PX", lockTTL.Milliseconds()}, extra...)
@@ -88,7 +89,7 @@ func lockproxyUnlock(ctx context.Context, c *redis.Client, key, token string) er
 }
 
 // newRedisTarget is the plain-Redis baseline: one redis-server, no HA, the
-// way most lock code does it: SET key token NX PX 30000, then a Lua
+// way most lock code does it: SET key token NX PX 10000, then a Lua
 // compare-and-delete; the token is 16 random bytes, as redsync's.
 func newRedisTarget(addr string, poolSize int) *target {
 	c := newClient(addr, poolSize)
@@ -200,7 +201,7 @@ const waitBound = 30 * time.Second
 // client's own deadline.
 const waitMargin = 5 * time.Second
 
-// lockproxyContender sends LOCK key PX 30000 WAIT 30000 and UNLOCK on a
+// lockproxyContender sends LOCK key PX 10000 WAIT 30000 and UNLOCK on a
 // connection of its own.
 type lockproxyContender struct {
 	c     *redis.Client

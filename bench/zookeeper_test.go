@@ -128,7 +128,7 @@ func TestWriteContendedZooKeeper(t *testing.T) {
 	var sb strings.Builder
 	writeContended(&sb, zkSuite, results, 2, 0)
 	want := []string{
-		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 30000 WAIT 30000, zkrecipe zk.Lock on a session per client (no timeout: cut at 35s by closing the session)",
+		"contended: 2 clients, 1 key, hold 0s; lockproxy LOCK PX 10000 WAIT 30000, zkrecipe zk.Lock on a session per client (no timeout: cut at 35s by closing the session)",
 		"impl       grants  grants/s  wait p50   wait p99   gap p50    gap p99    held p50   fewest  most    max dev  gave up  errors",
 		"zkrecipe   200     200       2ms        2ms        0s         0s         1ms        100     100     0.0%     0        0",
 		"lockproxy  100     100       4ms        4ms        1ms        1ms        1ms        50      50      0.0%     0        0",
