@@ -28,15 +28,16 @@ type flight struct {
 // still make one, and they are waited for. An answer the restart rule does
 // not count (restart.go) reaches decide as ErrNotCounted.
 //
-// All calls share one context, detached from ctx's cancellation, bounded
-// by timeout and ended by Close: calls still running when fanout returns finish in the
+// All calls share one context (an opContext: no timer unless a node waits
+// on it), detached from ctx's cancellation, bounded by timeout and ended
+// by Close: calls still running when fanout returns finish in the
 // background, so a write the caller no longer waits for (the last nodes of
 // a release, a commit beyond the quorum) still reaches every node that
 // answers in time.
 func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
 	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
-	var cctx context.Context
-	cctx, f.cancel = context.WithTimeout(r.life, timeout)
+	cctx := newOpContext(r.life, timeout)
+	f.cancel = cctx.cancel
 	for i, n := range r.nodes {
 		n.Do(cctx, op, i, f.replies)
 	}
