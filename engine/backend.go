@@ -118,4 +118,7 @@ type Events interface {
 	// engine counts it and reports ErrLost to the holder's next RENEW or
 	// UNLOCK.
 	Lost(key, token string)
+	// The engine also has Taken(key, token), which a backend may find by
+	// type assertion: token's lock on key was taken by a DEL through
+	// another instance (reason "deleted"; see Taking).
 }

@@ -177,7 +177,7 @@ func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, 
 	}
 	e.unwatch(key, token)
 	e.dropLease(key, token)
-	ok, err := e.free(ctx, key, token)
+	ok, err := e.free(context.WithValue(ctx, takingKey{}, true), key, token)
 	switch {
 	case ok && holder != nil && holder != by:
 		e.mu.Lock()
@@ -187,6 +187,18 @@ func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, 
 		go e.cfg.AnnounceTaken(key, token) // granted elsewhere, perhaps
 	}
 	return ok, err
+}
+
+type takingKey struct{}
+
+// Taking reports whether a Backend.Release called with ctx takes the lock
+// from its holder (Take: a DEL without the token) rather than the holder
+// releasing it. A backend that cannot announce Take's loss otherwise
+// (ZooKeeper) leaves a mark with the release, for the instance that
+// granted the lock to find (Taken).
+func Taking(ctx context.Context) bool {
+	taking, _ := ctx.Value(takingKey{}).(bool)
+	return taking
 }
 
 // Taken says that token's lock on key was taken from its holder through

@@ -234,3 +234,81 @@ func TestSessionExpiryTellsHolder(t *testing.T) {
 		return strings.HasPrefix(r, "-LOCKLOST the lock on '"+key+":2' was lost")
 	})
 }
+
+// TestDelThroughAnotherZooKeeperInstanceTellsHolder: on ZooKeeper, leases
+// are persistent nodes that no instance renews; a DEL through a second
+// instance on the same ensemble deletes one granted through the first —
+// even after an extension through the second, which then answers for the
+// node too — and leaves a mark that the first watches for and tells the
+// holder of: the RESP3 holder is pushed it, the RESP2 holder's next
+// command about the key says LOCKLOST, once. A bound lock is marked too
+// (or its watchdog finds it gone first). A lease that runs out, or that
+// its holder releases (through either instance), is no loss: the first
+// push the RESP3 holder gets after those is of a later DEL.
+func TestDelThroughAnotherZooKeeperInstanceTellsHolder(t *testing.T) {
+	zk := zktest.Start(t)
+	a := startInstance(t, zkConfig(zk))
+	b := startInstance(t, zkConfig(zk))
+	key := uniqueKey(t)
+	h3 := dialRESP3(t, a.Addr())
+	h2 := dialRaw(t, a.Addr())
+	viaB := dialRaw(t, b.Addr())
+	parseGrant(t, h3.do("LOCK", key+":bound"))
+	parseGrant(t, h3.do("LOCK", key+":lease", "PX", "60000", "TOKEN", "lease"))
+	parseGrant(t, h2.do("LOCK", key+":2", "PX", "60000"))
+	// Extensions through either instance: the second then answers for
+	// the node too (its DEL takes the one-request path).
+	if r := viaB.do("RENEW", key+":lease", "lease", "PX", "60000"); !strings.HasPrefix(r, ":") {
+		t.Fatalf("RENEW through the other instance: %s", r)
+	}
+	if r := h3.do("RENEW", key+":lease", "lease", "PX", "60000"); !strings.HasPrefix(r, ":") {
+		t.Fatalf("RENEW: %s", r)
+	}
+	if r := viaB.do("DEL", key+":bound", key+":lease", key+":2"); r != ":3" {
+		t.Fatalf("DEL through the other instance: %s", r)
+	}
+	got := map[string]bool{h3.push(): true, h3.push(): true}
+	if !got[lostPush(key+":lease", "deleted")] || !got[lostPush(key+":bound", "deleted")] && !got[lostPush(key+":bound", "gone")] {
+		t.Fatalf("pushes %v", got)
+	}
+	eventually(t, 20*time.Second, "the RESP2 holder hears of it", func() bool {
+		r := h2.do("GET", key+":2")
+		if r != "(nil)" && !strings.HasPrefix(r, "-LOCKLOST") {
+			t.Fatalf("GET: %s", r)
+		}
+		return strings.HasPrefix(r, "-LOCKLOST the lock on '"+key+":2' was lost: another connection deleted it")
+	})
+	if r := h2.do("GET", key+":2"); r != "(nil)" {
+		t.Fatalf("GET again: %s, want (nil): LOCKLOST is said once", r)
+	}
+
+	// No loss: a lease that runs out (and is then taken through the other
+	// instance, which may delete the overdue node itself), and leases
+	// their holder releases, here and through the other instance.
+	parseGrant(t, h3.do("LOCK", key+":short", "PX", "200", "TOKEN", "short"))
+	parseGrant(t, h3.do("LOCK", key+":here", "PX", "60000", "TOKEN", "here"))
+	parseGrant(t, h3.do("LOCK", key+":there", "PX", "60000", "TOKEN", "there"))
+	if r := h3.do("UNLOCK", key+":here", "here"); r != ":1" {
+		t.Fatalf("UNLOCK here: %s", r)
+	}
+	if r := viaB.do("UNLOCK", key+":there", "there"); r != ":1" {
+		t.Fatalf("UNLOCK through the other instance: %s", r)
+	}
+	eventually(t, 20*time.Second, "the other instance takes the lease that ran out", func() bool {
+		return strings.HasPrefix(viaB.do("LOCK", key+":short", "PX", "60000"), "[")
+	})
+	// The marker: a later DEL through the other instance, whose push must
+	// be the first one.
+	parseGrant(t, h3.do("LOCK", key+":last", "PX", "60000"))
+	if r := viaB.do("DEL", key+":last"); r != ":1" {
+		t.Fatalf("DEL the last: %s", r)
+	}
+	if p := h3.push(); p != lostPush(key+":last", "deleted") {
+		t.Fatalf("push %s, want only the last lease's", p)
+	}
+	for _, k := range []string{":short", ":here", ":there"} {
+		if r := h3.do("GET", key+k); strings.HasPrefix(r, "-LOCKLOST") || strings.HasPrefix(r, ">") {
+			t.Fatalf("GET %s: %s, want no loss", k, r)
+		}
+	}
+}

@@ -19,6 +19,9 @@
 //   - lease.go: Extend (and a bound lock's promotion to a lease), Inspect,
 //     the validity a grant may claim, and the timers that end expired
 //     leases;
+//   - held.go: locks taken through another instance (a DEL there): the
+//     mark that delete leaves, and the watch on the marks that tells the
+//     engine (Events' Taken);
 //   - keys.go: the node layout (paths, names, the data a lock node holds);
 //   - wire.go and batch.go: the requests, and the batching of the writes that
 //     pile up while a multi is on its way.

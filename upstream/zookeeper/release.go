@@ -22,9 +22,10 @@ type handoff struct {
 
 // Release deletes key's lock node if token holds it, and hands key to
 // line[0], this instance's first waiter for it, when it can; sent runs
-// once the release is done.
+// once the release is done. A release that takes the lock from its
+// holder (engine.Taking) is a plain one: it leaves its mark (deleteHeld).
 func (z *ZooKeeper) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	ok := z.handOver(ctx, key, token, line)
+	ok := !engine.Taking(ctx) && z.handOver(ctx, key, token, line)
 	var err error
 	if !ok {
 		ok, err = z.release(ctx, key, token, sent != nil)
@@ -273,7 +274,11 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 		if wakes {
 			undo = z.deleteHere(p)
 		}
-		switch err := z.deleteLock(ctx, p); {
+		del := z.deleteLock
+		if engine.Taking(ctx) {
+			del = func(ctx context.Context, p string) error { return z.deleteHeld(ctx, key, p, -1) }
+		}
+		switch err := del(ctx, p); {
 		case err == nil:
 			z.forget(p)
 			return true, nil
@@ -292,7 +297,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 		if err != nil {
 			return false, err
 		}
-		switch err := z.delete(ctx, v.top.path, v.top.stat.Version); {
+		switch err := z.deleteHeld(ctx, key, v.top.path, v.top.stat.Version); {
 		case err == nil:
 			z.forget(v.top.path)
 			_ = z.dropPlaces(ctx, key, v.kids[1:], token) // best effort: places expire

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -184,6 +185,8 @@ type ZooKeeper struct {
 	// request's goroutine when a create succeeded, before the caller hears
 	// of it; afterCreate runs on the caller's once it has.
 	createReturned, afterCreate func(path string)
+	// marksWatched is set once the watch on the marks is first set.
+	marksWatched atomic.Bool
 
 	mu        sync.Mutex
 	closed    bool
@@ -239,6 +242,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		conn.Close()
 		return nil, err
 	}
+	z.spawn(z.watchMarks) // locks taken through other instances
 	return z, nil
 }
 
