@@ -29,6 +29,7 @@ type Conn struct {
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	proto   int
+	db      int // SELECT's database, 0..Databases-1
 	authed  bool
 	user    string // the authenticated user; "" is the default user
 	name    string
@@ -70,6 +71,13 @@ func (c *Conn) Proto() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.proto
+}
+
+// DB is the database the client selected (SELECT), 0 by default.
+func (c *Conn) DB() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.db
 }
 
 // Name is the client's name (CLIENT SETNAME, HELLO SETNAME).

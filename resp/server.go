@@ -245,6 +245,7 @@ func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
 			c.Error(e)
 			return
 		}
+		inDB(c.DB(), def, args)
 		def.Handler(c, args)
 	}
 }
