@@ -36,6 +36,7 @@ type Conn struct {
 	libName string
 	libVer  string
 	lastCmd string
+	subs    [2]map[string]struct{} // subscribed channels, then patterns
 }
 
 // setAuthed records whether c has authenticated. Until it has, the guard

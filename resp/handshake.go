@@ -33,6 +33,10 @@ func (s *Server) handshake() []Command {
 }
 
 func ping(c *Conn, args [][]byte) {
+	if len(args) <= 2 && c.Proto() == 2 && c.subscriptions() > 0 {
+		subscribedPing(c, args)
+		return
+	}
 	switch len(args) {
 	case 1:
 		c.Simple("PONG")
@@ -181,6 +185,7 @@ func validName(n string) bool {
 
 func (s *Server) reset(c *Conn, _ [][]byte) {
 	s.session.Reset(c)
+	s.unsubscribeAll(c)
 	c.mu.Lock()
 	c.proto, c.db, c.name, c.libName, c.libVer = 2, 0, "", "", ""
 	c.setAuthed(s.password() == "")

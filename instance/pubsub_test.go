@@ -1,0 +1,87 @@
+package instance_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
+)
+
+// pubsubSteps is a pub/sub session: "a 2: CMD" sends CMD on connection a
+// and reads 2 frames; "a 1:" only reads (a message). K is a unique
+// channel name.
+var pubsubSteps = []string{
+	"a 1: SUBSCRIBE", // arity error
+	"a 2: SUBSCRIBE K K:2", "a 1: SUBSCRIBE K", "a 1: PSUBSCRIBE K:*",
+	"a 1: GET K", "a 1: PING", "a 1: PING hi", "a 1: PING a b",
+	"b 1: PUBLISH K hello", "a 1:",
+	"b 1: PUBLISH K:2 two", "a 1:", "a 1:",
+	"b 1: PUBLISH other x", "b 1: PUBLISH K", "b 1: PUBLISH K a b",
+	"a 1: UNSUBSCRIBE K", "b 1: PUBLISH K again", "b 1: PUBLISH K:x again", "a 1:",
+	"a 1: PUNSUBSCRIBE", "a 1: PUNSUBSCRIBE", "a 1: UNSUBSCRIBE", "a 1: UNSUBSCRIBE",
+	"a 1: PING", "a 1: GET K",
+	"a 1: SUBSCRIBE K", "a 1: RESET", "b 1: PUBLISH K gone", "a 1: PING",
+}
+
+// TestPubSubRepliesMatchRedis runs pubsubSteps on a plain redis-server and
+// on lockproxy, in RESP2 and RESP3, and compares every frame byte for byte.
+func TestPubSubRepliesMatchRedis(t *testing.T) {
+	plain := redistest.Start(t, redistest.Options{})
+	check := func(t *testing.T, cfg instance.Config) {
+		in := startInstance(t, cfg)
+		for _, proto := range []int{2, 3} {
+			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+				key := uniqueKey(t)
+				want := runPubSub(t, plain.Addr(), proto, key)
+				got := runPubSub(t, in.Addr(), proto, key)
+				if testing.Verbose() {
+					t.Logf("redis:\n%s", strings.Join(want, "\n"))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("frame %d: lockproxy %q, redis %q", i, got[i], want[i])
+					}
+				}
+			})
+		}
+	}
+	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
+	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
+}
+
+// runPubSub runs pubsubSteps against addr and returns every frame read,
+// labelled with its step.
+func runPubSub(t *testing.T, addr string, proto int, key string) []string {
+	conns := map[string]*rawConn{}
+	var out []string
+	for _, step := range pubsubSteps {
+		head, cmd, _ := strings.Cut(step, ":")
+		cmd = strings.TrimSpace(cmd)
+		name, count, _ := strings.Cut(head, " ")
+		n, _ := strconv.Atoi(count)
+		c := conns[name]
+		if c == nil {
+			c = dialRaw(t, addr)
+			if proto == 3 {
+				c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+				c.reply()
+			}
+			conns[name] = c
+		}
+		if cmd != "" {
+			c.send(multibulk(scenarioArgs(cmd, key, "")))
+		}
+		for range n {
+			c.c.SetReadDeadline(deadline())
+			raw, err := readRaw(c.rd)
+			if err != nil {
+				t.Fatalf("%s: %v; read so far %q", step, err, out)
+			}
+			out = append(out, step+" -> "+raw)
+		}
+	}
+	return out
+}
