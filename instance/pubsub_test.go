@@ -1,13 +1,16 @@
 package instance_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // pubsubSteps is a pub/sub session: "a 2: CMD" sends CMD on connection a
@@ -84,4 +87,45 @@ func runPubSub(t *testing.T, addr string, proto int, key string) []string {
 		}
 	}
 	return out
+}
+
+// TestPubSubGoRedis uses go-redis's PubSub, in RESP2 and RESP3: a channel
+// and a pattern subscriber receive each message once, and the publishing
+// connection keeps taking locks.
+func TestPubSubGoRedis(t *testing.T) {
+	in := startInstance(t, embeddedConfig())
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			key := uniqueKey(t)
+			c := newClient(t, in.Addr(), proto)
+			sub := c.Subscribe(ctx, key)
+			defer sub.Close()
+			psub := c.PSubscribe(ctx, key+":*")
+			defer psub.Close()
+			for _, s := range []*redis.PubSub{sub, psub} {
+				if _, err := s.Receive(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := c.Publish(ctx, key, "unlocked").Result(); n != 1 || err != nil {
+				t.Fatalf("PUBLISH: %d %v", n, err)
+			}
+			if n, err := c.Publish(ctx, key+":x", "p").Result(); n != 1 || err != nil {
+				t.Fatalf("PUBLISH to the pattern: %d %v", n, err)
+			}
+			m, err := sub.ReceiveMessage(ctx)
+			if err != nil || m.Channel != key || m.Payload != "unlocked" {
+				t.Fatalf("message: %+v %v", m, err)
+			}
+			m, err = psub.ReceiveMessage(ctx)
+			if err != nil || m.Pattern != key+":*" || m.Channel != key+":x" || m.Payload != "p" {
+				t.Fatalf("pmessage: %+v %v", m, err)
+			}
+			if ok, err := c.SetNX(ctx, key, "tok", time.Minute).Result(); !ok || err != nil {
+				t.Fatalf("SET NX beside the subscriptions: %v %v", ok, err)
+			}
+		})
+	}
 }
