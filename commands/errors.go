@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/luascript"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // argError is a bad argument; its text is the reply, in Redis's words
@@ -68,9 +69,9 @@ func replyError(key string, err error) string {
 		return fmt.Sprintf("TIMEOUT outcome unknown: %d of %d nodes held the lock for that token, %d did not, %d did not answer; %s",
 			unknown.Yes, unknown.Yes+unknown.No+unknown.Silent, unknown.No, unknown.Silent, unknownOutcome[unknown.Op])
 	case errors.As(err, &lost):
-		return "LOCKLOST the lock on '" + oneLine(key) + "' was lost: " + lostWhy[lost.Reason] + "; another client may hold it now"
+		return "LOCKLOST the lock on '" + oneLine(resp.ClientKey(key)) + "' was lost: " + lostWhy[lost.Reason] + "; another client may hold it now"
 	case errors.Is(err, engine.ErrLost):
-		return "LOCKLOST the lock on '" + oneLine(key) + "' was lost; another client may hold it now"
+		return "LOCKLOST the lock on '" + oneLine(resp.ClientKey(key)) + "' was lost; another client may hold it now"
 	case errors.Is(err, engine.ErrUnavailable):
 		return "UNAVAILABLE the lock backend cannot be reached right now; nothing was granted, try again: " + err.Error()
 	case errors.Is(err, engine.ErrShuttingDown):

@@ -52,7 +52,7 @@ func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
 
 // Register adds the lock commands, native and legacy, to t.
 func (h *Handler) Register(t *resp.Table) error {
-	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t))
+	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t))
 }
 
 func (h *Handler) registerNative(t *resp.Table) error {
@@ -199,7 +199,7 @@ func (h *Handler) lockinfo(c *resp.Conn, args [][]byte) {
 // Opened gives the new connection its session.
 func (h *Handler) Opened(c *resp.Conn) {
 	o := h.engine.NewOwner(c.ID())
-	o.OnLost(func(key, reason string) { c.Push(pushLockLost, key, reason) })
+	o.OnLost(func(key, reason string) { c.Push(pushLockLost, resp.ClientKey(key), reason) })
 	c.State = &connSession{owner: o, trackTaken: !h.legacy.DelFromAnyConnection}
 }
 

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"github.com/lockproxy/lockproxy/resp"
 	"math"
 	"strconv"
 	"strings"
@@ -35,11 +36,13 @@ type lockArgs struct {
 	token string
 }
 
+// key reads a stored key (resp.DBKey): the limits apply to the key the
+// client sent, without its database prefix.
 func (l Limits) key(b []byte) (string, error) {
-	switch {
-	case len(b) == 0:
+	switch n := len(resp.ClientKey(string(b))); {
+	case n == 0:
 		return "", errEmptyKey
-	case len(b) > l.MaxKeyBytes:
+	case n > l.MaxKeyBytes:
 		return "", tooLong("key", l.MaxKeyBytes)
 	}
 	return string(b), nil

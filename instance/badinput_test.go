@@ -42,7 +42,8 @@ func TestBadArguments(t *testing.T) {
 			{[]string{"UNLOCK", longKey, "t"}, "-ERR invalid key: longer than 1024 bytes (max_key_bytes)"},
 			{[]string{"RENEW", "k", "t", "EX", "5"}, "-ERR syntax error"},
 			{[]string{"RENEW", "k", "t", "PX", "-1"}, "-ERR invalid expire time in 'renew' command"},
-			{[]string{"SELECT", "1"}, "-ERR DB index is out of range"},
+			{[]string{"SELECT", "16"}, "-ERR DB index is out of range"},
+			{[]string{"SELECT", "one"}, "-ERR value is not an integer or out of range"},
 			{[]string{"HELLO", "4"}, "-NOPROTO unsupported protocol version"},
 			{[]string{"AUTH", "x"}, "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"},
 			{[]string{"AUTH", "default", "any"}, "+OK"}, // no password: the default user takes any, as in Redis

@@ -47,6 +47,17 @@ var legacyScenarios = map[string][]string{
 		"b: EVAL " + releaseScript + " 2 K", "b: EVAL " + releaseScript + " -1 K v", "b: PEXPIRE K 10 GT LT",
 		"~b: PTTL K", "b: GET K", "a: DEL K",
 	},
+	"databases": {
+		"a: SELECT 1", "a: SET K tok1 NX PX 30000", "b: SET K tok0 NX PX 30000", "a: GET K", "b: GET K",
+		"a: TYPE K", "b: TYPE K", "a: TYPE K:none", "a: EXISTS K K:none", "b: SELECT 16", "b: SELECT -1", "b: SELECT x",
+		"b: SELECT", "b: SELECT 0 0", "b: GET K", "a: SET K tok1b NX", "a: DEL K", "b: GET K", "a: GET K", "a: TYPE K",
+		"a: SET K tok1 NX PX 30000", "a: SELECT 15", "a: GET K", "a: SELECT 1", "a: GET K", "a: RESET", "a: GET K",
+		"a: SELECT 1", "a: DEL K", "b: DEL K", "b: TYPE K", "b: TYPE", "b: TYPE K K",
+	},
+	"wait": {
+		"a: SET K tok NX PX 30000", "a: WAIT 0 0", "a: WAIT 1 20", "a: WAIT 0 x", "a: WAIT x 0", "a: WAIT 0 -1",
+		"a: WAIT 0", "a: WAIT 0 0 0", "a: GET K", "a: DEL K",
+	},
 	"scripts": {
 		"a: SET K tok NX PX 30000",
 		"a: EVAL " + releaseScript + " 1 K other", "a: GET K",

@@ -3,194 +3,129 @@ package instance_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
-// TestPassthroughPubSubGoRedis: go-redis's PubSub through lockproxy, in
-// RESP2 and RESP3, gets each message published through lockproxy or
-// directly on the data Redis exactly once, by channel and by pattern, and
-// its PING and UNSUBSCRIBE work.
-func TestPassthroughPubSubGoRedis(t *testing.T) {
-	p := startPassthrough(t, "lock:*")
-	ctx := context.Background()
-	direct := newClient(t, p.data.Addr(), 2)
-	for _, proto := range []int{2, 3} {
-		c, pub := newClient(t, p.in.Addr(), proto), newClient(t, p.in.Addr(), proto)
-		ch, pat := fmt.Sprintf("news:%d", proto), fmt.Sprintf("ev:%d:*", proto)
-		ps := c.Subscribe(ctx, ch)
-		defer ps.Close()
-		if err := ps.PSubscribe(ctx, pat); err != nil {
-			t.Fatal(err)
+// pubsubSteps is a pub/sub session: "a 2: CMD" sends CMD on connection a
+// and reads 2 frames; "a 1:" only reads (a message). K is a unique
+// channel name.
+var pubsubSteps = []string{
+	"a 1: SUBSCRIBE", // arity error
+	"a 2: SUBSCRIBE K K:2", "a 1: SUBSCRIBE K", "a 1: PSUBSCRIBE K:*",
+	"a 1: GET K", "a 1: PING", "a 1: PING hi", "a 1: PING a b",
+	"b 1: PUBLISH K hello", "a 1:",
+	"b 1: PUBLISH K:2 two", "a 1:", "a 1:",
+	"b 1: PUBLISH other x", "b 1: PUBLISH K", "b 1: PUBLISH K a b",
+	"a 1: UNSUBSCRIBE K", "b 1: PUBLISH K again", "b 1: PUBLISH K:x again", "a 1:",
+	"a 1: PUNSUBSCRIBE", "a 1: PUNSUBSCRIBE", "a 1: UNSUBSCRIBE", "a 1: UNSUBSCRIBE",
+	"a 1: PING", "a 1: GET K",
+	"a 1: SUBSCRIBE K", "a 1: RESET", "b 1: PUBLISH K gone", "a 1: PING",
+}
+
+// TestPubSubRepliesMatchRedis runs pubsubSteps on a plain redis-server and
+// on lockproxy, in RESP2 and RESP3, and compares every frame byte for byte.
+func TestPubSubRepliesMatchRedis(t *testing.T) {
+	plain := redistest.Start(t, redistest.Options{})
+	check := func(t *testing.T, cfg instance.Config) {
+		in := startInstance(t, cfg)
+		for _, proto := range []int{2, 3} {
+			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+				key := uniqueKey(t)
+				want := runPubSub(t, plain.Addr(), proto, key)
+				got := runPubSub(t, in.Addr(), proto, key)
+				if testing.Verbose() {
+					t.Logf("redis:\n%s", strings.Join(want, "\n"))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("frame %d: lockproxy %q, redis %q", i, got[i], want[i])
+					}
+				}
+			})
 		}
-		for i := 0; i < 2; i++ { // the two confirmations
-			if _, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil {
-				t.Fatalf("resp%d: subscription: %v", proto, err)
+	}
+	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
+	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
+}
+
+// runPubSub runs pubsubSteps against addr and returns every frame read,
+// labelled with its step.
+func runPubSub(t *testing.T, addr string, proto int, key string) []string {
+	conns := map[string]*rawConn{}
+	var out []string
+	for _, step := range pubsubSteps {
+		head, cmd, _ := strings.Cut(step, ":")
+		cmd = strings.TrimSpace(cmd)
+		name, count, _ := strings.Cut(head, " ")
+		n, _ := strconv.Atoi(count)
+		c := conns[name]
+		if c == nil {
+			c = dialRaw(t, addr)
+			if proto == 3 {
+				c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+				c.reply()
 			}
+			conns[name] = c
 		}
-		if err := ps.Ping(ctx, "hello"); err != nil {
-			t.Fatalf("resp%d: PING while subscribed: %v", proto, err)
+		if cmd != "" {
+			c.send(multibulk(scenarioArgs(cmd, key, "")))
 		}
-		if m, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil || fmt.Sprint(m) != "Pong<hello>" {
-			t.Fatalf("resp%d: PING while subscribed: %v, %v", proto, m, err)
-		}
-		if n := pub.Publish(ctx, ch, "via-lockproxy").Val(); n != 1 {
-			t.Fatalf("resp%d: PUBLISH through lockproxy reached %d subscribers", proto, n)
-		}
-		direct.Publish(ctx, ch, "direct")
-		direct.Publish(ctx, fmt.Sprintf("ev:%d:1", proto), "by-pattern")
-		direct.Publish(ctx, ch, "end")
-		var got []string
-		for len(got) == 0 || got[len(got)-1] != ch+"=end" {
-			m, err := ps.ReceiveTimeout(ctx, 20*time.Second)
+		for range n {
+			c.c.SetReadDeadline(deadline())
+			raw, err := readRaw(c.rd)
 			if err != nil {
-				t.Fatalf("resp%d: after %q: %v", proto, got, err)
+				t.Fatalf("%s: %v; read so far %q", step, err, out)
 			}
-			switch m := m.(type) {
-			case *redis.Message:
-				got = append(got, m.Channel+"="+m.Payload)
-			default:
-				got = append(got, fmt.Sprintf("%T", m))
+			out = append(out, step+" -> "+raw)
+		}
+	}
+	return out
+}
+
+// TestPubSubGoRedis uses go-redis's PubSub, in RESP2 and RESP3: a channel
+// and a pattern subscriber receive each message once, and the publishing
+// connection keeps taking locks.
+func TestPubSubGoRedis(t *testing.T) {
+	in := startInstance(t, embeddedConfig())
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			key := uniqueKey(t)
+			c := newClient(t, in.Addr(), proto)
+			sub := c.Subscribe(ctx, key)
+			defer sub.Close()
+			psub := c.PSubscribe(ctx, key+":*")
+			defer psub.Close()
+			for _, s := range []*redis.PubSub{sub, psub} {
+				if _, err := s.Receive(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		want := []string{ch + "=via-lockproxy", ch + "=direct", fmt.Sprintf("ev:%d:1=by-pattern", proto), ch + "=end"}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("resp%d: received %q, want %q", proto, got, want)
-		}
-		if err := ps.Unsubscribe(ctx, ch); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil || fmt.Sprint(m) != "unsubscribe: "+ch {
-			t.Fatalf("resp%d: UNSUBSCRIBE: %v, %v", proto, m, err)
-		}
-	}
-}
-
-// TestPassthroughSubscribedMode: on RESP2, a subscribed connection is
-// refused lock commands and data commands with Redis's own error, and
-// stays usable; after UNSUBSCRIBE it runs them again. On RESP3 they run
-// while subscribed, as on Redis 7. A pipeline entering the mode gets its
-// replies in order.
-func TestPassthroughSubscribedMode(t *testing.T) {
-	p := startPassthrough(t, "lock:*")
-	ctx := context.Background()
-	refusal := func(cmd string) string {
-		return "-ERR Can't execute '" + cmd + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
-	}
-	r := dialRaw(t, p.in.Addr())
-	r.send("*2\r\n$3\r\nGET\r\n$7\r\nmissing\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n*6\r\n$3\r\nSET\r\n$6\r\nlock:a\r\n$1\r\nv\r\n$2\r\nNX\r\n$2\r\nPX\r\n")
-	if got := r.reply(); got != "(nil)" {
-		t.Fatalf("GET before SUBSCRIBE in one pipeline: %s", got)
-	}
-	if got := r.reply(); got != "[subscribe c :1]" {
-		t.Fatalf("SUBSCRIBE: %s", got)
-	}
-	r.send("$5\r\n10000\r\n") // the SET's last argument
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{nil, refusal("set")},
-		{[]string{"LOCK", "lock:b", "PX", "10000"}, refusal("lock")},
-		{[]string{"GET", "cache"}, refusal("get")},
-		{[]string{"ECHO", "x"}, refusal("echo")},
-		{[]string{"PING"}, "[pong ]"},
-		{[]string{"UNSUBSCRIBE"}, "[unsubscribe c :0]"},
-		{[]string{"SET", "lock:a", "v", "NX", "PX", "10000"}, "+OK"},
-		{[]string{"SET", "cache", "1"}, "+OK"},
-		{[]string{"GET", "cache"}, "1"},
-	} {
-		got := ""
-		if tc.args == nil {
-			got = r.reply()
-		} else {
-			got = r.do(tc.args...)
-		}
-		if got != tc.want {
-			t.Fatalf("%v: %s, want %s", tc.args, got, tc.want)
-		}
-	}
-	if n := p.onLockNodes(t, "lock:a"); n < 2 {
-		t.Fatalf("lock:a on %d lock nodes after UNSUBSCRIBE", n)
-	}
-
-	r3 := dialRaw(t, p.in.Addr())
-	if got := r3.do("HELLO", "3"); !strings.HasPrefix(got, "[") {
-		t.Fatalf("HELLO 3: %s", got)
-	}
-	if got := r3.do("SUBSCRIBE", "c3"); got != ">[subscribe c3 :1]" {
-		t.Fatalf("RESP3 SUBSCRIBE: %s", got)
-	}
-	if got := r3.do("SET", "lock:r3", "v", "NX", "PX", "10000"); got != "+OK" {
-		t.Fatalf("RESP3 lock while subscribed: %s", got)
-	}
-	if got := r3.do("INCR", "n3"); got != ":1" {
-		t.Fatalf("RESP3 INCR while subscribed: %s", got)
-	}
-	newClient(t, p.data.Addr(), 2).Publish(ctx, "c3", "hi")
-	if got := r3.reply(); got != ">[message c3 hi]" {
-		t.Fatalf("RESP3 message: %s", got)
-	}
-	if got := r3.do("RESET"); got != "+RESET" {
-		t.Fatalf("RESET: %s", got)
-	}
-	if n := newClient(t, p.data.Addr(), 2).Publish(ctx, "c3", "after").Val(); n != 0 {
-		t.Fatalf("PUBLISH after RESET reached %d subscribers", n)
-	}
-	if got := r3.do("PING"); got != "+PONG" {
-		t.Fatalf("PING after RESET: %s", got)
-	}
-}
-
-// TestPassthroughMonitor: MONITOR through lockproxy relays the data
-// Redis's stream of commands, without lockproxy's own barriers, and RESET
-// ends it.
-func TestPassthroughMonitor(t *testing.T) {
-	p := startPassthrough(t, "lock:*")
-	m := dialRaw(t, p.in.Addr())
-	if got := m.do("MONITOR"); got != "+OK" {
-		t.Fatalf("MONITOR: %s", got)
-	}
-	c := newClient(t, p.in.Addr(), 2)
-	if err := c.Set(context.Background(), "watched", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := m.reply()
-	if !strings.Contains(got, `"set" "watched" "v"`) && !strings.Contains(got, `"SET" "watched" "v"`) {
-		t.Fatalf("MONITOR line: %s", got)
-	}
-	if got := m.do("RESET"); got != "+RESET" {
-		if strings.Contains(got, "barrier") {
-			t.Fatalf("lockproxy's barrier in the stream: %s", got)
-		}
-		t.Fatalf("RESET: %s", got)
-	}
-	if got := m.do("GET", "watched"); got != "v" {
-		t.Fatalf("GET after RESET: %s", got)
-	}
-}
-
-// TestPassthroughSubscriberDataRedisGone: when the data Redis dies, a
-// subscribed client's connection is closed (its subscriptions are gone;
-// clients resubscribe on reconnect), while other clients' locks keep
-// working.
-func TestPassthroughSubscriberDataRedisGone(t *testing.T) {
-	p := startPassthrough(t, "lock:*")
-	r := dialRaw(t, p.in.Addr())
-	if got := r.do("SUBSCRIBE", "c"); got != "[subscribe c :1]" {
-		t.Fatalf("SUBSCRIBE: %s", got)
-	}
-	if err := p.data.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if !r.closed() {
-		t.Fatal("the subscriber's connection stayed open after the data Redis died")
-	}
-	c := newClient(t, p.in.Addr(), 2)
-	if ok, err := c.SetNX(context.Background(), "lock:after", "t", 10*time.Second).Result(); !ok || err != nil {
-		t.Fatalf("lock after the data Redis died: %v, %v", ok, err)
+			if n, err := c.Publish(ctx, key, "unlocked").Result(); n != 1 || err != nil {
+				t.Fatalf("PUBLISH: %d %v", n, err)
+			}
+			if n, err := c.Publish(ctx, key+":x", "p").Result(); n != 1 || err != nil {
+				t.Fatalf("PUBLISH to the pattern: %d %v", n, err)
+			}
+			m, err := sub.ReceiveMessage(ctx)
+			if err != nil || m.Channel != key || m.Payload != "unlocked" {
+				t.Fatalf("message: %+v %v", m, err)
+			}
+			m, err = psub.ReceiveMessage(ctx)
+			if err != nil || m.Pattern != key+":*" || m.Channel != key+":x" || m.Payload != "p" {
+				t.Fatalf("pmessage: %+v %v", m, err)
+			}
+			if ok, err := c.SetNX(ctx, key, "tok", time.Minute).Result(); !ok || err != nil {
+				t.Fatalf("SET NX beside the subscriptions: %v %v", ok, err)
+			}
+		})
 	}
 }

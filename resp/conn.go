@@ -32,12 +32,14 @@ type Conn struct {
 
 	mu      sync.Mutex // guards the fields below, read by CLIENT LIST
 	proto   int
+	db      int // SELECT's database, 0..Databases-1
 	authed  bool
 	user    string // the authenticated user; "" is the default user
 	name    string
 	libName string
 	libVer  string
 	lastCmd string
+	subs    [2]map[string]struct{} // subscribed channels, then patterns
 }
 
 // setAuthed records whether c has authenticated. Until it has, the guard
@@ -73,6 +75,13 @@ func (c *Conn) Proto() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.proto
+}
+
+// DB is the database the client selected (SELECT), 0 by default.
+func (c *Conn) DB() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.db
 }
 
 // Name is the client's name (CLIENT SETNAME, HELLO SETNAME).

@@ -33,6 +33,10 @@ func (s *Server) handshake() []Command {
 }
 
 func ping(c *Conn, args [][]byte) {
+	if len(args) <= 2 && c.Proto() == 2 && c.subscriptions() > 0 {
+		subscribedPing(c, args)
+		return
+	}
 	switch len(args) {
 	case 1:
 		c.Simple("PONG")
@@ -43,14 +47,19 @@ func ping(c *Conn, args [][]byte) {
 	}
 }
 
+// selectDB is SELECT n: the connection's lock namespace from now on (see
+// DBKey), for the databases a default Redis has.
 func selectDB(c *Conn, args [][]byte) {
 	n, err := strconv.Atoi(string(args[1]))
 	switch {
 	case err != nil:
 		c.Error("ERR value is not an integer or out of range")
-	case n != 0:
+	case n < 0 || n >= Databases:
 		c.Error("ERR DB index is out of range")
 	default:
+		c.mu.Lock()
+		c.db = n
+		c.mu.Unlock()
 		c.OK()
 	}
 }
@@ -176,8 +185,9 @@ func validName(n string) bool {
 
 func (s *Server) reset(c *Conn, _ [][]byte) {
 	s.session.Reset(c)
+	s.unsubscribeAll(c)
 	c.mu.Lock()
-	c.proto, c.name, c.libName, c.libVer = 2, "", "", ""
+	c.proto, c.db, c.name, c.libName, c.libVer = 2, 0, "", "", ""
 	c.setAuthed(s.password() == "")
 	c.user = ""
 	c.mu.Unlock()
@@ -242,8 +252,8 @@ func (s *Server) setInfo(c *Conn, attr, val string) {
 func (c *Conn) describe() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("id=%d addr=%s name=%s age=%d db=0 resp=%d lib-name=%s lib-ver=%s cmd=%s",
-		c.id, c.rc.RemoteAddr(), c.name, int(time.Since(c.created).Seconds()), c.proto, c.libName, c.libVer, c.lastCmd)
+	return fmt.Sprintf("id=%d addr=%s name=%s age=%d db=%d resp=%d lib-name=%s lib-ver=%s cmd=%s",
+		c.id, c.rc.RemoteAddr(), c.name, int(time.Since(c.created).Seconds()), c.db, c.proto, c.libName, c.libVer, c.lastCmd)
 }
 
 func (s *Server) clientList() string {

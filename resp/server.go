@@ -12,6 +12,8 @@ import (
 
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/pubsub"
 )
 
 // Config configures the server.
@@ -36,6 +38,9 @@ type Config struct {
 	// Route, when set, sees each authenticated command before the table
 	// and returns true when it answered it (passthrough to a data Redis).
 	Route func(c *Conn, args [][]byte) bool
+	// PubSub carries PUBLISH to SUBSCRIBE clients; nil: a hub of this
+	// process only.
+	PubSub *pubsub.Hub
 }
 
 // Session learns of connections' lives; commands/ implements it.
@@ -53,6 +58,7 @@ type Session interface {
 type Server struct {
 	cfg     Config
 	table   *Table
+	hub     *pubsub.Hub
 	session Session
 	log     *zap.Logger
 	started time.Time
@@ -85,12 +91,15 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 		cfg.MaxClients = 10000
 	}
 	cfg.Limits = cfg.Limits.WithDefaults()
-	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}}
+	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}, hub: cfg.PubSub}
+	if s.hub == nil {
+		s.hub = pubsub.New(nil)
+	}
 	s.budget = newBudget(cfg.Limits.MaxBuffered)
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery
-	if err := table.Add(append(s.handshake(), s.httpCommands()...)...); err != nil {
+	if err := table.Add(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...)...); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -216,6 +225,7 @@ func (s *Server) finish(c *Conn, err error) {
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
 	}
+	s.unsubscribeAll(c)
 	s.session.Closed(c)
 }
 
@@ -257,11 +267,14 @@ func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 		c.Error("NOAUTH Authentication required.")
 	case !def.arityOK(len(args)):
 		c.Error("ERR wrong number of arguments for '" + def.Name + "' command")
+	case c.refusedSubscribed(def.Name) != "":
+		c.Error(c.refusedSubscribed(def.Name))
 	default:
 		if e := s.noPerm(c, def, args); e != "" {
 			c.Error(e)
 			return
 		}
+		inDB(c.DB(), def, args)
 		def.Handler(c, args)
 	}
 }

@@ -1,0 +1,196 @@
+package instance_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestPassthroughPubSubGoRedis: go-redis's PubSub through lockproxy, in
+// RESP2 and RESP3, gets each message published through lockproxy or
+// directly on the data Redis exactly once, by channel and by pattern, and
+// its PING and UNSUBSCRIBE work.
+func TestPassthroughPubSubGoRedis(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	direct := newClient(t, p.data.Addr(), 2)
+	for _, proto := range []int{2, 3} {
+		c, pub := newClient(t, p.in.Addr(), proto), newClient(t, p.in.Addr(), proto)
+		ch, pat := fmt.Sprintf("news:%d", proto), fmt.Sprintf("ev:%d:*", proto)
+		ps := c.Subscribe(ctx, ch)
+		defer ps.Close()
+		if err := ps.PSubscribe(ctx, pat); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ { // the two confirmations
+			if _, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil {
+				t.Fatalf("resp%d: subscription: %v", proto, err)
+			}
+		}
+		if err := ps.Ping(ctx, "hello"); err != nil {
+			t.Fatalf("resp%d: PING while subscribed: %v", proto, err)
+		}
+		if m, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil || fmt.Sprint(m) != "Pong<hello>" {
+			t.Fatalf("resp%d: PING while subscribed: %v, %v", proto, m, err)
+		}
+		if n := pub.Publish(ctx, ch, "via-lockproxy").Val(); n != 1 {
+			t.Fatalf("resp%d: PUBLISH through lockproxy reached %d subscribers", proto, n)
+		}
+		direct.Publish(ctx, ch, "direct")
+		direct.Publish(ctx, fmt.Sprintf("ev:%d:1", proto), "by-pattern")
+		direct.Publish(ctx, ch, "end")
+		var got []string
+		for len(got) == 0 || got[len(got)-1] != ch+"=end" {
+			m, err := ps.ReceiveTimeout(ctx, 20*time.Second)
+			if err != nil {
+				t.Fatalf("resp%d: after %q: %v", proto, got, err)
+			}
+			switch m := m.(type) {
+			case *redis.Message:
+				got = append(got, m.Channel+"="+m.Payload)
+			default:
+				got = append(got, fmt.Sprintf("%T", m))
+			}
+		}
+		want := []string{ch + "=via-lockproxy", ch + "=direct", fmt.Sprintf("ev:%d:1=by-pattern", proto), ch + "=end"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("resp%d: received %q, want %q", proto, got, want)
+		}
+		if err := ps.Unsubscribe(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := ps.ReceiveTimeout(ctx, 20*time.Second); err != nil || fmt.Sprint(m) != "unsubscribe: "+ch {
+			t.Fatalf("resp%d: UNSUBSCRIBE: %v, %v", proto, m, err)
+		}
+	}
+}
+
+// TestPassthroughSubscribedMode: on RESP2, a subscribed connection is
+// refused lock commands and data commands with Redis's own error, and
+// stays usable; after UNSUBSCRIBE it runs them again. On RESP3 they run
+// while subscribed, as on Redis 7. A pipeline entering the mode gets its
+// replies in order.
+func TestPassthroughSubscribedMode(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	refusal := func(cmd string) string {
+		return "-ERR Can't execute '" + cmd + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	}
+	r := dialRaw(t, p.in.Addr())
+	r.send("*2\r\n$3\r\nGET\r\n$7\r\nmissing\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n*6\r\n$3\r\nSET\r\n$6\r\nlock:a\r\n$1\r\nv\r\n$2\r\nNX\r\n$2\r\nPX\r\n")
+	if got := r.reply(); got != "(nil)" {
+		t.Fatalf("GET before SUBSCRIBE in one pipeline: %s", got)
+	}
+	if got := r.reply(); got != "[subscribe c :1]" {
+		t.Fatalf("SUBSCRIBE: %s", got)
+	}
+	r.send("$5\r\n10000\r\n") // the SET's last argument
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, refusal("set")},
+		{[]string{"LOCK", "lock:b", "PX", "10000"}, refusal("lock")},
+		{[]string{"GET", "cache"}, refusal("get")},
+		{[]string{"ECHO", "x"}, refusal("echo")},
+		{[]string{"PING"}, "[pong ]"},
+		{[]string{"UNSUBSCRIBE"}, "[unsubscribe c :0]"},
+		{[]string{"SET", "lock:a", "v", "NX", "PX", "10000"}, "+OK"},
+		{[]string{"SET", "cache", "1"}, "+OK"},
+		{[]string{"GET", "cache"}, "1"},
+	} {
+		got := ""
+		if tc.args == nil {
+			got = r.reply()
+		} else {
+			got = r.do(tc.args...)
+		}
+		if got != tc.want {
+			t.Fatalf("%v: %s, want %s", tc.args, got, tc.want)
+		}
+	}
+	if n := p.onLockNodes(t, "lock:a"); n < 2 {
+		t.Fatalf("lock:a on %d lock nodes after UNSUBSCRIBE", n)
+	}
+
+	r3 := dialRaw(t, p.in.Addr())
+	if got := r3.do("HELLO", "3"); !strings.HasPrefix(got, "[") {
+		t.Fatalf("HELLO 3: %s", got)
+	}
+	if got := r3.do("SUBSCRIBE", "c3"); got != ">[subscribe c3 :1]" {
+		t.Fatalf("RESP3 SUBSCRIBE: %s", got)
+	}
+	if got := r3.do("SET", "lock:r3", "v", "NX", "PX", "10000"); got != "+OK" {
+		t.Fatalf("RESP3 lock while subscribed: %s", got)
+	}
+	if got := r3.do("INCR", "n3"); got != ":1" {
+		t.Fatalf("RESP3 INCR while subscribed: %s", got)
+	}
+	newClient(t, p.data.Addr(), 2).Publish(ctx, "c3", "hi")
+	if got := r3.reply(); got != ">[message c3 hi]" {
+		t.Fatalf("RESP3 message: %s", got)
+	}
+	if got := r3.do("RESET"); got != "+RESET" {
+		t.Fatalf("RESET: %s", got)
+	}
+	if n := newClient(t, p.data.Addr(), 2).Publish(ctx, "c3", "after").Val(); n != 0 {
+		t.Fatalf("PUBLISH after RESET reached %d subscribers", n)
+	}
+	if got := r3.do("PING"); got != "+PONG" {
+		t.Fatalf("PING after RESET: %s", got)
+	}
+}
+
+// TestPassthroughMonitor: MONITOR through lockproxy relays the data
+// Redis's stream of commands, without lockproxy's own barriers, and RESET
+// ends it.
+func TestPassthroughMonitor(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	m := dialRaw(t, p.in.Addr())
+	if got := m.do("MONITOR"); got != "+OK" {
+		t.Fatalf("MONITOR: %s", got)
+	}
+	c := newClient(t, p.in.Addr(), 2)
+	if err := c.Set(context.Background(), "watched", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := m.reply()
+	if !strings.Contains(got, `"set" "watched" "v"`) && !strings.Contains(got, `"SET" "watched" "v"`) {
+		t.Fatalf("MONITOR line: %s", got)
+	}
+	if got := m.do("RESET"); got != "+RESET" {
+		if strings.Contains(got, "barrier") {
+			t.Fatalf("lockproxy's barrier in the stream: %s", got)
+		}
+		t.Fatalf("RESET: %s", got)
+	}
+	if got := m.do("GET", "watched"); got != "v" {
+		t.Fatalf("GET after RESET: %s", got)
+	}
+}
+
+// TestPassthroughSubscriberDataRedisGone: when the data Redis dies, a
+// subscribed client's connection is closed (its subscriptions are gone;
+// clients resubscribe on reconnect), while other clients' locks keep
+// working.
+func TestPassthroughSubscriberDataRedisGone(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	r := dialRaw(t, p.in.Addr())
+	if got := r.do("SUBSCRIBE", "c"); got != "[subscribe c :1]" {
+		t.Fatalf("SUBSCRIBE: %s", got)
+	}
+	if err := p.data.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if !r.closed() {
+		t.Fatal("the subscriber's connection stayed open after the data Redis died")
+	}
+	c := newClient(t, p.in.Addr(), 2)
+	if ok, err := c.SetNX(context.Background(), "lock:after", "t", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("lock after the data Redis died: %v, %v", ok, err)
+	}
+}
