@@ -122,7 +122,10 @@ func startRedlock(t *testing.T, n int) (*instance.Instance, []*redistest.Server)
 // newClient is a go-redis client of addr speaking protocol proto (2 or 3).
 func newClient(t *testing.T, addr string, proto int) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
+	// A read timeout longer than any LOCK ... WAIT the tests send (60 s):
+	// go-redis's 3 s default cut waiters off while others queued on a
+	// loaded machine (TestWaitFIFO: i/o timeout).
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1, ReadTimeout: 90 * time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
