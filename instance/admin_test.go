@@ -60,6 +60,10 @@ func TestLockproxyLocks(t *testing.T) { eachBackend(t, testLockproxyLocks) }
 func testLockproxyLocks(t *testing.T, cfg instance.Config) {
 	cfg.Password = "root-pw"
 	cfg.Users = []instance.UserConfig{{Name: "alice", Password: "alice-pw", Keys: []string{"app:*"}, Commands: "native"}}
+	// A minute-long bound lease: the listing is under test, not the
+	// watchdog, and a loaded machine can take longer than the 1.5 s of
+	// testConfig to grant or renew it (the bound lock went missing).
+	cfg.Locks.BoundLeaseMS = 60000
 	in := startInstance(t, cfg)
 	ctx := t.Context()
 	client := func(user, pass string, proto int, name string) *redis.Client {

@@ -24,8 +24,8 @@ func TestCompatNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node is not installed (Node.js 20 runs the node-redlock and ioredis checks): %v", err)
 	}
-	if stale := nodeModulesStale(); stale != "" {
-		npmCI(t, stale)
+	if nodeModulesStale() != "" {
+		npmCI(t)
 	}
 	compatTargets(t, func(t *testing.T, addr string) {
 		compatRunScript(t, nodeCompatDir, node, "compat.js", addr)
@@ -71,9 +71,15 @@ func nodeModulesStale() string {
 	return ""
 }
 
-// npmCI installs the locked packages; failing to is a test failure.
-func npmCI(t *testing.T, why string) {
+// npmCI installs the locked packages unless another test process did while
+// this one waited for the directory's lock; failing to is a test failure.
+func npmCI(t *testing.T) {
 	t.Helper()
+	defer lockDirExclusive(t, nodeCompatDir)()
+	why := nodeModulesStale()
+	if why == "" {
+		return
+	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		t.Fatalf("%s, and npm is not installed to run npm ci in %s: %v", why, nodeCompatDir, err)

@@ -120,15 +120,19 @@ func TestEmbeddedDefault(t *testing.T) {
 	in := startInstance(t, cfg)
 	c := newClient(t, in.Addr(), 3)
 	key := uniqueKey(t)
-	first := mustLock(t, c, key, "PX", 100)
-	if _, ok, _ := lock(context.Background(), c, key, "PX", 100); ok {
-		t.Fatal("granted twice")
-	}
+	const lease = time.Second
+	sent := time.Now()
+	first := mustLock(t, c, key, "PX", lease.Milliseconds())
+	// No grant may be heard before the first lease, set on the nodes after
+	// sent, can have run out; one heard later must carry a larger fence.
 	var next lockReply
-	eventually(t, 2*time.Second, "the 100 ms lease expires", func() bool {
-		r, ok, _ := lock(context.Background(), c, key, "PX", 1000)
+	eventually(t, lease+30*time.Second, "the lease expires and the key is granted again", func() bool {
+		r, ok, err := lock(context.Background(), c, key, "PX", 1000)
+		if ok && time.Since(sent) < lease {
+			t.Fatalf("granted again %v after the first %v lease was asked for", time.Since(sent), lease)
+		}
 		next = r
-		return ok
+		return ok && err == nil
 	})
 	if next.fence <= first.fence {
 		t.Fatalf("fence %d after %d", next.fence, first.fence)

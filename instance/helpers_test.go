@@ -3,6 +3,7 @@ package instance_test
 import (
 	"context"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,7 +91,25 @@ func startInstance(t *testing.T, cfg instance.Config) *instance.Instance {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
+	if cfg.BackendName() == "zookeeper" {
+		waitZooKeeperSession(t, in.Addr())
+	}
 	return in
+}
+
+// waitZooKeeperSession polls addr until a lock read is no longer refused
+// for want of a ZooKeeper session. Start waits only 5 s for the session
+// and then serves anyway (an ensemble that is down is waited for in the
+// background); a loaded machine can take longer to connect, and a test's
+// first command would then be refused. Any other reply (a time, NOAUTH)
+// ends the wait.
+func waitZooKeeperSession(t *testing.T, addr string) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	defer c.c.Close()
+	eventually(t, 60*time.Second, "a ZooKeeper session (PTTL not -UNAVAILABLE)", func() bool {
+		return !strings.HasPrefix(c.do("PTTL", "lockproxy:test-ready"), "-UNAVAILABLE")
+	})
 }
 
 // startRedlock starts n real redis-servers and one lockproxy over them.
@@ -103,7 +122,10 @@ func startRedlock(t *testing.T, n int) (*instance.Instance, []*redistest.Server)
 // newClient is a go-redis client of addr speaking protocol proto (2 or 3).
 func newClient(t *testing.T, addr string, proto int) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1})
+	// A read timeout longer than any LOCK ... WAIT the tests send (60 s):
+	// go-redis's 3 s default cut waiters off while others queued on a
+	// loaded machine (TestWaitFIFO: i/o timeout).
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1, ReadTimeout: 90 * time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -19,8 +19,8 @@ const releaseScript = `if redis.call("get",KEYS[1]) == ARGV[1] then return redis
 
 // legacyScenarios are command sequences whose replies must be exactly
 // Redis's: K is a key unique to the scenario; a: and b: name the
-// connection; a command starting with ~ replies a time, compared within a
-// tolerance.
+// connection; a command starting with ~ replies a time, compared within
+// bounds derived from the clock read around each call (see sameTime).
 var legacyScenarios = map[string][]string{
 	"lease": {
 		"a: SET K tok NX PX 30000", "b: SET K other NX", "b: SET K tok NX", "b: SETNX K tok",
@@ -84,8 +84,8 @@ func TestLegacyRepliesMatchRedis(t *testing.T) {
 					want := runScenario(t, plain.Addr(), proto, steps, key, sha)
 					got := runScenario(t, in.Addr(), proto, steps, key, sha)
 					for i, step := range steps {
-						if !sameReply(step, got[i], want[i]) {
-							t.Errorf("%s: lockproxy %q, redis %q", step, got[i], want[i])
+						if !sameReply(steps, i, got, want) {
+							t.Errorf("%s: lockproxy %q, redis %q", step, got[i].raw, want[i].raw)
 						}
 					}
 				})
@@ -94,10 +94,17 @@ func TestLegacyRepliesMatchRedis(t *testing.T) {
 	})
 }
 
+// stepReply is one step's raw reply and the clock read just before its
+// command was sent and just after its reply was read.
+type stepReply struct {
+	raw         string
+	sent, heard time.Time
+}
+
 // runScenario runs steps against addr and returns the raw replies.
-func runScenario(t *testing.T, addr string, proto int, steps []string, key, sha string) []string {
+func runScenario(t *testing.T, addr string, proto int, steps []string, key, sha string) []stepReply {
 	conns := map[string]*rawConn{}
-	out := make([]string, len(steps))
+	out := make([]stepReply, len(steps))
 	for i, step := range steps {
 		name, cmd, _ := strings.Cut(strings.TrimPrefix(step, "~"), ": ")
 		c := conns[name]
@@ -109,13 +116,14 @@ func runScenario(t *testing.T, addr string, proto int, steps []string, key, sha 
 			}
 			conns[name] = c
 		}
+		sent := time.Now()
 		c.send(multibulk(scenarioArgs(cmd, key, sha)))
 		c.c.SetReadDeadline(deadline())
 		raw, err := readRaw(c.rd)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		out[i] = raw
+		out[i] = stepReply{raw: raw, sent: sent, heard: time.Now()}
 	}
 	return out
 }
@@ -148,22 +156,63 @@ func multibulk(args []string) string {
 	return b.String()
 }
 
-// sameReply compares two raw replies. A time (step starting with ~) may
-// be shorter by up to 100 ms plus the drift allowance (1% of the TTL, the
-// default drift_factor): lockproxy reports the validity, the time the lock
-// is sure to be held. TTL may round to 1 s less.
-func sameReply(step, got, want string) bool {
-	if !strings.HasPrefix(step, "~") || got == want {
-		return got == want
+// sameReply compares the replies to step i. A time (step starting with ~)
+// is compared by sameTime; anything else byte for byte.
+func sameReply(steps []string, i int, got, want []stepReply) bool {
+	if !strings.HasPrefix(steps[i], "~") || got[i].raw == want[i].raw {
+		return got[i].raw == want[i].raw
 	}
-	g, err1 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(got, ":")), 10, 64)
-	w, err2 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(want, ":")), 10, 64)
-	tolerance := 100 + w/100
-	if strings.Contains(step, " TTL ") {
-		tolerance = 1
+	g, err1 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(got[i].raw, ":")), 10, 64)
+	w, err2 := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(want[i].raw, ":")), 10, 64)
+	if err1 != nil || err2 != nil || w < 0 || g < 0 {
+		return false
 	}
-	return err1 == nil && err2 == nil && w >= 0 && g >= 0 && g <= w && w-g <= tolerance
+	unit := int64(1) // PTTL
+	if strings.Contains(steps[i], " TTL ") {
+		unit = 1000
+	}
+	j := expirySetter(steps, i, want)
+	return sameTime(g, w, unit, got[j], got[i], want[j], want[i])
 }
+
+// sameTime reports whether lockproxy's time g matches Redis's w (both in
+// unit ms) for a lease set by step set and read by step read. No fixed
+// tolerance: the lease's duration d is bounded by Redis's answer and the
+// clock read around the two calls, and lockproxy's answer must lie between
+//   - at most: d less the least time that passed between the two calls —
+//     the validity is the time the lock is sure to be held, never more;
+//   - at least: d less the most time that passed between them, the drift
+//     allowance (1% of the TTL plus 2 ms, the defaults) and 2 ms for the
+//     nodes' whole-millisecond clocks.
+//
+// TTL (unit 1000) is rounded to the nearest second by both.
+func sameTime(g, w, unit int64, gotSet, gotRead, wantSet, wantRead stepReply) bool {
+	round := unit / 2 // Redis's TTL is (ms+500)/1000
+	dLo := w*unit - round + ms(wantRead.sent.Sub(wantSet.heard))
+	dHi := w*unit + round + ms(wantRead.heard.Sub(wantSet.sent))
+	hi := dHi - ms(gotRead.sent.Sub(gotSet.heard))
+	lo := dLo - ms(gotRead.heard.Sub(gotSet.sent)) - (dHi/100 + 2) - 2
+	if unit == 1 {
+		return lo <= g && g <= hi
+	}
+	return g >= (lo+round)/unit && g <= (hi+round)/unit
+}
+
+// expirySetter is the last step before i that set the key's expiry (a
+// SET, EXPIRE or PEXPIRE that Redis accepted), or the first step.
+func expirySetter(steps []string, i int, want []stepReply) int {
+	for j := i - 1; j > 0; j-- {
+		_, cmd, _ := strings.Cut(strings.TrimPrefix(steps[j], "~"), ": ")
+		name := strings.ToUpper(strings.Fields(cmd)[0])
+		ok := want[j].raw == "+OK\r\n" || want[j].raw == ":1\r\n"
+		if ok && (name == "SET" || name == "EXPIRE" || name == "PEXPIRE") {
+			return j
+		}
+	}
+	return 0
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // readRaw reads one reply and returns its exact bytes.
 func readRaw(rd *bufio.Reader) (string, error) {

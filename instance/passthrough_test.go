@@ -367,6 +367,9 @@ func TestPassthroughIoredisMix(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node is not installed: %v", err)
 	}
+	if nodeModulesStale() != "" {
+		npmCI(t)
+	}
 	plain := redistest.Start(t, redistest.Options{})
 	compatRunScript(t, nodeCompatDir, node, "mix.js", plain.Addr())
 	p := startPassthrough(t, "lock:*")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,21 +79,46 @@ func TestNormalizeErrors(t *testing.T) {
 	}
 }
 
-// TestNormalizeLinear feeds inputs built to trip a quadratic scanner.
+// TestNormalizeLinear feeds inputs built to trip a quadratic scanner, each
+// at two sizes 64 times apart: a linear scanner takes about 64 times as
+// long on the larger, a quadratic one about 4096 times (minutes for 512
+// KiB). The bound is on that ratio, 512, not on a time: each size's fastest
+// of three runs (load only adds time), the smaller counted as at least
+// 10 ms so that timer noise and GC on a tiny input cannot fail it.
 func TestNormalizeLinear(t *testing.T) {
-	const n = 1 << 20
-	for _, src := range []string{
-		strings.Repeat("[", n), strings.Repeat("[=", n/2), strings.Repeat("--[==", n/5),
-		"--[[" + strings.Repeat("]=", n/2), "[==[" + strings.Repeat("]=]", n/3), "'" + strings.Repeat("\\", n),
-		strings.Repeat("a.", n/2), strings.Repeat("redis.call(", n/11), strings.Repeat("\r\n", n/2),
-		"[[" + strings.Repeat("\r", n) + "]]", strings.Repeat("1", n), strings.Repeat(" --\n", n/4),
-	} {
-		start := time.Now()
-		Normalize([]byte(src))
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("Normalize of %q... (%d bytes) took %v", src[:8], len(src), d)
+	const n = 1 << 19
+	inputs := []func(n int) string{
+		func(n int) string { return strings.Repeat("[", n) },
+		func(n int) string { return strings.Repeat("[=", n/2) },
+		func(n int) string { return strings.Repeat("--[==", n/5) },
+		func(n int) string { return "--[[" + strings.Repeat("]=", n/2) },
+		func(n int) string { return "[==[" + strings.Repeat("]=]", n/3) },
+		func(n int) string { return "'" + strings.Repeat("\\", n) },
+		func(n int) string { return strings.Repeat("a.", n/2) },
+		func(n int) string { return strings.Repeat("redis.call(", n/11) },
+		func(n int) string { return strings.Repeat("\r\n", n/2) },
+		func(n int) string { return "[[" + strings.Repeat("\r", n) + "]]" },
+		func(n int) string { return strings.Repeat("1", n) },
+		func(n int) string { return strings.Repeat(" --\n", n/4) },
+	}
+	for _, input := range inputs {
+		small, large := input(n/64), input(n)
+		ts, tl := fastestNormalize(small), fastestNormalize(large)
+		if tl > 512*max(ts, 10*time.Millisecond) {
+			t.Errorf("Normalize of %q... took %v for %d bytes, %v for %d: not linear", large[:8], tl, len(large), ts, len(small))
 		}
 	}
+}
+
+// fastestNormalize is the shortest of three runs of Normalize on src.
+func fastestNormalize(src string) time.Duration {
+	fastest := time.Duration(math.MaxInt64)
+	for range 3 {
+		start := time.Now()
+		Normalize([]byte(src))
+		fastest = min(fastest, time.Since(start))
+	}
+	return fastest
 }
 
 // TestStringLiteralsMatchRedis checks the lexer's string and number values
