@@ -4,8 +4,10 @@ import (
 	"net"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
 )
@@ -26,6 +28,16 @@ func redisCLI(t *testing.T, addr, script string, args ...string) []string {
 
 // TestRedisCLITranscript drives every native command through redis-cli and
 // checks the transcript line by line (patterns where values are random).
+// validityOf30s and validityOf60s stand for the validity of a 30 s and a
+// 60 s lease in TestRedisCLITranscript: bounded by the time the redis-cli
+// run took, not by a fixed tolerance.
+const (
+	validityOf30s = "validity of a 30 s lease"
+	validityOf60s = "validity of a 60 s lease"
+)
+
+var validities = map[string]int64{validityOf30s: 30000, validityOf60s: 60000}
+
 func TestRedisCLITranscript(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
@@ -48,11 +60,11 @@ FROB orders:42
 		want := []string{
 			`^PONG$`,
 			`^OK$`,
-			`^t-1$`, `^\d+$`, `^(29\d\d\d|30000)$`, // token, fence, validity
-			`^$`,                                   // not acquired: null
-			`^t-1$`, `^\d+$`, `^(29\d\d\d|30000)$`, // idempotent retry
+			`^t-1$`, `^\d+$`, validityOf30s, // token, fence, validity
+			`^$`,                            // not acquired: null
+			`^t-1$`, `^\d+$`, validityOf30s, // idempotent retry
 			`^fence$`, `^\d+$`, `^validity$`, `^\d+$`, `^mode$`, `^lease$`, `^holder$`, `^cli-test$`, `^waiters$`, `^0$`,
-			`^(59\d\d\d|60000)$`,
+			validityOf60s,
 			`^$`,
 			`^0$`,
 			`^1$`,
@@ -62,11 +74,23 @@ FROB orders:42
 			`^ERR value is not an integer or out of range$`, `^$`, // redis-cli adds a blank line after an error
 			`^ERR unknown command 'FROB', with args beginning with: 'orders:42' $`,
 		}
+		started := time.Now()
 		got := redisCLI(t, in.Addr(), script)
+		ran := time.Since(started)
 		if len(got) != len(want) {
 			t.Fatalf("transcript has %d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
 		}
 		for i, w := range want {
+			if ttl, ok := validities[w]; ok {
+				// At most the TTL; at least the TTL less the whole run's
+				// time and the drift allowance (1% + 2 ms).
+				v, err := strconv.ParseInt(got[i], 10, 64)
+				low := ttl - ran.Milliseconds() - ttl/100 - 3
+				if err != nil || v > ttl || v < low {
+					t.Errorf("line %d: validity %q not in [%d, %d] (the run took %v)", i+1, got[i], low, ttl, ran)
+				}
+				continue
+			}
 			if !regexp.MustCompile(w).MatchString(got[i]) {
 				t.Errorf("line %d: %q does not match %s", i+1, got[i], w)
 			}
