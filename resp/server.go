@@ -93,7 +93,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	cfg.Limits = cfg.Limits.WithDefaults()
 	s := &Server{cfg: cfg, table: table, session: session, log: log, started: time.Now(), conns: map[uint64]*Conn{}, hub: cfg.PubSub}
 	if s.hub == nil {
-		s.hub = pubsub.New(nil)
+		s.hub = pubsub.New()
 	}
 	s.budget = newBudget(cfg.Limits.MaxBuffered)
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
