@@ -160,3 +160,22 @@ func TestYoungNodesWaitUnlessDurable(t *testing.T) {
 		t.Fatalf("acquire with one node counted: %v", err)
 	}
 }
+
+// TestUptimeMayReadASecondLong: Redis's uptime_in_seconds is the
+// difference of two clocks truncated to seconds, so a process started at
+// 10.9 s reads an uptime of 1 s at 11.0 s, having run 0.1 s. A node that
+// reads 1 s may have started just now: with a lease of half a second, it
+// is not counted at the first status read (taken as started a second
+// before now, it was: its lease looked long over).
+func TestUptimeMayReadASecondLong(t *testing.T) {
+	nodes := newFakeNodes(3)
+	for i, f := range nodes {
+		f.run, f.uptime = fmt.Sprintf("run%d", i), time.Second
+	}
+	// No status read after New's own: the first one decides.
+	r := New(asNodes(nodes), Config{MaxLease: 500 * time.Millisecond, StatusEvery: time.Hour})
+	defer r.Close()
+	if c := r.Counted(); !slices.Equal(c, []bool{false, false, false}) {
+		t.Fatalf("nodes up for 1 s by their word, maybe 1 ms, with leases of 500 ms: counted %v", c)
+	}
+}
