@@ -98,9 +98,19 @@ func TestFenceFloorWhenTheLastFenceIsLost(t *testing.T) {
 	if top := nodes[2].status().FenceMax; top >= fc {
 		t.Fatalf("node 2 knows fence %d of c (%d), a's was %d", top, fc, fa)
 	}
+	// Both restart before either is counted again. Restarted one after
+	// the other, a test stalled for a lease between the two (a loaded
+	// machine) lets node 0 be counted while node 1 still knows fence c:
+	// its floor is then c's fence, rightly, with no time in it. Down
+	// meanwhile, neither is seen until both have restarted; a node still
+	// down when the other's lease has run is not counted toward its floor.
+	before := time.Now().UnixMicro()
+	nodes[0].setDown(true)
+	nodes[1].setDown(true)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
-	before := time.Now().UnixMicro()
+	nodes[0].setDown(false)
+	nodes[1].setDown(false)
 	eventually(t, 10*time.Second, "every node counted again", func() bool {
 		return slices.Equal(r.Counted(), []bool{true, true, true})
 	})
