@@ -27,8 +27,9 @@ import (
 //     always, read with CONFIG GET; a renamed or disabled CONFIG is not
 //     verified) lost nothing: it counts at once.
 //   - Any other is not counted until MaxLease, plus drift, after its start
-//     (now − uptime, the latest start that the uptime in whole seconds
-//     allows): every lease it can have held was granted or renewed before
+//     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
+//     a difference of two clocks truncated to seconds, it can read up to
+//     almost a second more than the real uptime): every lease it can have held was granted or renewed before
 //     it crashed, so it has expired by then, whichever instance granted it,
 //     since no instance grants or renews a longer lease (Acquire and Extend
 //     refuse one with ErrLeaseTooLong).
@@ -228,10 +229,15 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			n.counted, n.until = s.RunID, time.Time{}
 			return events, false
 		default:
-			// The uptime is rounded down to whole seconds: now − uptime is
-			// the latest the process can have started, and every lease it
-			// held was granted or renewed before that.
-			start := now.Add(-s.Uptime)
+			// Redis reports its uptime as the difference of two clocks
+			// truncated to whole seconds (server.unixtime −
+			// stat_starttime), so it can exceed the process's real uptime
+			// by almost a second: one started at 10.9 s reads 1 s at
+			// 11.0 s. Only uptime − 1 s is certainly no more than the real
+			// uptime, and now − (uptime − 1 s) is the latest the process
+			// can have started; every lease it held was granted or
+			// renewed before that.
+			start := now.Add(-max(s.Uptime-time.Second, 0))
 			n.until = start.Add(r.cfg.MaxLease + r.drift(r.cfg.MaxLease))
 			if n.until.After(now) || n.counted != "" {
 				events = append(events, trustEvent{i, false, fmt.Sprintf("%s without verified fsync: not counted for %v, until every lease it may have held has expired",

@@ -98,9 +98,19 @@ func TestFenceFloorWhenTheLastFenceIsLost(t *testing.T) {
 	if top := nodes[2].status().FenceMax; top >= fc {
 		t.Fatalf("node 2 knows fence %d of c (%d), a's was %d", top, fc, fa)
 	}
+	// Both restart before either is counted again. Restarted one after
+	// the other, a test stalled for a lease between the two (a loaded
+	// machine) lets node 0 be counted while node 1 still knows fence c:
+	// its floor is then c's fence, rightly, with no time in it. Down
+	// meanwhile, neither is seen until both have restarted; a node still
+	// down when the other's lease has run is not counted toward its floor.
+	before := time.Now().UnixMicro()
+	nodes[0].setDown(true)
+	nodes[1].setDown(true)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
-	before := time.Now().UnixMicro()
+	nodes[0].setDown(false)
+	nodes[1].setDown(false)
 	eventually(t, 10*time.Second, "every node counted again", func() bool {
 		return slices.Equal(r.Counted(), []bool{true, true, true})
 	})
@@ -158,5 +168,24 @@ func TestYoungNodesWaitUnlessDurable(t *testing.T) {
 	}
 	if _, err := r.Acquire(context.Background(), "k", hold("a")); !errors.Is(err, engine.ErrNoQuorum) {
 		t.Fatalf("acquire with one node counted: %v", err)
+	}
+}
+
+// TestUptimeMayReadASecondLong: Redis's uptime_in_seconds is the
+// difference of two clocks truncated to seconds, so a process started at
+// 10.9 s reads an uptime of 1 s at 11.0 s, having run 0.1 s. A node that
+// reads 1 s may have started just now: with a lease of half a second, it
+// is not counted at the first status read (taken as started a second
+// before now, it was: its lease looked long over).
+func TestUptimeMayReadASecondLong(t *testing.T) {
+	nodes := newFakeNodes(3)
+	for i, f := range nodes {
+		f.run, f.uptime = fmt.Sprintf("run%d", i), time.Second
+	}
+	// No status read after New's own: the first one decides.
+	r := New(asNodes(nodes), Config{MaxLease: 500 * time.Millisecond, StatusEvery: time.Hour})
+	defer r.Close()
+	if c := r.Counted(); !slices.Equal(c, []bool{false, false, false}) {
+		t.Fatalf("nodes up for 1 s by their word, maybe 1 ms, with leases of 500 ms: counted %v", c)
 	}
 }

@@ -159,7 +159,7 @@ func TestLeaseLongerThanMaxLeaseRefused(t *testing.T) {
 // meanwhile on the other two is left on one node while two empty ones make
 // a majority — a rule that counted them at once would grant the key twice,
 // with a lower fence. The third node is then paused (SIGSTOP) for a
-// second: a pause is not a restart, and it counts again when resumed. A node is not counted for three to four seconds after
+// second: a pause is not a restart, and it counts again when resumed. A node is not counted for three to five seconds after
 // it restarts, so a restart every second would leave no majority ever
 // counted, and no grant to check; the quiet seconds leave room for grants.
 func TestRestartChurn(t *testing.T) {
