@@ -182,8 +182,11 @@ func sameReply(steps []string, i int, got, want []stepReply) bool {
 //   - at most: d less the least time that passed between the two calls —
 //     the validity is the time the lock is sure to be held, never more;
 //   - at least: d less the most time that passed between them, the drift
-//     allowance (1% of the TTL plus 2 ms, the defaults) and 2 ms for the
-//     nodes' whole-millisecond clocks.
+//     allowance (1% of the TTL plus 2 ms, the defaults), 2 ms for the
+//     nodes' whole-millisecond clocks, and the read's own duration once
+//     more: lockproxy takes the nodes' remaining time, which already ran
+//     down while the read was under way, and subtracts the whole read's
+//     time again (quorum's Inspect), to stay on the safe side.
 //
 // TTL (unit 1000) is rounded to the nearest second by both.
 func sameTime(g, w, unit int64, gotSet, gotRead, wantSet, wantRead stepReply) bool {
@@ -191,7 +194,7 @@ func sameTime(g, w, unit int64, gotSet, gotRead, wantSet, wantRead stepReply) bo
 	dLo := w*unit - round + ms(wantRead.sent.Sub(wantSet.heard))
 	dHi := w*unit + round + ms(wantRead.heard.Sub(wantSet.sent))
 	hi := dHi - ms(gotRead.sent.Sub(gotSet.heard))
-	lo := dLo - ms(gotRead.heard.Sub(gotSet.sent)) - (dHi/100 + 2) - 2
+	lo := dLo - ms(gotRead.heard.Sub(gotSet.sent)) - (dHi/100 + 2) - 2 - ms(gotRead.heard.Sub(gotRead.sent))
 	if unit == 1 {
 		return lo <= g && g <= hi
 	}
