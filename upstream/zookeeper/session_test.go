@@ -125,14 +125,14 @@ func TestZooKeeperSessionExpiry(t *testing.T) {
 // the new leader is elected get larger fences.
 func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 	ens := zktest.StartEnsemble(t, 3)
-	a := newZK(t, ens.Addrs(), Options{SessionTimeout: 4 * time.Second})
-	b := newZK(t, ens.Addrs(), Options{SessionTimeout: 4 * time.Second})
+	a := newZK(t, ens.Addrs(), Options{SessionTimeout: 10 * time.Second})
+	b := newZK(t, ens.Addrs(), Options{SessionTimeout: 10 * time.Second})
 	ctx := testCtx(t)
 	var last int64
 	grant := func(z *ZooKeeper, key, token string) engine.Grant {
 		t.Helper()
 		var g engine.Grant
-		eventually(t, 10*time.Second, "grant on "+key, func() bool {
+		eventually(t, 60*time.Second, "grant on "+key, func() bool {
 			var err error
 			g, err = z.Acquire(ctx, key, hold(token, time.Minute))
 			return err == nil
@@ -155,7 +155,7 @@ func TestZooKeeperFencesAcrossLeaderChange(t *testing.T) {
 	for i := range 5 {
 		g := grant([]*ZooKeeper{a, b}[i%2], "fence", "u"+string(rune('0'+i)))
 		last = g.Fence
-		eventually(t, 10*time.Second, "release", func() bool { // a retry may find it released already
+		eventually(t, 60*time.Second, "release", func() bool { // a retry may find it released already
 			if _, err := a.Release(ctx, "fence", g.Token, nil, nil); err != nil {
 				return false
 			}

@@ -380,37 +380,58 @@ func TestZooKeeperLeaseExpiry(t *testing.T) {
 	a := newZK(t, []string{srv.Addr()}, Options{Events: &woken})
 	b := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "lease"
-	held := func() bool { _, ok, err := b.Inspect(ctx, key); return ok && err == nil }
+	held := func() bool { // each look has its own ctx: the test outlives testCtx's
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+		defer cancel()
+		_, ok, err := b.Inspect(ctx, key)
+		if err != nil {
+			t.Fatalf("inspect: %v", err)
+		}
+		return ok
+	}
 
-	// Leases of a second, not less: a grant that takes longer than its
-	// lease is refused (errTooLate), and a busy machine can take that long.
-	start := time.Now()
-	mustGrant(t, a, key, hold("t1", time.Second))
-	if !held() {
-		t.Fatal("not held right after the grant")
+	// Every bound below comes from clocks read around the calls: a lease
+	// starts after its acquire began, so it cannot end before start+lease,
+	// and it must still be held by a look that began before then. Leases
+	// end by the wall clock in whole milliseconds (ExpiresAt), so the clocks
+	// here are wall clocks (Round(0)), and a lease may end up to 1ms early.
+	const lease = 2 * time.Second
+	start := wall()
+	mustGrant(t, a, key, hold("t1", lease))
+	if looked := wall(); !held() && looked.Before(start.Add(lease)) {
+		t.Fatalf("not held %v after the acquire began", looked.Sub(start))
 	}
-	eventually(t, 5*time.Second, "lease deleted", func() bool { return !held() })
-	if d := time.Since(start); d < time.Second {
-		t.Fatalf("a 1s lease ended after %v", d)
+	eventually(t, 20*time.Second, "lease deleted", func() bool { return !held() })
+	if d := wall().Sub(start); d < lease-time.Millisecond {
+		t.Fatalf("a %v lease ended after %v", lease, d)
 	}
-	t.Logf("1s lease deleted after %v", time.Since(start))
-	eventually(t, time.Second, "the owner's expiry wakes local waiters", func() bool { return woken.count(key) == 1 })
+	t.Logf("%v lease deleted after %v", lease, wall().Sub(start))
+	eventually(t, 10*time.Second, "the owner's expiry wakes local waiters", func() bool { return woken.count(key) == 1 })
 
-	start = time.Now()
-	mustGrant(t, a, key, hold("t2", time.Second))
-	if _, err := b.Extend(ctx, key, "t2", 3*time.Second, ""); err != nil {
-		t.Fatal(err)
+	// Another instance extends the lease; its owner must not end it at the
+	// first deadline. The extension is long, so that the look past the first
+	// deadline comes before the extended one even on a busy machine.
+	const extended = 8 * time.Second
+	start = wall()
+	mustGrant(t, a, key, hold("t2", lease))
+	extendedAt := wall()
+	if _, err := b.Extend(ctx, key, "t2", extended, ""); err != nil {
+		t.Fatalf("extend %v after the acquire began: %v", wall().Sub(start), err)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the first deadline
-	if !held() {
-		t.Fatal("the owner ended a lease that another instance had extended")
+	time.Sleep(start.Add(lease + time.Second).Sub(wall())) // past the first deadline
+	if looked := wall(); !held() && looked.Before(extendedAt.Add(extended)) {
+		t.Fatalf("the owner ended a lease that another instance had extended (looked %v after the extend)", looked.Sub(extendedAt))
 	}
-	eventually(t, 5*time.Second, "extended lease deleted", func() bool { return !held() })
-	if d := time.Since(start); d < 3*time.Second {
-		t.Fatalf("a lease extended to 3s ended after %v", d)
+	eventually(t, 30*time.Second, "extended lease deleted", func() bool { return !held() })
+	if d := wall().Sub(extendedAt); d < extended-time.Millisecond {
+		t.Fatalf("a lease extended to %v ended after %v", extended, d)
 	}
-	t.Logf("extended lease deleted after %v", time.Since(start))
+	t.Logf("extended lease deleted %v after the extend", wall().Sub(extendedAt))
 }
+
+// wall is the wall clock without its monotonic reading.
+func wall() time.Time { return time.Now().Round(0) }
 
 // TestZooKeeperOrphans: a node whose acquire does not answer — its ctx
 // ended right after the create — is deleted, for a try and for a waiter,
@@ -565,7 +586,14 @@ func TestZooKeeperWithoutSession(t *testing.T) {
 // and so the lock, and the delete; ZooKeeper's recipe takes three (it
 // lists the children after its create).
 func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
+	// The server's removal of emptied containers (every 0.2 s in tests)
+	// would cost a cycle two more requests whenever it lands between two
+	// cycles, which on a busy machine is every cycle: this server checks
+	// once a minute.
+	check := zktest.ContainerCheck
+	zktest.ContainerCheck = time.Minute
 	srv := zktest.Start(t)
+	zktest.ContainerCheck = check
 	z := newZK(t, []string{srv.Addr()}, Options{})
 	ctx, key := testCtx(t), "two-requests"
 	received := func() int { return packetsReceived(t, srv.Addr()) }
@@ -583,8 +611,7 @@ func TestZooKeeperFreeKeyTakesTwoRequests(t *testing.T) {
 		}
 		each = append(each, received()-before-1) // the mntr itself counts
 	}
-	// The server deletes the emptied container now and then (every 0.2s in
-	// tests), which costs the next cycle two more; a ping may land too.
+	// A ping may land in a cycle too.
 	slices.Sort(each)
 	if each[cycles/2] != 2 {
 		t.Fatalf("requests per cycle, sorted: %v; want a median of 2", each)
