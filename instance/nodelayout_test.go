@@ -151,6 +151,12 @@ func TestForeignHashOnNodes(t *testing.T) {
 	if n, err := c.Exists(ctx, key).Result(); n != 1 || err != nil {
 		t.Errorf("EXISTS of a hash: %d, %v; want 1", n, err)
 	}
+	if n, err := c.Del(ctx, key).Result(); n != 0 || err != nil {
+		t.Errorf("DEL of a hash: %d, %v; want 0 (only its owner's script releases it)", n, err)
+	}
+	if n, err := c.Do(ctx, "UNLOCK", key, "tok").Int(); n != 0 || err != nil {
+		t.Errorf("UNLOCK of a hash: %d, %v; want 0", n, err)
+	}
 	info, err := c.Do(ctx, "LOCKINFO", key).Slice()
 	if err != nil || len(info) != 10 || info[0] != "fence" || info[1] != int64(0) || info[2] != "validity" {
 		t.Fatalf("LOCKINFO of a hash: %v, %v", info, err)

@@ -4,7 +4,10 @@
 // miniredis servers. The ZooKeeper backend is its own package,
 // upstream/zookeeper.
 //
-// It owns the wire: key layout on the nodes, the Lua scripts, EVALSHA with
+// It owns the wire: key layout on the nodes (keys.go: a lock key is the
+// client's key holding the token, as SET NX PX leaves it on one Redis, with
+// lockproxy's bookkeeping in <prefix>-prefixed keys beside it), the Lua
+// scripts, EVALSHA with
 // its NOSCRIPT fallback, connection pools and pipelining, the conversion
 // of node replies into quorum types, and release notifications (release.lua
 // publishes the released key on "<prefix>released"; Subscribe receives them
