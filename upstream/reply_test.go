@@ -46,7 +46,7 @@ func TestEntryReply(t *testing.T) {
 		{"lockproxy's", []any{"t", int64(4), "bound", "w", int64(1500)}, quorum.Entry{Token: "t", Fence: 4, Mode: engine.Bound, Name: "w", TTL: 1500 * time.Millisecond}, true},
 		{"a string of somebody else's", []any{"v", int64(0), "", "", int64(900)}, quorum.Entry{Token: "v", Mode: engine.Lease, TTL: 900 * time.Millisecond}, true},
 		{"a hash", []any{"", int64(0), "", "", int64(900), "hash"}, quorum.Entry{Mode: engine.Lease, TTL: 900 * time.Millisecond, Type: "hash"}, true},
-		{"no expiry", []any{"v", int64(0), "", "", int64(-1)}, quorum.Entry{Token: "v", Mode: engine.Bound, TTL: Forever}, true},
+		{"no expiry", []any{"v", int64(0), "", "", int64(-1)}, quorum.Entry{Token: "v", Mode: engine.Bound, TTL: forever}, true},
 	} {
 		got, held, err := entry(tc.reply)
 		if err != nil || got != tc.want || held != tc.held {
