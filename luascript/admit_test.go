@@ -123,7 +123,7 @@ func TestAdmitRefuses(t *testing.T) {
 		`redis.call = function() end`:                                                          "the script changes redis",
 		`return redis.setresp(3)`:                                                              "redis.setresp is not allowed",
 		`return redis.call('GET', KEYS[1]:sub(2))`:                                             "argument 1 may expand",
-		`return redis.call(\'GET\', KEYS[1]:sub(2), \'x\')`:                                    "argument 1 is a key",
+		`return redis.call('GET', KEYS[1]:sub(2), 'x')`:                                        "argument 1 is a key",
 		`return redis.call('GET', (KEYS[1]))`:                                                  "argument 1 is a key",
 		`return redis.call('GET', KEYS[1]`:                                                     "cannot parse the script",
 		`return 'unfinished`:                                                                   "cannot parse the script: unfinished string",
