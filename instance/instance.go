@@ -46,6 +46,8 @@ type Instance struct {
 	served      chan error
 	shutdown    chan struct{}
 
+	redlock *quorum.Redlock // the redlock or embedded backend; nil for zookeeper
+
 	router *passthrough.Router      // nil: no data Redis
 	subs   []*upstream.Subscription // each redlock node's release notifications
 }
@@ -164,6 +166,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		OnTrust:     in.nodeSet.trust,
 	})
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	in.redlock = r
 	in.subscribe(ev)
 	return r, nil
 }
@@ -225,9 +228,14 @@ func (in *Instance) subscribe(ev engine.Events) {
 
 func (in *Instance) respServer() (*resp.Server, error) {
 	l := in.cfg.Limits
+	scripts := commands.Scripts{Backend: in.cfg.BackendName(), TimeLimit: ms(in.cfg.Legacy.ScriptTimeLimitMS)}
+	if in.redlock != nil {
+		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
+	}
 	h := commands.New(in.engine, commands.Config{
-		Limits: commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
-		Legacy: commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Limits:  commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
+		Legacy:  commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Scripts: scripts,
 	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {

@@ -3,7 +3,6 @@ package quorum
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +28,7 @@ import (
 // outlives its lock; a caller who reads "held" and waits for it to end
 // waits no less than it would for a single Redis. Integers that are zero
 // or negative (-1 no expiry, -2 no key, a script's own codes) must be
-// equal. Without a majority, the reply is an *EvalError, never a guess.
+// equal. Without a majority, the reply is a *luascript.EvalError, never a guess.
 //
 // What a write does on a minority of nodes stays there: a script has no
 // undo that lockproxy could run. The nodes that ran it keep its writes
@@ -37,40 +36,13 @@ import (
 // in the same spot releases on every node, which a script caller does by
 // running its own release script.
 
-// EvalError is the failure of a script run on the nodes: no majority of
-// them gave the same reply.
-type EvalError struct {
-	Nodes, Needed int
-	Answered      int // nodes that replied (an error reply counts)
-	Agreeing      int // the largest number of nodes that gave one reply
-	TimedOut      int // nodes that did not finish within the time limit
-	Limit         time.Duration
-	Err           error // the nodes' failures, joined
-}
-
-func (e *EvalError) Error() string {
-	var b strings.Builder
-	if e.Answered < e.Needed {
-		fmt.Fprintf(&b, "%d of %d nodes answered, %d needed", e.Answered, e.Nodes, e.Needed)
-	} else {
-		fmt.Fprintf(&b, "the nodes disagreed: at most %d of %d gave the same reply, %d needed", e.Agreeing, e.Nodes, e.Needed)
-	}
-	if e.TimedOut > 0 {
-		fmt.Fprintf(&b, "; %d did not finish within the script time limit (%d ms) and were sent SCRIPT KILL", e.TimedOut, e.Limit.Milliseconds())
-	}
-	b.WriteString("; the script ran on the nodes that answered and its writes there are not undone")
-	return b.String()
-}
-
-func (e *EvalError) Unwrap() error { return e.Err }
-
 // KillTimeout bounds a SCRIPT KILL sent to a node whose script outlived
 // the time limit. A node reads it only once the script ran past its own
 // busy-reply-threshold (Redis's default: 5 s), so it is generous.
 const KillTimeout = 15 * time.Second
 
 // Eval runs s with keys and args on every node, each within limit, and
-// returns the reply a majority gave (see above), or an *EvalError. Nodes
+// returns the reply a majority gave (see above), or a *luascript.EvalError. Nodes
 // still running the script at limit are sent SCRIPT KILL, in the
 // background, so that they answer again (a script that already wrote
 // cannot be killed: Redis then answers UNKILLABLE and the node stays busy
@@ -86,7 +58,7 @@ func (r *Redlock) Eval(ctx context.Context, s *luascript.Admitted, keys, args []
 	if v, ok := sel.answer(); ok {
 		return v, nil
 	}
-	return luascript.Reply{}, &EvalError{Nodes: len(r.nodes), Needed: r.quorum, Answered: sel.answered,
+	return luascript.Reply{}, &luascript.EvalError{Nodes: len(r.nodes), Needed: r.quorum, Answered: sel.answered,
 		Agreeing: sel.best(), TimedOut: len(sel.timedOut), Limit: limit, Err: errors.Join(sel.errs...)}
 }
 

@@ -82,7 +82,7 @@ func TestEvalReplySelection(t *testing.T) {
 			defer r.Close()
 			got, err := r.Eval(context.Background(), tc.script, []string{"k"}, nil, 5*time.Second)
 			if tc.err != "" {
-				var ee *EvalError
+				var ee *luascript.EvalError
 				if !errors.As(err, &ee) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("got %+v, %v; want an *EvalError with %q", got, err, tc.err)
 				}
@@ -104,7 +104,7 @@ func TestEvalTimeLimitKillsBusyNodes(t *testing.T) {
 	start := time.Now()
 	_, err := r.Eval(context.Background(), &luascript.Admitted{}, nil, nil, 200*time.Millisecond)
 	took := time.Since(start)
-	var ee *EvalError
+	var ee *luascript.EvalError
 	if !errors.As(err, &ee) || ee.TimedOut != 2 || !strings.Contains(err.Error(), "2 did not finish within the script time limit (200 ms) and were sent SCRIPT KILL") {
 		t.Fatalf("err %v", err)
 	}
