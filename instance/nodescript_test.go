@@ -193,6 +193,15 @@ func TestScriptReentrantLockTwoClients(t *testing.T) {
 		if grants.Load() != 50 {
 			t.Fatalf("%d grants, want 50", grants.Load())
 		}
+		// A hash lock taken by a script is a held key to SET NX.
+		c := newClient(t, addr, 2)
+		ctx := compatCtx(t)
+		if n, err := reentrant(ctx, c, reentrantLockScript, key, "owner-x", 10000); n != 1 || err != nil {
+			t.Fatalf("lock: %v %v", n, err)
+		}
+		if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); ok || err != nil {
+			t.Fatalf("SET NX of a key a script holds: %v %v", ok, err)
+		}
 	})
 }
 
