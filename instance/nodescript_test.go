@@ -420,3 +420,25 @@ func TestScriptZooKeeperRefused(t *testing.T) {
 		t.Fatalf("a catalogued script on zookeeper: %v %v", n, err)
 	}
 }
+
+// TestScriptEmbedded: the embedded backend's in-process nodes run scripts
+// outside the catalog too, majority reply included.
+func TestScriptEmbedded(t *testing.T) {
+	cfg := instance.Default()
+	cfg.Listen = "127.0.0.1:0"
+	c := newClient(t, startInstance(t, cfg).Addr(), 2)
+	ctx := compatCtx(t)
+	key := uniqueKey(t)
+	if ok, err := c.SetNX(ctx, key, "tokA", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("SET NX: %v %v", ok, err)
+	}
+	if pttl, err := c.Eval(ctx, pttlIfHeldScript, []string{key}, "tokA").Int64(); err != nil || pttl <= 0 || pttl > 10000 {
+		t.Fatalf("PTTL if held: %v %v", pttl, err)
+	}
+	if n, err := reentrant(ctx, c, reentrantLockScript, key+":h", "o", 10000); n != 1 || err != nil {
+		t.Fatalf("reentrant lock: %v %v", n, err)
+	}
+	if err := c.Eval(ctx, `return redis.call('FLUSHDB')`, nil).Err(); err == nil || !strings.HasPrefix(err.Error(), refusedPrefix) {
+		t.Fatalf("FLUSHDB: %v", err)
+	}
+}
