@@ -60,6 +60,9 @@ type LegacyConfig struct {
 	// that took it may.
 	DelFromAnyConnection bool `toml:"del_from_any_connection"`
 	MaxScripts           int  `toml:"max_scripts"` // scripts the SCRIPT cache keeps
+	// ScriptTimeLimitMS bounds a script outside the catalog run on the
+	// nodes; a node still running it then is sent SCRIPT KILL.
+	ScriptTimeLimitMS int `toml:"script_time_limit_ms"`
 }
 
 // RedlockConfig configures the redlock backend.
@@ -160,7 +163,7 @@ func Default() Config {
 		Embedded:  EmbeddedConfig{Nodes: 3},
 		Users:     []UserConfig{},
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},
-		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
+		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000, ScriptTimeLimitMS: 5000},
 		Limits: LimitsConfig{
 			MaxClients:      10000,
 			MaxKeyBytes:     1024,

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -45,6 +46,8 @@ type Instance struct {
 	lockMetrics *lockMetrics
 	served      chan error
 	shutdown    chan struct{}
+
+	redlock *quorum.Redlock // the redlock or embedded backend; nil for zookeeper
 
 	router *passthrough.Router      // nil: no data Redis
 	subs   []*upstream.Subscription // each redlock node's release notifications
@@ -164,6 +167,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		OnTrust:     in.nodeSet.trust,
 	})
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	in.redlock = r
 	in.subscribe(ev)
 	return r, nil
 }
@@ -225,9 +229,15 @@ func (in *Instance) subscribe(ev engine.Events) {
 
 func (in *Instance) respServer() (*resp.Server, error) {
 	l := in.cfg.Limits
+	scripts := commands.Scripts{Backend: in.cfg.BackendName(), TimeLimit: ms(in.cfg.Legacy.ScriptTimeLimitMS),
+		Reserved: cmp.Or(in.cfg.Redlock.KeyPrefix, upstream.DefaultPrefix)}
+	if in.redlock != nil {
+		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
+	}
 	h := commands.New(in.engine, commands.Config{
-		Limits: commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
-		Legacy: commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Limits:  commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
+		Legacy:  commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Scripts: scripts,
 	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {

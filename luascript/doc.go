@@ -12,10 +12,17 @@
 //   - execution: Script.Run performs a known script as operations on the
 //     caller's Locks and returns the reply, or the error, Redis would give
 //     for that script on a plain Redis where each key holds its lock's token;
-//   - the SCRIPT cache: Cache maps SHA1s to recognised scripts.
+//   - admission: Admit parses a script outside the catalog (admit.go,
+//     parse.go) and lets it through only when it calls allowed data
+//     commands (commands.go) by literal name on keys taken from KEYS, so
+//     that it may run unchanged on every node (quorum.Redlock.Eval);
+//   - the SCRIPT cache: Cache maps SHA1s to catalogued or admitted scripts,
+//     least recently used out.
 //
 // It must not interpret Lua, nor guess: a script is known only when its
-// normalised text equals a catalog entry's, and anything else gets an
-// *UnknownError. It holds no lock state and talks to no backend itself;
-// every effect goes through Locks. docs/lock-scripts.md lists the catalog.
+// normalised text equals a catalog entry's; any other is admitted or
+// refused by a static check that refuses what it cannot tell. It holds no
+// lock state and talks to no backend itself; every effect of a catalogued
+// script goes through Locks. docs/lock-scripts.md lists the catalog and
+// the admission rules.
 package luascript

@@ -4,7 +4,8 @@
 // attempt, and fencing tokens that strictly increase per key. It enforces
 // Redlock's restart rule (restart.go): a node that restarted without
 // verified fsync is not counted until every lease it may have held has
-// expired and its fencing counters have been raised.
+// expired and its fencing counters have been raised. Eval (eval.go) runs a
+// script outside the catalog on every node and keeps the majority's reply.
 //
 // It does no I/O of its own: upstream/ implements Node over real Redis
 // nodes, and tests implement it with fault-injecting fakes. It must not know

@@ -190,6 +190,10 @@ func (n *RedisNode) Stats() Stats {
 // stuck), the call waits for room in a goroutine of its own, so that a
 // fan-out never waits on one node before sending to the others.
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+	if op.Kind == quorum.OpKill {
+		go n.kill(ctx, tag, done) // not behind the pipeline the script holds up
+		return
+	}
 	c := &call{ctx: ctx, op: op, tag: tag, done: done, observe: n.observe}
 	if c.observe != nil {
 		c.start = time.Now()
