@@ -82,7 +82,8 @@ type Engine struct {
 	echoes  map[string]string   // the token of the last release through this instance, by key
 	// leaseSweepAt is the size of leases at which expired ones are dropped.
 	leaseSweepAt int
-	waiters      int // all of them
+	spareLeases  []*lease // records of forgotten leases, for reuse (lease.go)
+	waiters      int      // all of them
 	// lostLeases counts the entries of lost with no owner (leases), which
 	// no closing connection clears.
 	lostLeases int

@@ -72,10 +72,12 @@ func (e *Engine) recordLeaseLocked(o *Owner, key, token string, legacy bool, val
 		return
 	}
 	if r != nil {
-		e.unownLocked(r)
+		e.unownLocked(r) // another token's: its record is reused
+	} else {
+		r = e.newLeaseLocked()
+		e.leases[key] = r
 	}
-	r = &lease{key: key, token: token, until: now.Add(validity), legacy: legacy}
-	e.leases[key] = r
+	*r = lease{key: key, token: token, until: now.Add(validity), legacy: legacy}
 	if o != nil && e.roomFor(o, now) {
 		r.owner = o
 		o.leases.add(r)
@@ -119,12 +121,32 @@ func (e *Engine) unownLocked(r *lease) {
 	}
 }
 
-// forgetLeaseLocked forgets r entirely; e.mu is held.
+// forgetLeaseLocked forgets r entirely and keeps the record for reuse;
+// e.mu is held.
 func (e *Engine) forgetLeaseLocked(r *lease) {
 	e.unownLocked(r)
-	if e.leases[r.key] == r {
-		delete(e.leases, r.key)
+	if e.leases[r.key] != r {
+		return
 	}
+	delete(e.leases, r.key)
+	if len(e.spareLeases) < maxSpareLeases {
+		*r = lease{}
+		e.spareLeases = append(e.spareLeases, r)
+	}
+}
+
+// maxSpareLeases bounds the records of forgotten leases kept for reuse.
+const maxSpareLeases = 256
+
+// newLeaseLocked is a record for a new lease: a spare one if any, so that
+// a cycle of LOCK and UNLOCK allocates none; e.mu is held.
+func (e *Engine) newLeaseLocked() *lease {
+	if n := len(e.spareLeases); n > 0 {
+		r := e.spareLeases[n-1]
+		e.spareLeases = e.spareLeases[:n-1]
+		return r
+	}
+	return &lease{}
 }
 
 // dropLease forgets the lease on key if token is the one remembered.
