@@ -208,6 +208,9 @@ type guardConn struct {
 	pushing bool
 }
 
+// maxKeptEnds bounds the command ends a guard keeps room for between Reads.
+const maxKeptEnds = 64
+
 // ends are the offsets in the p of the last Read at which a command ends,
 // in order; the bytes after the last one begin a command not yet complete.
 func (g *guardConn) ends() []int { return g.fr.ends }
@@ -222,6 +225,9 @@ func (g *guardConn) Write(b []byte) (int, error) {
 // Read returns what the client sent, as Guard describes.
 func (g *guardConn) Read(p []byte) (int, error) {
 	g.fr.ends = g.fr.ends[:0]
+	if cap(g.fr.ends) > maxKeptEnds {
+		g.fr.ends = nil // a long pipeline's: an idle connection does not keep it
+	}
 	if g.watch != nil {
 		g.watch.stop() // the handler did not
 	}
