@@ -14,6 +14,7 @@ import (
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/tlsfiles"
 	"github.com/lockproxy/lockproxy/passthrough"
+	"github.com/lockproxy/lockproxy/pubsub"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
 	"github.com/lockproxy/lockproxy/upstream"
@@ -47,7 +48,8 @@ type Instance struct {
 	shutdown    chan struct{}
 
 	router *passthrough.Router      // nil: no data Redis
-	subs   []*upstream.Subscription // each redlock node's release notifications
+	subs   []*upstream.Subscription // each redlock node's release notifications and clients' pub/sub
+	hub    *pubsub.Hub              // clients' pub/sub through subs; nil: this process only (zookeeper)
 }
 
 // announceTaken tells the other instances, through every node it can
@@ -202,7 +204,8 @@ func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 }
 
 // subscribe listens on every node for releases, through any instance, and
-// tells ev, which wakes this instance's waiters for the key. It waits
+// tells ev, which wakes this instance's waiters for the key; the same
+// connections carry the clients' pub/sub (in.hub, nodePubSub). It waits
 // briefly for the subscriptions so that waiters are woken from the start;
 // a node that is down is subscribed to when it comes back.
 func (in *Instance) subscribe(ev engine.Events) {
@@ -212,8 +215,22 @@ func (in *Instance) subscribe(ev engine.Events) {
 	if t, ok := ev.(interface{ Taken(key, token string) }); ok {
 		taken = t.Taken // the engine: a DEL through another instance
 	}
-	for _, opts := range in.nodes {
-		s := upstream.SubscribeTaken(opts, ev.Released, taken, in.log)
+	dedup := pubsub.NewDedup(len(in.nodes), 0, 0)
+	remote := &nodePubSub{timeout: in.nodeCallTimeout()}
+	in.hub = pubsub.NewRemote(remote, dedup)
+	for i, opts := range in.nodes {
+		s := upstream.SubscribeHandlers(opts, upstream.Handlers{
+			Released: ev.Released, Taken: taken,
+			Message: func(pattern, channel string, payload []byte) { in.hub.FromNode(i, pattern, channel, payload) },
+			Up: func(up bool) {
+				if up {
+					dedup.Up(i)
+				} else {
+					dedup.Down(i)
+				}
+			},
+		}, in.log)
+		remote.subs = append(remote.subs, s)
 		in.closers = append(in.closers, func() { _ = s.Close() })
 		in.subs = append(in.subs, s)
 		if err := s.Ready(ctx); err != nil {
@@ -253,11 +270,21 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		MaxClients:    l.MaxClients,
 		Version:       Version,
 		Limits:        respLimits(l),
+		PubSub:        in.hub,
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)
 	}
 	return srv, err
+}
+
+// nodeCallTimeout bounds one pub/sub or list call to one node:
+// redlock.node_timeout_ms, or 2 s when that is automatic.
+func (in *Instance) nodeCallTimeout() time.Duration {
+	if t := in.cfg.Redlock.NodeTimeoutMS; t > 0 {
+		return ms(t)
+	}
+	return 2 * time.Second
 }
 
 // respLimits are the limits of l that the RESP server enforces.

@@ -1,0 +1,377 @@
+package luascript
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Admitted is a script outside the catalog that the admission check let
+// through: lockproxy runs it unchanged on every node (quorum.Eval).
+type Admitted struct {
+	SHA string // Redis's name for it: the SHA1 of Src
+	Src []byte
+	// ReadsTime is true when the script calls TTL, PTTL, EXPIRETIME or
+	// PEXPIRETIME: integers in its reply may be remaining times, which
+	// differ a little from node to node.
+	ReadsTime bool
+	// Writes is true when the script calls a command that writes.
+	Writes bool
+}
+
+// AdmitError is the refusal of a script outside the catalog, with the
+// line and the reason. Its text is the client's reply.
+type AdmitError struct {
+	Line int
+	Msg  string
+}
+
+func (e *AdmitError) Error() string {
+	return fmt.Sprintf("ERR lockproxy refused this script before running it on any node: line %d: %s (docs/lock-scripts.md)", e.Line, e.Msg)
+}
+
+// Admit checks, without running it, that src only calls the data commands
+// lock scripts use (commands.go), names each command by a string literal,
+// and takes every key argument from KEYS: KEYS[i], a local set only from
+// such an expression, the value of `for _, k in ipairs(KEYS)`,
+// unpack(KEYS), or a concatenation whose leftmost operand is one of these
+// (so a key derived from KEYS keeps KEYS's database prefix). Anything it
+// cannot tell is refused with an *AdmitError saying why.
+func Admit(src []byte) (*Admitted, error) {
+	block, err := parse(src)
+	if err != nil {
+		pe, ok := err.(*ParseError)
+		if !ok {
+			return nil, &AdmitError{Msg: err.Error()}
+		}
+		return nil, &AdmitError{Line: pe.Line, Msg: "cannot parse the script: " + pe.Msg}
+	}
+	a := &admission{bindings: map[string][]*expr{}}
+	a.bindBlock(block)
+	if a.err != nil {
+		return nil, a.err
+	}
+	a.findKeyVars()
+	a.checkBlock(block)
+	if a.err != nil {
+		return nil, a.err
+	}
+	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes}, nil
+}
+
+// admission is the state of one check.
+type admission struct {
+	// bindings lists, per name, every value the script binds it to: an
+	// expression, or nil for a value that is not one (a parameter, a
+	// numeric for, a missing value); keyElem stands for the value of
+	// `for _, k in ipairs(KEYS)`.
+	bindings  map[string][]*expr
+	keyVars   map[string]bool
+	readsTime bool
+	writes    bool
+	err       *AdmitError
+}
+
+var keyElem = &expr{kind: eIndex, obj: &expr{kind: eName, text: "KEYS"}, sub: &expr{kind: eConst, text: "1"}}
+
+// fixed are names a script must not bind: rebinding them would change what
+// the check relies on.
+var fixed = map[string]bool{"KEYS": true, "redis": true, "ipairs": true, "unpack": true}
+
+// forbidden are globals that run code the check cannot see or reach the
+// script's environment.
+var forbidden = map[string]bool{
+	"loadstring": true, "load": true, "loadfile": true, "dofile": true, "getfenv": true, "setfenv": true,
+	"_G": true, "rawget": true, "rawset": true, "rawequal": true, "require": true, "module": true,
+	"package": true, "debug": true, "newproxy": true, "coroutine": true,
+}
+
+// redisFields are the fields of the redis table a script may use besides
+// call and pcall.
+var redisFields = map[string]bool{
+	"error_reply": true, "status_reply": true, "sha1hex": true, "log": true,
+	"LOG_DEBUG": true, "LOG_VERBOSE": true, "LOG_NOTICE": true, "LOG_WARNING": true,
+}
+
+func (a *admission) refuse(line int, format string, args ...any) {
+	if a.err == nil {
+		a.err = &AdmitError{Line: line, Msg: fmt.Sprintf(format, args...)}
+	}
+}
+
+func (a *admission) bind(line int, name string, value *expr) {
+	if fixed[name] || forbidden[name] {
+		a.refuse(line, "the script rebinds %s", name)
+	}
+	a.bindings[name] = append(a.bindings[name], value)
+}
+
+// bindBlock records every binding of a name in block and the blocks and
+// functions inside it.
+func (a *admission) bindBlock(block []*stat) {
+	for _, s := range block {
+		switch s.kind {
+		case sLocal:
+			a.bindList(s.line, s.names, s.exprs)
+		case sAssign:
+			for i, t := range s.targets {
+				if t.kind == eName {
+					a.bindList(s.line, []string{t.text}, valueAt(s.exprs, i))
+				}
+			}
+		case sNumFor:
+			a.bind(s.line, s.names[0], nil)
+		case sGenFor:
+			elem := (*expr)(nil)
+			if len(s.exprs) == 1 && isCallOfKEYS(s.exprs[0], "ipairs") {
+				elem = keyElem
+			}
+			for i, n := range s.names {
+				if i == 1 {
+					a.bind(s.line, n, elem)
+				} else {
+					a.bind(s.line, n, nil)
+				}
+			}
+		case sFunc:
+			if s.targets[0].kind == eName {
+				a.bind(s.line, s.targets[0].text, nil)
+			}
+		case sLocalFunc:
+			a.bind(s.line, s.names[0], nil)
+		}
+		if s.fn != nil {
+			a.bindFunc(s.line, s.fn)
+		}
+		for _, b := range s.blocks {
+			a.bindBlock(b)
+		}
+		for _, e := range append(s.exprs, s.targets...) {
+			a.bindFuncsIn(e)
+		}
+	}
+}
+
+// valueAt is the one-element list of exprs[i], or nil when there is none.
+func valueAt(exprs []*expr, i int) []*expr {
+	if i < len(exprs) {
+		return exprs[i : i+1]
+	}
+	return nil
+}
+
+// bindList binds names to values in order; a name without a value of its
+// own (fewer values, or the tail of a multiple result) binds to nil.
+func (a *admission) bindList(line int, names []string, values []*expr) {
+	for i, n := range names {
+		var v *expr
+		if i < len(values) && !(i == len(values)-1 && i < len(names)-1 && multiValued(values[i])) {
+			v = values[i]
+		}
+		a.bind(line, n, v)
+	}
+}
+
+func (a *admission) bindFunc(line int, f *funcBody) {
+	for _, p := range f.params {
+		a.bind(line, p, nil)
+	}
+	a.bindBlock(f.body)
+}
+
+// bindFuncsIn binds the parameters and bodies of the functions inside e.
+func (a *admission) bindFuncsIn(e *expr) {
+	if e == nil {
+		return
+	}
+	if e.fn != nil {
+		a.bindFunc(e.line, e.fn)
+	}
+	a.bindFuncsIn(e.obj)
+	a.bindFuncsIn(e.sub)
+	for _, x := range e.args {
+		a.bindFuncsIn(x)
+	}
+}
+
+// findKeyVars computes the names whose every binding is a key expression,
+// assuming the others are: the largest such set.
+func (a *admission) findKeyVars() {
+	a.keyVars = map[string]bool{}
+	for n := range a.bindings {
+		a.keyVars[n] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		for n := range a.keyVars {
+			for _, v := range a.bindings[n] {
+				if !a.isKeyExpr(v) {
+					delete(a.keyVars, n)
+					changed = true
+					break
+				}
+			}
+		}
+	}
+}
+
+// isKeyExpr reports whether e's value is a key from KEYS, or a string that
+// begins with one.
+func (a *admission) isKeyExpr(e *expr) bool {
+	switch {
+	case e == nil:
+		return false
+	case e.kind == eIndex:
+		return isName(e.obj, "KEYS")
+	case e.kind == eName:
+		return a.keyVars[e.text]
+	case e.kind == eBinop && e.text == "..":
+		return a.isKeyExpr(e.obj)
+	}
+	return false
+}
+
+func isName(e *expr, name string) bool { return e != nil && e.kind == eName && e.text == name }
+
+// isCallOfKEYS reports whether e is fn(KEYS).
+func isCallOfKEYS(e *expr, fn string) bool {
+	return e.kind == eCall && isName(e.obj, fn) && len(e.args) == 1 && isName(e.args[0], "KEYS")
+}
+
+// multiValued reports whether e may stand for several values at the end of
+// a list.
+func multiValued(e *expr) bool { return e.kind == eCall || e.kind == eMethod || e.kind == eVararg }
+
+func (a *admission) checkBlock(block []*stat) {
+	for _, s := range block {
+		for _, t := range s.targets {
+			a.checkTarget(s.line, t)
+		}
+		for _, e := range s.exprs {
+			a.checkExpr(e)
+		}
+		if s.fn != nil {
+			a.checkBlock(s.fn.body)
+		}
+		for _, b := range s.blocks {
+			a.checkBlock(b)
+		}
+	}
+}
+
+// checkTarget checks an assignment's target: KEYS and redis are read-only.
+func (a *admission) checkTarget(line int, t *expr) {
+	switch t.kind {
+	case eName:
+		return // bindBlock refused the fixed names
+	case eIndex, eField:
+		if isName(t.obj, "KEYS") || isName(t.obj, "redis") {
+			a.refuse(line, "the script changes %s", t.obj.text)
+			return
+		}
+		a.checkExpr(t.obj)
+		a.checkExpr(t.sub)
+	}
+}
+
+func (a *admission) checkExpr(e *expr) {
+	if e == nil || a.err != nil {
+		return
+	}
+	switch e.kind {
+	case eName:
+		switch {
+		case e.text == "KEYS":
+			a.refuse(e.line, "KEYS may be used only as KEYS[i], #KEYS, ipairs(KEYS) or unpack(KEYS)")
+		case e.text == "redis":
+			a.refuse(e.line, "redis may be used only as redis.call(...), redis.pcall(...) or redis.%s", "error_reply/status_reply/sha1hex/log")
+		case forbidden[e.text]:
+			a.refuse(e.line, "%s is not allowed: it can run code the check cannot see", e.text)
+		}
+		return
+	case eIndex:
+		if isName(e.obj, "KEYS") {
+			a.checkExpr(e.sub)
+			return
+		}
+	case eUnop:
+		if e.text == "#" && isName(e.obj, "KEYS") {
+			return
+		}
+	case eField:
+		if isName(e.obj, "redis") {
+			if !redisFields[e.text] {
+				a.refuse(e.line, "redis.%s is not allowed here (only redis.call(...), redis.pcall(...), redis.error_reply, redis.status_reply, redis.sha1hex, redis.log)", e.text)
+			}
+			return
+		}
+	case eCall:
+		if e.obj.kind == eField && isName(e.obj.obj, "redis") && (e.obj.text == "call" || e.obj.text == "pcall") {
+			a.checkRedisCall(e)
+			return
+		}
+		if isCallOfKEYS(e, "ipairs") || isCallOfKEYS(e, "unpack") {
+			return
+		}
+	case eFunc:
+		a.checkBlock(e.fn.body)
+		return
+	}
+	a.checkExpr(e.obj)
+	a.checkExpr(e.sub)
+	for _, x := range e.args {
+		a.checkExpr(x)
+	}
+}
+
+// checkRedisCall checks redis.call(name, args...): name is an allowed
+// command, as a string literal, and every key argument comes from KEYS.
+func (a *admission) checkRedisCall(e *expr) {
+	fn := "redis." + e.obj.text
+	if len(e.args) == 0 || e.args[0].kind != eString {
+		a.refuse(e.line, "%s must name its command with a string literal", fn)
+		return
+	}
+	name := strings.ToLower(unquoteCanonical(e.args[0].text))
+	spec, ok := allowed[name]
+	if !ok {
+		why := refusedBecause[name]
+		if why == "" {
+			why = "it is not one of the data commands lock scripts use on their own keys"
+		}
+		a.refuse(e.line, "%s('%s'): %s may not be used, %s", fn, oneLine(name), strings.ToUpper(oneLine(name)), why)
+		return
+	}
+	a.readsTime = a.readsTime || remainingTime[name]
+	a.writes = a.writes || spec.write
+	args := e.args[1:]
+	for i, arg := range args {
+		pos := i + 1
+		if i == len(args)-1 && multiValued(arg) && spec.keysFrom(pos) {
+			if !(isCallOfKEYS(arg, "unpack") && spec.step == 1 && spec.last < 0 && pos >= spec.first) {
+				a.refuse(arg.line, "%s('%s'): argument %d may expand to several values, some of them keys; keys must come from KEYS", fn, name, pos)
+				return
+			}
+			a.checkExpr(arg)
+			continue
+		}
+		if spec.isKey(pos) && !a.isKeyExpr(arg) {
+			a.refuse(arg.line, "%s('%s'): argument %d is a key and must come from KEYS (KEYS[i], a local set only from KEYS, "+
+				"the value of `for _, k in ipairs(KEYS)`, unpack(KEYS), or a concatenation that begins with one of these)", fn, name, pos)
+			return
+		}
+		a.checkExpr(arg)
+	}
+}
+
+// oneLine keeps a name from a script fit for a one-line error reply.
+func oneLine(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}

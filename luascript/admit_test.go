@@ -1,0 +1,228 @@
+package luascript
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+)
+
+// Redisson's RReadWriteLock read-lock acquire (redisson 3.x,
+// RedissonReadLock.tryLockInnerAsync): keys derived from KEYS[2] by
+// concatenation.
+const redissonReadLock = `local mode = redis.call('hget', KEYS[1], 'mode'); 
+if (mode == false) then 
+  redis.call('hset', KEYS[1], 'mode', 'read'); 
+  redis.call('hset', KEYS[1], ARGV[2], 1); 
+  redis.call('set', KEYS[2] .. ':1', 1); 
+  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); 
+  redis.call('pexpire', KEYS[1], ARGV[1]); 
+  return nil; 
+end; 
+if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then 
+  local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); 
+  local key = KEYS[2] .. ':' .. ind;
+  redis.call('set', key, 1); 
+  redis.call('pexpire', key, ARGV[1]); 
+  local remainTime = redis.call('pttl', KEYS[1]); 
+  redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); 
+  return nil; 
+end;
+return redis.call('pttl', KEYS[1]);`
+
+// The scripts written for issue 13, outside the catalog.
+const (
+	pttlIfHeld = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PTTL', KEYS[1]) end return -3`
+
+	reentrantLock = `
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`
+
+	reentrantUnlock = `
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return nil end
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if n > 0 then return 0 end
+redis.call('DEL', KEYS[1])
+return 1`
+)
+
+func TestAdmitAccepts(t *testing.T) {
+	for name, src := range map[string]string{
+		"pttl if held":          pttlIfHeld,
+		"reentrant lock":        reentrantLock,
+		"reentrant unlock":      reentrantUnlock,
+		"redisson read lock":    redissonReadLock,
+		"loop over KEYS":        `for _, k in ipairs(KEYS) do redis.call('DEL', k) end return #KEYS`,
+		"numeric loop":          `for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end`,
+		"unpack KEYS":           `return redis.call('DEL', unpack(KEYS))`,
+		"mset pairs":            `return redis.call('MSET', KEYS[1], ARGV[1], KEYS[2], ARGV[2])`,
+		"local chain":           `local a = KEYS[1] local b = a .. ':x' b = b .. ARGV[1] return redis.call('GET', b)`,
+		"spread argv after key": `return redis.call('HSET', KEYS[1], unpack(ARGV))`,
+		"publish and time":      `redis.call('PUBLISH', ARGV[1], 'x') return redis.call('TIME')`,
+		"pcall and replies":     `local r = redis.pcall('INCR', KEYS[1]) if type(r) == 'table' then return redis.error_reply('bad') end return redis.status_reply('OK')`,
+		"functions":             `local function del(k) return 1 end local f = function() return redis.call('GET', KEYS[1]) end return f()`,
+		"never returns":         `while true do end`,
+		"no key command":        `return cjson.encode({1, 2})`,
+	} {
+		a, err := Admit([]byte(src))
+		if err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+			continue
+		}
+		if a.SHA != SHA1([]byte(src)) {
+			t.Errorf("%s: SHA %s", name, a.SHA)
+		}
+	}
+}
+
+func TestAdmitLearnsTimeReads(t *testing.T) {
+	for src, want := range map[string]bool{pttlIfHeld: true, reentrantLock: false, `return redis.call('ttl', KEYS[1])`: true} {
+		a, err := Admit([]byte(src))
+		if err != nil || a.ReadsTime != want {
+			t.Errorf("%q: ReadsTime %v, %v; want %v", src, a != nil && a.ReadsTime, err, want)
+		}
+	}
+}
+
+func TestAdmitRefuses(t *testing.T) {
+	for src, want := range map[string]string{
+		`return redis.call('FLUSHALL')`:                                                        "line 1: redis.call('flushall'): FLUSHALL may not be used, it erases the node",
+		`return redis.call('keys', '*')`:                                                       "KEYS may not be used, it reads keys that are not in KEYS",
+		`return redis.call('CONFIG', 'SET', 'x', 'y')`:                                         "CONFIG may not be used, it administers the node",
+		`return redis.call('SCAN', 0)`:                                                         "SCAN may not be used",
+		"\n\nreturn redis.pcall('eval', 'return 1', 0)":                                        "line 3: redis.pcall('eval'): EVAL may not be used, it runs another script",
+		`return redis.call('XADD', KEYS[1], '*', 'a', 1)`:                                      "XADD may not be used, it is not one of the data commands",
+		`return redis.call('GET', ARGV[1])`:                                                    "argument 1 is a key and must come from KEYS",
+		`return redis.call('GET', 'lock')`:                                                     "argument 1 is a key and must come from KEYS",
+		`return redis.call('SET', KEYS[1], 1, 'GET') .. redis.call('GET', ARGV[1] .. KEYS[1])`: "argument 1 is a key",
+		`return redis.call('MSET', KEYS[1], 1, ARGV[1], 2)`:                                    "argument 3 is a key",
+		`return redis.call('RENAME', KEYS[1], ARGV[1])`:                                        "argument 2 is a key",
+		`return redis.call('DEL', unpack(ARGV))`:                                               "argument 1 may expand to several values",
+		`return redis.call('DEL', KEYS[1], ...)`:                                               "argument 2 may expand to several values",
+		`local c = 'GET' return redis.call(c, KEYS[1])`:                                        "must name its command with a string literal",
+		`return redis.call()`:                                                                  "must name its command with a string literal",
+		`local k = KEYS[1] k = ARGV[1] return redis.call('GET', k)`:                            "argument 1 is a key",
+		`local k = KEYS[1] .. 'x' or ARGV[1] return redis.call('GET', k)`:                      "argument 1 is a key",
+		`for i, k in ipairs(ARGV) do redis.call('DEL', k) end`:                                 "argument 1 is a key",
+		`for k, v in ipairs(KEYS) do redis.call('DEL', k) end`:                                 "argument 1 is a key",
+		`local function f(k) return redis.call('GET', k) end return f(KEYS[1])`:                "argument 1 is a key",
+		`KEYS[1] = ARGV[1] return redis.call('GET', KEYS[1])`:                                  "the script changes KEYS",
+		`local KEYS = ARGV return redis.call('GET', KEYS[1])`:                                  "the script rebinds KEYS",
+		`local t = KEYS return redis.call('GET', t[1])`:                                        "KEYS may be used only as",
+		`table.insert(KEYS, ARGV[1]) return redis.call('DEL', unpack(KEYS))`:                   "KEYS may be used only as",
+		`local ipairs = function(t) return pairs(ARGV) end`:                                    "the script rebinds ipairs",
+		`local c = redis.call return c('FLUSHALL')`:                                            "redis.call is not allowed here",
+		`local r = redis return r.call('FLUSHALL')`:                                            "redis may be used only as",
+		`return loadstring("return redis.call('FLUSHALL')")()`:                                 "loadstring is not allowed",
+		`return _G['redis'].call('FLUSHALL')`:                                                  "_G is not allowed",
+		`return pcall(redis.call, 'FLUSHALL')`:                                                 "redis.call is not allowed here",
+		`redis.call = function() end`:                                                          "the script changes redis",
+		`return redis.setresp(3)`:                                                              "redis.setresp is not allowed",
+		`return redis.call('GET', KEYS[1]:sub(2))`:                                             "argument 1 may expand",
+		`return redis.call('GET', KEYS[1]:sub(2), 'x')`:                                        "argument 1 is a key",
+		`return redis.call('GET', (KEYS[1]))`:                                                  "argument 1 is a key",
+		`return redis.call('GET', KEYS[1]`:                                                     "cannot parse the script",
+		`return 'unfinished`:                                                                   "cannot parse the script: unfinished string",
+		`return redis.call('SET', KEYS[1] .. loadstring('x')(), 1)`:                            "loadstring is not allowed",
+		`return redis.call("\0")`:                                                              "may not be used",
+		`return redis.call('SORT', KEYS[1], 'BY', 'x*')`:                                       "SORT may not be used",
+	} {
+		_, err := Admit([]byte(src))
+		var ae *AdmitError
+		if !errors.As(err, &ae) {
+			t.Errorf("%q: admitted (%v)", src, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "ERR lockproxy refused this script before running it on any node: line ") {
+			t.Errorf("%q:\n got %s\nwant %s", src, err, want)
+		}
+		if strings.ContainsAny(err.Error(), "\r\n") {
+			t.Errorf("%q: the error is not one line: %q", src, err)
+		}
+	}
+}
+
+// TestAdmitCatalog: the catalogued library scripts pass the check too, so
+// that the parser reads the real scripts' syntax; bsm/redislock v0.10's
+// obtain builds MSETNX's keys in a table, which the check cannot follow
+// (it runs as lock operations, being catalogued).
+func TestAdmitCatalog(t *testing.T) {
+	files, _ := fs.Glob(sources, "scripts/*/*.lua")
+	for _, f := range files {
+		src, _ := sources.ReadFile(f)
+		_, err := Admit(src)
+		if f == "scripts/redislock/obtain-v0.10.0.lua" {
+			if err == nil || !strings.Contains(err.Error(), "line 32: redis.call('msetnx'): argument 1 may expand") {
+				t.Errorf("%s: %v", f, err)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if len(files) < 20 {
+		t.Fatalf("only %d library scripts", len(files))
+	}
+}
+
+// TestAdmitDepth: deep nesting is refused, not a stack overflow.
+func TestAdmitDepth(t *testing.T) {
+	src := "return " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000)
+	if _, err := Admit([]byte(src)); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
+		t.Fatalf("deep nesting: %v", err)
+	}
+}
+
+// FuzzAdmit: the check never panics, refuses with an *AdmitError on one
+// line, and whatever it admits passes a second, token-level check: every
+// redis.call/pcall is followed by a string literal naming an allowed
+// command, and neither KEYS nor redis nor a forbidden global is assigned.
+func FuzzAdmit(f *testing.F) {
+	seedFromLibraryScripts(f)
+	for _, s := range []string{pttlIfHeld, reentrantLock, reentrantUnlock, redissonReadLock,
+		`return redis.call('FLUSHALL')`, `local c = redis.call return c('x')`, `KEYS[1] = 'a'`,
+		`for _, k in ipairs(KEYS) do redis.call('DEL', k) end`, `return redis.call('DEL', unpack(KEYS))`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		a, err := Admit(src)
+		if err != nil {
+			var ae *AdmitError
+			if !errors.As(err, &ae) || strings.ContainsAny(err.Error(), "\r\n") {
+				t.Fatalf("Admit error %q is not a one-line *AdmitError", err)
+			}
+			return
+		}
+		toks, err := tokenize(src)
+		if err != nil {
+			t.Fatalf("admitted a script that does not lex: %v", err)
+		}
+		if a.SHA != SHA1(src) {
+			t.Fatalf("SHA %s", a.SHA)
+		}
+		for i, tk := range toks {
+			if tk.kind == tkName && (tk.text == "redis") && i+2 < len(toks) && toks[i+1].text == "." &&
+				(toks[i+2].text == "call" || toks[i+2].text == "pcall") {
+				name := toks[i+3] // redis.call'get' is a call too
+				if name.kind != tkString && name.text == "(" && i+4 < len(toks) {
+					name = toks[i+4]
+				}
+				if name.kind != tkString {
+					t.Fatalf("admitted redis.%s not followed by a literal command name: %q", toks[i+2].text, src)
+				}
+				if _, ok := allowed[strings.ToLower(unquoteCanonical(name.text))]; !ok {
+					t.Fatalf("admitted a call of %s: %q", name.text, src)
+				}
+			}
+			if tk.kind == tkName && forbidden[tk.text] && (i == 0 || toks[i-1].text != "." && toks[i-1].text != ":") {
+				t.Fatalf("admitted a use of %s: %q", tk.text, src)
+			}
+			if tk.kind == tkName && tk.text == "local" && i+1 < len(toks) && fixed[toks[i+1].text] {
+				t.Fatalf("admitted a local %s: %q", toks[i+1].text, src)
+			}
+		}
+	})
+}
