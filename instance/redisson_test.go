@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,9 +292,11 @@ var rCases = []rCase{
 	{"RLock/watchdog-renewal", caseWatchdog},
 	{"RLock/lease-expires", caseLeaseExpires},
 	{"RLock/forceUnlock", caseForceUnlock},
+	{"RLock/contention-one-holder", caseContention},
 	{"RFairLock/queue-order", caseFairOrder},
 	{"RReadWriteLock/readers-share-writer-excludes", caseReadWrite},
 	{"RSemaphore/permits", caseSemaphore},
+	{"RSemaphore/contention-one-permit", caseSemaphoreContention},
 }
 
 // rKey is a unique lock name per case (hash tags are what Redisson's
@@ -502,6 +505,99 @@ func caseForceUnlock(t *testing.T, a, b *rClient) {
 	want(t, "A unlock after being forced out", v, err, nil)
 	v, err = b.unlock(ctx, name)
 	want(t, "B unlock", v, err, int64(1))
+}
+
+// rContentionRounds bounds the contention cases: each client tries this
+// many times.
+const rContentionRounds = 40
+
+// contend runs try and release in a and b concurrently, rContentionRounds
+// times each (bounded by compatWaitBound x 4), and fails the test if the
+// two ever hold at once or if an error or an unexpected reply occurs. It
+// returns how many times each got it.
+func contend(t *testing.T, try func(ctx context.Context, r *rClient) (bool, error), release func(ctx context.Context, r *rClient) error, a, b *rClient) [2]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*compatWaitBound)
+	defer cancel()
+	var holders atomic.Int32
+	var got [2]int
+	errs := make(chan error, 2)
+	for i, r := range []*rClient{a, b} {
+		go func() {
+			errs <- func() error {
+				for range rContentionRounds {
+					ok, err := try(ctx, r)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						continue
+					}
+					got[i]++
+					if n := holders.Add(1); n != 1 {
+						return fmt.Errorf("%d holders at once", n)
+					}
+					time.Sleep(time.Millisecond)
+					holders.Add(-1)
+					if err := release(ctx, r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got[0]+got[1] == 0 {
+		t.Error("neither client ever got it")
+	}
+	return got
+}
+
+func caseContention(t *testing.T, a, b *rClient) {
+	name := rKey(t)
+	got := contend(t, func(ctx context.Context, r *rClient) (bool, error) {
+		v, err := r.tryLock(ctx, name, rLeaseMS)
+		if err != nil {
+			return false, err
+		}
+		if v == nil {
+			return true, nil
+		}
+		if n, ok := v.(int64); !ok || n <= 0 || n > rLeaseMS {
+			return false, fmt.Errorf("tryLock: %#v, want nil or a PTTL in (0, %d]", v, rLeaseMS)
+		}
+		return false, nil
+	}, func(ctx context.Context, r *rClient) error {
+		if v, err := r.unlock(ctx, name); err != nil || v != int64(1) {
+			return fmt.Errorf("unlock: %#v %v, want 1", v, err)
+		}
+		return nil
+	}, a, b)
+	t.Logf("grants: A %d, B %d of %d tries each", got[0], got[1], rContentionRounds)
+}
+
+func caseSemaphoreContention(t *testing.T, a, b *rClient) {
+	name := rKey(t)
+	v, err := a.semSet(compatCtx(t), name, 1)
+	want(t, "trySetPermits(1)", v, err, int64(1))
+	got := contend(t, func(ctx context.Context, r *rClient) (bool, error) {
+		v, err := r.semAcquire(ctx, name)
+		if err != nil || (v != int64(0) && v != int64(1)) {
+			return false, fmt.Errorf("tryAcquire: %#v %v, want 0 or 1", v, err)
+		}
+		return v == int64(1), nil
+	}, func(ctx context.Context, r *rClient) error {
+		_, err := r.semRelease(ctx, name)
+		return err
+	}, a, b)
+	avail, err := a.c.Get(compatCtx(t), name).Result()
+	want(t, "permits at the end", avail, err, "1")
+	t.Logf("acquired: A %d, B %d of %d tries each", got[0], got[1], rContentionRounds)
 }
 
 // --- RFairLock ---
