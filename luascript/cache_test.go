@@ -2,6 +2,7 @@ package luascript
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,13 +47,17 @@ func loadN(t *testing.T, c *Cache, n int) []string {
 	return shas
 }
 
-func TestCacheEvictsOldest(t *testing.T) {
+func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	c := NewCache(2)
 	shas := loadN(t, c, 2)
-	loadN(t, c, 1) // reloading keeps the oldest the oldest
-	third := loadN(t, c, 3)[2]
-	if c.Exists(shas[0]) || !c.Exists(shas[1]) || !c.Exists(third) {
-		t.Errorf("after a third load: exists %v %v %v, want false true true",
+	c.Get(shas[0]) // the second is now the least recently used
+	src, _ := sources.ReadFile("scripts/" + Catalog()[2].file)
+	third, _, err := c.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Exists(shas[0]) || c.Exists(shas[1]) || !c.Exists(third) {
+		t.Errorf("after a third load: exists %v %v %v, want true false true",
 			c.Exists(shas[0]), c.Exists(shas[1]), c.Exists(third))
 	}
 	if c := NewCache(0); len(loadN(t, c, 2)) != 2 || c.Exists(SHA1(nil)) {
@@ -123,7 +128,28 @@ func TestCacheConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := len(c.byKey); n > 5 || n != len(c.order) {
-		t.Errorf("cache holds %d scripts, %d in order; max 5", n, len(c.order))
+	if n := len(c.byKey); n > 5 || n != c.lru.Len() {
+		t.Errorf("cache holds %d scripts, %d in order; max 5", n, c.lru.Len())
+	}
+}
+
+// TestCacheBoundedByDistinctScripts: 10,000 distinct admitted scripts
+// leave the cache at its bound, holding the most recent ones.
+func TestCacheBoundedByDistinctScripts(t *testing.T) {
+	c := NewCache(100)
+	var last string
+	for i := range 10000 {
+		src := []byte("return redis.call('GET', KEYS[1]) .. '" + strconv.Itoa(i) + "'")
+		sha, e, err := c.Resolve(src)
+		if err != nil || e.Admitted == nil || sha != SHA1(src) {
+			t.Fatalf("Resolve %d: %v %v", i, e, err)
+		}
+		last = sha
+	}
+	if c.Len() != 100 || len(c.byKey) != 100 || !c.Exists(last) {
+		t.Fatalf("cache holds %d (%d), last exists %v; want 100", c.Len(), len(c.byKey), c.Exists(last))
+	}
+	if _, e, err := c.Resolve([]byte("return redis.call('FLUSHALL')")); err == nil || e != (Entry{}) || c.Len() != 100 {
+		t.Fatalf("a refused script: %v %v, len %d", e, err, c.Len())
 	}
 }

@@ -42,6 +42,7 @@ const (
 	Bulk               // a Lua string
 	Status             // redis.status_reply
 	Array              // a Lua table
+	Error              // an error reply, Str its text: a script run on the nodes failed, or returned a pcall error in a table
 )
 
 // Reply is the reply Redis would give to EVAL of the script.
