@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/tlsfiles"
+	"github.com/lockproxy/lockproxy/lists"
 	"github.com/lockproxy/lockproxy/passthrough"
 	"github.com/lockproxy/lockproxy/pubsub"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -50,6 +51,7 @@ type Instance struct {
 	router *passthrough.Router      // nil: no data Redis
 	subs   []*upstream.Subscription // each redlock node's release notifications and clients' pub/sub
 	hub    *pubsub.Hub              // clients' pub/sub through subs; nil: this process only (zookeeper)
+	lists  []lists.Node             // each node's signal lists; none on zookeeper
 }
 
 // announceTaken tells the other instances, through every node it can
@@ -154,6 +156,9 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
 		w.Node, nodes[i] = n, n
+		ln := upstream.NewListNode(opts, in.cfg.Limits.MaxBlockedClients)
+		in.closers = append(in.closers, func() { _ = ln.Close() })
+		in.lists = append(in.lists, ln)
 	}
 	in.backendAddr = addrs
 	in.nodeSet.start()
@@ -248,6 +253,10 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {
+		return nil, err
+	}
+	lc := lists.Config{MaxBlocked: l.MaxBlockedClients, NodeTimeout: in.nodeCallTimeout()}
+	if err := table.Add(lists.New(in.lists, lc, in.log).Commands()...); err != nil {
 		return nil, err
 	}
 	var session resp.Session = h
