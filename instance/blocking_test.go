@@ -102,8 +102,12 @@ func blockingChecks(t *testing.T, addr string, nodeAddrs []string, proto int) {
 		if took := p.at.Sub(start); took > timeout/2 {
 			t.Fatalf("woken after %v of a %v timeout", took, timeout)
 		}
-		// The element is gone from every node, and no node holds a
-		// blocked client any more.
+		// The element is gone: no second wake-up from a node that got
+		// its copy after the first node's was popped; then it is gone
+		// from every node, and no node holds a blocked client any more.
+		if err := c.Do(ctx, "BLPOP", key, "0.3").Err(); err != redis.Nil {
+			t.Fatalf("a second BLPOP after one signal: %v, want a null", err)
+		}
 		for i, n := range nodes {
 			eventually(t, 30*time.Second, fmt.Sprintf("list empty on node %d", i), func() bool {
 				l, err := n.LLen(ctx, key).Result()

@@ -17,9 +17,10 @@ import (
 // background and best effort: a node that popped the same element already
 // is done; one that popped another element (a later signal) gets it back
 // at the end it came from; one that popped nothing gets one copy removed
-// (LREM). A node that misses this clean-up (down, paused) keeps its copy,
-// and a later pop may return it: a spurious wake-up, which lock libraries
-// tolerate by trying their acquire again. When the client disconnects or
+// (LREM), or, if it has none yet, owes it (debts: the copy is dropped when
+// it is popped there within debtKeep). A node that misses this clean-up
+// for longer keeps its copy, and a later pop may return it: a spurious
+// wake-up, which lock libraries tolerate by trying their acquire again. When the client disconnects or
 // the timeout passes, every element a node popped meanwhile is put back.
 
 // nodePop is one node's answer to a blocking pop.
@@ -94,8 +95,17 @@ func (l *Lists) block(c *resp.Conn, left bool, keys []string, timeout time.Durat
 	results := make(chan nodePop, len(l.nodes))
 	for i, n := range l.nodes {
 		go func() {
-			p, late, err := n.BPop(ctx, left, keys, nodeTimeout)
-			results <- nodePop{node: i, p: p, late: late, err: err}
+			for {
+				p, late, err := n.BPop(ctx, left, keys, nodeTimeout)
+				if err == nil && p.OK && l.debts.pay(i, p.Key, p.Value) {
+					if !late {
+						continue // a copy of an element already popped elsewhere
+					}
+					p = upstream.Popped{}
+				}
+				results <- nodePop{node: i, p: p, late: late, err: err}
+				return
+			}
 		}()
 	}
 	var failed []string
@@ -178,7 +188,11 @@ func (l *Lists) settleNode(ctx context.Context, left bool, win *nodePop, r nodeP
 		if left {
 			count = 1
 		}
-		_, err = n.Do(ctx, "LREM", win.p.Key, count, win.p.Value)
+		var removed any
+		removed, err = n.Do(ctx, "LREM", win.p.Key, count, win.p.Value)
+		if removed != int64(1) {
+			l.debts.owe(r.node, win.p.Key, win.p.Value) // not there yet, or the node is away
+		}
 	}
 	if err != nil {
 		l.log.Debug("clean-up after a blocking pop", zap.String("node", n.Addr()), zap.Error(err))

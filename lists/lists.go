@@ -40,6 +40,7 @@ type Lists struct {
 	cfg     Config
 	log     *zap.Logger
 	blocked atomic.Int64
+	debts   debts
 	cleanup atomic.Int64 // clean-ups after a blocking pop still running, for tests
 }
 
@@ -83,8 +84,9 @@ func (l *Lists) majority() int { return len(l.nodes)/2 + 1 }
 
 // answer is one node's reply to a non-blocking command.
 type answer struct {
-	v   any
-	err error
+	node int
+	v    any
+	err  error
 }
 
 // each runs args on every node at once and returns the answers of those
@@ -102,7 +104,7 @@ func (l *Lists) each(ctx context.Context, args [][]byte) ([]answer, error) {
 	for i, n := range l.nodes {
 		go func() {
 			v, err := n.Do(ctx, cmd...)
-			out[i] = answer{v, err}
+			out[i] = answer{i, v, err}
 			done <- i
 		}()
 	}
@@ -194,6 +196,11 @@ func (l *Lists) pop(c *resp.Conn, args [][]byte) {
 	}
 	if replyError(c, answers) {
 		return
+	}
+	for i, a := range answers {
+		if v, ok := a.v.(string); ok && l.debts.pay(a.node, string(args[1]), v) {
+			answers[i].v = nil // a copy of an element a blocking pop took
+		}
 	}
 	writeValue(c, mostCommon(answers), len(args) == 3)
 }
