@@ -56,13 +56,17 @@ func replyError(key string, err error) string {
 	var arg argError
 	var scriptArg luascript.ArgError
 	var unknownScript *luascript.UnknownError
+	var refused *luascript.AdmitError
+	var nodes *luascript.EvalError
 	var unknown *engine.UnknownOutcomeError
 	var lost *engine.LostError
 	switch {
 	case errors.As(err, &arg):
 		return arg.Error()
-	case errors.As(err, &scriptArg), errors.As(err, &unknownScript):
+	case errors.As(err, &scriptArg), errors.As(err, &unknownScript), errors.As(err, &refused):
 		return err.Error() // Redis's words for a script's error, or the catalog's refusal
+	case errors.As(err, &nodes):
+		return "NOQUORUM " + nodes.Error() + failedNodes(joined(nodes.Err))
 	case errors.As(err, &nq):
 		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s%s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op], failedNodes(nq.Failed))
 	case errors.As(err, &unknown):
@@ -127,3 +131,11 @@ func failedNodes(failed []string) string {
 
 // errTimeoutRange is Redis's error for a negative blocking timeout.
 var errTimeoutRange error = argError("ERR timeout is negative")
+
+// joined lists the errors errors.Join put together (none for nil).
+func joined(err error) []string {
+	if err == nil {
+		return nil
+	}
+	return strings.Split(err.Error(), "\n")
+}

@@ -23,24 +23,30 @@ func (h *Handler) registerScripts(t *resp.Table) error {
 
 // eval is EVAL script numkeys [key ...] [arg ...], and EVALSHA sha1 ...:
 // a known lock script runs as lock operations and replies as the script
-// would on Redis.
+// would on Redis; any other script that passes the admission check runs
+// unchanged on every node (runOnNodes).
 func (h *Handler) eval(c *resp.Conn, args [][]byte) {
 	keys, argv, err := scriptArgs(args)
 	if err != nil {
 		c.Error(err.Error())
 		return
 	}
-	var s *luascript.Script
+	var e luascript.Entry
 	if len(args[0]) == len("eval") {
-		_, s, err = h.scripts.Load(args[1]) // EVAL caches the script, as Redis does
-	} else if s, _ = h.scripts.Get(string(args[1])); s == nil {
+		_, e, err = h.scripts.Resolve(args[1]) // EVAL caches the script, as Redis does
+	} else if e, _ = h.scripts.Lookup(string(args[1])); e == (luascript.Entry{}) {
 		err = errNoScript
 	}
-	if err != nil {
-		c.Error(replyError("", err))
+	if err == nil && e.Admitted != nil {
+		err = h.runOnNodes(c, e.Admitted, keys, argv)
+	}
+	if err != nil || e.Admitted != nil {
+		if err != nil {
+			c.Error(replyError("", err))
+		}
 		return
 	}
-	r, err := s.Run(c.Context(), scriptLocks{h, c}, keys, argv)
+	r, err := e.Known.Run(c.Context(), scriptLocks{h, c}, keys, argv)
 	if err != nil {
 		c.Error(replyError("", err))
 		return
@@ -73,6 +79,8 @@ func writeReply(c *resp.Conn, r luascript.Reply) {
 		c.BulkString(r.Str)
 	case luascript.Status:
 		c.Simple(r.Str)
+	case luascript.Error:
+		c.Error(oneLine(r.Str))
 	case luascript.Array:
 		c.Array(len(r.Array))
 		for _, e := range r.Array {
@@ -86,7 +94,10 @@ func writeReply(c *resp.Conn, r luascript.Reply) {
 func (h *Handler) script(c *resp.Conn, args [][]byte) {
 	switch sub := upper(args[1]); {
 	case sub == "LOAD" && len(args) == 3:
-		sha, _, err := h.scripts.Load(args[2])
+		sha, e, err := h.scripts.Resolve(args[2])
+		if err == nil && e.Admitted != nil && h.run.Runner == nil {
+			err = h.noRunner()
+		}
 		if err != nil {
 			c.Error(replyError("", err))
 			return

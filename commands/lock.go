@@ -19,6 +19,7 @@ type Handler struct {
 	limits  Limits
 	legacy  Legacy
 	scripts *luascript.Cache
+	run     Scripts
 	log     *zap.Logger
 }
 
@@ -26,8 +27,9 @@ var _ resp.Session = (*Handler)(nil)
 
 // Config configures the commands.
 type Config struct {
-	Limits Limits
-	Legacy Legacy
+	Limits  Limits
+	Legacy  Legacy
+	Scripts Scripts
 }
 
 // Legacy configures the legacy commands.
@@ -47,7 +49,7 @@ func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
 		cfg.Legacy.MaxScripts = 1000
 	}
 	return &Handler{engine: e, limits: cfg.Limits.withDefaults(), legacy: cfg.Legacy,
-		scripts: luascript.NewCache(cfg.Legacy.MaxScripts), log: log}
+		scripts: luascript.NewCache(cfg.Legacy.MaxScripts), run: cfg.Scripts.withDefaults(), log: log}
 }
 
 // Register adds the lock commands, native and legacy, to t.

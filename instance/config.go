@@ -60,6 +60,9 @@ type LegacyConfig struct {
 	// that took it may.
 	DelFromAnyConnection bool `toml:"del_from_any_connection"`
 	MaxScripts           int  `toml:"max_scripts"` // scripts the SCRIPT cache keeps
+	// ScriptTimeLimitMS bounds a script outside the catalog run on the
+	// nodes; a node still running it then is sent SCRIPT KILL.
+	ScriptTimeLimitMS int `toml:"script_time_limit_ms"`
 }
 
 // RedlockConfig configures the redlock backend.
@@ -132,6 +135,9 @@ type LimitsConfig struct {
 	MaxInlineBytes  int `toml:"max_inline_bytes"`
 	MaxRequestBytes int `toml:"max_request_bytes"`
 	MaxWaiters      int `toml:"max_waiters"`
+	// MaxBlockedClients bounds the clients blocked in BLPOP/BRPOP at once;
+	// each holds one connection to every node.
+	MaxBlockedClients int `toml:"max_blocked_clients"`
 	// MaxBufferedBytes caps the bytes buffered for all clients' incomplete requests together.
 	MaxBufferedBytes int `toml:"max_buffered_bytes"`
 	// AuthTimeoutMS: with a password set, a connection not authenticated by then is closed.
@@ -160,16 +166,17 @@ func Default() Config {
 		Embedded:  EmbeddedConfig{Nodes: 3},
 		Users:     []UserConfig{},
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},
-		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000},
+		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000, ScriptTimeLimitMS: 5000},
 		Limits: LimitsConfig{
-			MaxClients:      10000,
-			MaxKeyBytes:     1024,
-			MaxTokenBytes:   256,
-			MaxBulkBytes:    1 << 20,
-			MaxArgs:         4096,
-			MaxInlineBytes:  64 << 10,
-			MaxRequestBytes: 4 << 20,
-			MaxWaiters:      10000,
+			MaxClients:        10000,
+			MaxKeyBytes:       1024,
+			MaxTokenBytes:     256,
+			MaxBulkBytes:      1 << 20,
+			MaxArgs:           4096,
+			MaxInlineBytes:    64 << 10,
+			MaxRequestBytes:   4 << 20,
+			MaxWaiters:        10000,
+			MaxBlockedClients: 1000,
 
 			MaxBufferedBytes: 256 << 20,
 			AuthTimeoutMS:    10000,

@@ -32,7 +32,7 @@ func lockHolder(t *testing.T, s *redistest.Server, key string) string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
-	tok, err := c.HGet(context.Background(), "lockproxy:lock:"+key, "token").Result()
+	tok, err := c.Get(context.Background(), key).Result()
 	if err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestUndecidedUnlockAndRenewSayUnknown(t *testing.T) {
 	})
 	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr(), MaxRetries: -1})
 	defer raw.Close()
-	if err := raw.Del(ctx, "lockproxy:lock:"+key).Err(); err != nil { // as a racing release would leave it
+	if err := raw.Del(ctx, key).Err(); err != nil { // as a racing release would leave it
 		t.Fatal(err)
 	}
 	pause(t, nodes[1])

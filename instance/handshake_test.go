@@ -97,7 +97,7 @@ func TestDrainReleasesBoundLocks(t *testing.T) {
 	holding := 0
 	for _, n := range nodes {
 		raw := redis.NewClient(&redis.Options{Addr: n.Addr()})
-		got, err := raw.Exists(ctx, "lockproxy:lock:"+key).Result()
+		got, err := raw.Exists(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

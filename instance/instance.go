@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/tlsfiles"
+	"github.com/lockproxy/lockproxy/lists"
 	"github.com/lockproxy/lockproxy/passthrough"
 	"github.com/lockproxy/lockproxy/pubsub"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -47,9 +48,12 @@ type Instance struct {
 	served      chan error
 	shutdown    chan struct{}
 
+	redlock *quorum.Redlock // the redlock or embedded backend; nil for zookeeper
+
 	router *passthrough.Router      // nil: no data Redis
 	subs   []*upstream.Subscription // each redlock node's release notifications and clients' pub/sub
 	hub    *pubsub.Hub              // clients' pub/sub through subs; nil: this process only (zookeeper)
+	lists  []lists.Node             // each node's signal lists; none on zookeeper
 }
 
 // announceTaken tells the other instances, through every node it can
@@ -154,6 +158,9 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
 		w.Node, nodes[i] = n, n
+		ln := upstream.NewListNode(opts, in.cfg.Limits.MaxBlockedClients)
+		in.closers = append(in.closers, func() { _ = ln.Close() })
+		in.lists = append(in.lists, ln)
 	}
 	in.backendAddr = addrs
 	in.nodeSet.start()
@@ -166,6 +173,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		OnTrust:     in.nodeSet.trust,
 	})
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
+	in.redlock = r
 	in.subscribe(ev)
 	return r, nil
 }
@@ -242,12 +250,21 @@ func (in *Instance) subscribe(ev engine.Events) {
 
 func (in *Instance) respServer() (*resp.Server, error) {
 	l := in.cfg.Limits
+	scripts := commands.Scripts{Backend: in.cfg.BackendName(), TimeLimit: ms(in.cfg.Legacy.ScriptTimeLimitMS)}
+	if in.redlock != nil {
+		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
+	}
 	h := commands.New(in.engine, commands.Config{
-		Limits: commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
-		Legacy: commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Limits:  commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
+		Legacy:  commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
+		Scripts: scripts,
 	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {
+		return nil, err
+	}
+	lc := lists.Config{MaxBlocked: l.MaxBlockedClients, NodeTimeout: in.nodeCallTimeout()}
+	if err := table.Add(lists.New(in.lists, lc, in.log).Commands()...); err != nil {
 		return nil, err
 	}
 	var session resp.Session = h

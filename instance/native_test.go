@@ -182,7 +182,7 @@ func TestQuorumWithKilledNodes(t *testing.T) {
 	// The surviving node holds nothing: the failed attempt was rolled back.
 	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
 	defer raw.Close()
-	if n, err := raw.Exists(ctx, "lockproxy:lock:"+key).Result(); n != 0 || err != nil {
+	if n, err := raw.Exists(ctx, key).Result(); n != 0 || err != nil {
 		t.Fatalf("lock key left on the live node: %d %v", n, err)
 	}
 	for _, n := range nodes[:2] {

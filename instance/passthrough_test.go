@@ -35,14 +35,14 @@ func startPassthrough(t *testing.T, lockKeys ...string) passthroughSetup {
 	return passthroughSetup{in: startInstance(t, cfg), data: data, nodes: nodes}
 }
 
-// onLockNodes is how many lock nodes hold lock key (the nodes keep it under
-// key_prefix + "lock:").
+// onLockNodes is how many lock nodes hold lock key (the nodes keep it as the
+// key itself).
 func (p passthroughSetup) onLockNodes(t *testing.T, key string) int {
 	t.Helper()
 	n := 0
 	for _, node := range p.nodes {
 		c := newClient(t, node.Addr(), 2)
-		if c.Exists(context.Background(), "lockproxy:lock:"+key).Val() == 1 {
+		if c.Exists(context.Background(), key).Val() == 1 {
 			n++
 		}
 	}

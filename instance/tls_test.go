@@ -60,7 +60,7 @@ func TestTLSEndToEnd(t *testing.T) {
 	}
 	for _, n := range nodes {
 		raw := redis.NewClient(&redis.Options{Addr: n.Addr(), TLSConfig: clientTLS(t, ca, &cliFiles)})
-		held, err := raw.Exists(ctx, "lockproxy:lock:"+key).Result()
+		held, err := raw.Exists(ctx, key).Result()
 		raw.Close()
 		if held != 1 || err != nil {
 			t.Fatalf("node %s over TLS: exists %d, %v", n.Addr(), held, err)

@@ -1,6 +1,11 @@
 package luascript
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // ArgError is an error Redis would have raised while running the script on
 // the same arguments (a non-integer TTL, a missing KEYS[1], ...). Its text is
@@ -49,3 +54,30 @@ type LexError struct {
 func (e *LexError) Error() string {
 	return "luascript: offset " + strconv.Itoa(e.Offset) + ": " + e.Msg
 }
+
+// EvalError is the failure of a script run on every node (quorum.Eval):
+// no majority of them gave the same reply.
+type EvalError struct {
+	Nodes, Needed int
+	Answered      int // nodes that replied (an error reply counts)
+	Agreeing      int // the largest number of nodes that gave one reply
+	TimedOut      int // nodes that did not finish within the time limit
+	Limit         time.Duration
+	Err           error // the nodes' failures, joined
+}
+
+func (e *EvalError) Error() string {
+	var b strings.Builder
+	if e.Answered < e.Needed {
+		fmt.Fprintf(&b, "%d of %d nodes answered, %d needed", e.Answered, e.Nodes, e.Needed)
+	} else {
+		fmt.Fprintf(&b, "the nodes disagreed: at most %d of %d gave the same reply, %d needed", e.Agreeing, e.Nodes, e.Needed)
+	}
+	if e.TimedOut > 0 {
+		fmt.Fprintf(&b, "; %d did not finish within the script time limit (%d ms) and were sent SCRIPT KILL", e.TimedOut, e.Limit.Milliseconds())
+	}
+	b.WriteString("; the script may have run on some nodes, and its writes there are not undone")
+	return b.String()
+}
+
+func (e *EvalError) Unwrap() error { return e.Err }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/luascript"
 )
 
 // Claim is one node's answer to an acquire.
@@ -74,6 +75,15 @@ const (
 	// Fence, and records Token (the node's run id) as the process whose
 	// counters were raised. Reply: OK.
 	OpFloor
+	// OpEval runs Script, a script outside the catalog, with Keys and Args
+	// on the node, atomically there (EVALSHA, EVAL when the node does not
+	// have it). Reply: Value — an error the script raised is a Value of
+	// kind Error, not Err, which is kept for the node's own failures.
+	OpEval
+	// OpKill sends SCRIPT KILL to the node on a connection of its own,
+	// outside the pipeline a running script holds up (see Redlock.Eval).
+	// Reply: OK (a script was killed).
+	OpKill
 )
 
 // Status is what a node says of itself: enough to tell that it restarted
@@ -127,6 +137,9 @@ type Op struct {
 	Fence int64         // OpCommit, OpFloor
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend
+	// Script, Keys and Args are OpEval's script and its KEYS and ARGV.
+	Script     *luascript.Admitted
+	Keys, Args []string
 }
 
 // Reply is one node's answer to an Op.
@@ -136,7 +149,8 @@ type Reply struct {
 	OK     bool
 	TTL    time.Duration
 	Entry  Entry
-	Status Status // OpStatus
+	Status Status          // OpStatus
+	Value  luascript.Reply // OpEval
 	// Incarnation is the run id of the node process that answered, when
 	// the node knows it ("" otherwise). The restart rule counts an answer
 	// only from the process it has vetted.

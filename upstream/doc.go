@@ -4,11 +4,14 @@
 // miniredis servers. The ZooKeeper backend is its own package,
 // upstream/zookeeper.
 //
-// It owns the wire: key layout on the nodes, the Lua scripts, EVALSHA with
-// its NOSCRIPT fallback, connection pools and pipelining, the conversion
-// of node replies into quorum types, and release notifications (release.lua
-// publishes the released key on "<prefix>released"; Subscribe receives them
-// and hands them to the engine's Events.Released). Notifications are a hint
+// It owns the wire: key layout on the nodes (keys.go: a lock key is the
+// client's key holding the token, as SET NX PX leaves it on one Redis, with
+// lockproxy's bookkeeping in <prefix>-prefixed keys beside it), the Lua
+// scripts, EVALSHA with its NOSCRIPT fallback, connection pools and
+// pipelining, the conversion of node replies into quorum types, and release
+// notifications (release.lua publishes the released key on
+// "<prefix>released"; Subscribe receives them and hands them to the
+// engine's Events.Released). Notifications are a hint
 // to wake waiters sooner: they can be lost, and expiries send none.
 //
 // It must not decide anything about locks: no quorum counting, no retries,

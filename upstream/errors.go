@@ -42,3 +42,17 @@ func typed(err error) error {
 func badReply(script string, v any) error {
 	return fmt.Errorf("%w: %s returned %#v", ErrBadReply, script, v)
 }
+
+// isNodeFailure reports whether a node's error reply to a script says
+// that the node cannot run it now (busy with another script, loading,
+// out of memory, read-only, not authenticated, ...), rather than being
+// the script's own error.
+func isNodeFailure(err error) bool {
+	for _, p := range []string{"BUSY", "LOADING", "MASTERDOWN", "NOAUTH", "WRONGPASS", "NOPERM", "READONLY",
+		"TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MISCONF", "OOM", "NOSCRIPT"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -211,6 +211,10 @@ func TestExpiry(t *testing.T) {
 	})
 }
 
+// TestKeyLayout: the lock key is the client's key, a string holding the
+// token with the lease's TTL, as SET k a NX PX 60000 leaves it on one Redis;
+// the holder's bookkeeping is a meta hash beside it with the same TTL, and
+// the fencing counter is kept for ever.
 func TestKeyLayout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
@@ -218,7 +222,10 @@ func TestKeyLayout(t *testing.T) {
 		if _, err := n.Commit(ctx, "k", "a", 5); err != nil {
 			t.Fatal(err)
 		}
-		got, err := raw.HGetAll(ctx, "lockproxy:lock:k").Result()
+		if v, typ, ttl := raw.Get(ctx, "k").Val(), raw.Type(ctx, "k").Val(), raw.PTTL(ctx, "k").Val(); v != "a" || typ != "string" || ttl <= 0 || ttl > time.Minute {
+			t.Errorf("lock key k = %q (%s) with PTTL %v, want \"a\" (string) with (0, 1m]", v, typ, ttl)
+		}
+		got, err := raw.HGetAll(ctx, "lockproxy:meta:k").Result()
 		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": ""}
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("HGETALL = %v, %v; want %v", got, err, want)
@@ -228,11 +235,15 @@ func TestKeyLayout(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", f, got[f], v)
 			}
 		}
-		if ttl := raw.PTTL(ctx, "lockproxy:lock:k").Val(); ttl <= 0 {
-			t.Errorf("lock PTTL = %v, want > 0", ttl)
+		if ttl := raw.PTTL(ctx, "lockproxy:meta:k").Val(); ttl <= 0 || ttl > time.Minute {
+			t.Errorf("meta PTTL = %v, want (0, 1m]", ttl)
 		}
 		if v, ttl := raw.Get(ctx, "lockproxy:fence:k").Val(), raw.PTTL(ctx, "lockproxy:fence:k").Val(); v != "5" || ttl != -1 {
 			t.Errorf("fence key = %q with PTTL %v, want \"5\" with none", v, ttl)
+		}
+		mustRelease(t, n, "k", "a", true)
+		if got := raw.Exists(ctx, "k", "lockproxy:meta:k").Val(); got != 0 {
+			t.Errorf("%d of the lock key and its meta hash left after the release", got)
 		}
 	})
 }
@@ -241,8 +252,12 @@ func TestPrefix(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx := newNode(t, RedisOptions{Addr: addr, Prefix: "x/"}), testCtx(t)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
-		if got := rawClient(t, addr).Exists(ctx, "x/lock:k").Val(); got != 1 {
-			t.Errorf("EXISTS x/lock:k = %d, want 1", got)
+		raw := rawClient(t, addr)
+		if got := raw.Exists(ctx, "k", "x/meta:k", "x/fence:k").Val(); got != 3 {
+			t.Errorf("EXISTS k x/meta:k x/fence:k = %d, want 3", got)
+		}
+		if got := raw.Exists(ctx, "lockproxy:meta:k", "lockproxy:fence:k").Val(); got != 0 {
+			t.Errorf("%d keys under the default prefix", got)
 		}
 	})
 }

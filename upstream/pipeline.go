@@ -37,6 +37,10 @@ func (c *call) deliver(r quorum.Reply) {
 // answer decodes the node's raw reply to the call's operation, answered by
 // the node process inc (RedisNode.Incarnation).
 func (c *call) answer(v any, err error, inc string) {
+	if c.op.Kind == quorum.OpEval {
+		c.deliver(evalReply(c.tag, v, err, inc))
+		return
+	}
 	r := quorum.Reply{Tag: c.tag, Err: err, Incarnation: inc}
 	if err == nil {
 		r.Err = decode(c.op.Kind, v, &r)
@@ -185,7 +189,7 @@ func (n *RedisNode) send(ctx context.Context, batch []*call, source bool) []*red
 	pipe := n.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
-		s, keys, args := n.command(c.op)
+		s, keys, args := n.scriptFor(c.op)
 		if source {
 			cmds[i] = pipe.Eval(ctx, s.src, keys, args...)
 		} else {

@@ -190,6 +190,10 @@ func (n *RedisNode) Stats() Stats {
 // stuck), the call waits for room in a goroutine of its own, so that a
 // fan-out never waits on one node before sending to the others.
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+	if op.Kind == quorum.OpKill {
+		go n.kill(ctx, tag, done) // not behind the pipeline the script holds up
+		return
+	}
 	c := &call{ctx: ctx, op: op, tag: tag, done: done, observe: n.observe}
 	if c.observe != nil {
 		c.start = time.Now()
@@ -262,26 +266,27 @@ func (n *RedisNode) Inspect(ctx context.Context, key string) (quorum.Entry, bool
 	return r.Entry, r.OK, r.Err
 }
 
-// command is the script and arguments that run op on the node.
+// command is the script and arguments that run op on the node (keys.go
+// has the layout).
 func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
-	lock := n.prefix + "lock:" + op.Key
+	lock, meta := n.lockKey(op.Key), n.metaKey(op.Key)
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		keys := []string{lock, n.prefix + "fence:" + op.Key, line, deadlines, n.prefix + "undone:" + op.Attempt,
-			n.prefix + "fence-floor", n.prefix + "fence-max"}
+		keys := []string{lock, n.fenceKey(op.Key), line, deadlines, n.undoKey(op.Attempt),
+			n.prefix + "fence-floor", n.prefix + "fence-max", meta}
 		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
-		return commitScript, []string{lock, n.prefix + "fence:" + op.Key, n.prefix + "fence-max"}, []any{op.Token, op.Fence}
+		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
-		return extendScript, []string{lock}, []any{op.Token, millis(op.TTL), string(op.Mode)}
+		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode)}
 	case quorum.OpRelease:
 		leave := "1"
 		if op.Rollback {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
-		keys := []string{lock, line, deadlines, n.prefix + "undone:" + op.Undo}
+		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
 		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next, op.Undo, millis(op.UndoFor)}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
@@ -289,13 +294,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpFloor:
 		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted"}, []any{op.Fence, op.Token}
 	default:
-		return inspectScript, []string{lock}, nil
+		return inspectScript, []string{lock, meta}, nil
 	}
-}
-
-// lineKeys are key's waiting line and its deadlines on the node.
-func (n *RedisNode) lineKeys(key string) (line, deadlines string) {
-	return n.prefix + "line:" + key, n.prefix + "line-deadline:" + key
 }
 
 // acquireArgs are acquire.lua's arguments for h. The line orders waiters by

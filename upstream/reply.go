@@ -46,8 +46,10 @@ func flag(s *script, v any) (bool, error) {
 }
 
 // entry reads inspect.lua's reply {token, fence, mode, name, pttl}, or {}
-// for a free key. A key without an expiry (pttl -1, which lockproxy never
-// writes) reads as TTL 0.
+// for a free key. A key lockproxy did not write (mode "": a value of
+// another type, with token "", or a string) is a lease of its own PTTL;
+// one without an expiry (pttl -1, which lockproxy never writes) is held
+// for ever, and reads as bound (PTTL -1) with TTL Forever.
 func entry(v any) (quorum.Entry, bool, error) {
 	a, ok := v.([]any)
 	if !ok || (len(a) != 0 && len(a) != 5) {
@@ -64,9 +66,20 @@ func entry(v any) (quorum.Entry, bool, error) {
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return quorum.Entry{}, false, badReply(inspectScript.name, v)
 	}
-	ttl := time.Duration(max(pttl, 0)) * time.Millisecond
-	return quorum.Entry{Token: token, Fence: fence, Mode: engine.Mode(mode), Name: name, TTL: ttl}, true, nil
+	e := quorum.Entry{Token: token, Fence: fence, Mode: engine.Mode(mode), Name: name, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
+	switch {
+	case pttl == -1:
+		e.Mode, e.TTL = engine.Bound, Forever
+	case mode == "":
+		e.Mode = engine.Lease
+	}
+	return e, true, nil
 }
+
+// Forever is the TTL that Inspect reports for a lock key without an
+// expiry, which only something other than lockproxy writes on a node (a
+// script, an operator): about a century.
+const Forever = 100 * 365 * 24 * time.Hour
 
 // decode fills r from a script's raw reply v to an operation of kind k.
 func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {

@@ -55,7 +55,7 @@ func TestRestartedNodeNotCountedWhileItsLeaseRuns(t *testing.T) {
 	}
 	heldUntil := start.Add(g.Validity)
 	raw := rawClient(t, servers[2].Addr())
-	if n, err := raw.Del(ctx, "lockproxy:lock:k").Result(); n != 1 || err != nil {
+	if n, err := raw.Del(ctx, "k").Result(); n != 1 || err != nil {
 		t.Fatalf("dropping the lock on node 2: %d %v", n, err)
 	}
 	if err := servers[0].Kill(); err != nil {

@@ -52,7 +52,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	holding := 0
 	for _, a := range addrs {
 		raw := redis.NewClient(&redis.Options{Addr: a})
-		n, err := raw.Exists(ctx, "lockproxy:lock:drain-me").Result()
+		n, err := raw.Exists(ctx, "drain-me").Result()
 		raw.Close()
 		if err != nil {
 			t.Fatalf("node %s: %v", a, err)

@@ -2,7 +2,9 @@
 -- its TTL if the token already holds it. Taking it raises the key's fencing
 -- counter by one and records the new value as the lock's fence, in the same
 -- atomic step. A waiter that is refused takes (or keeps) its place in line.
--- KEYS[1] lock hash, KEYS[2] fencing counter,
+-- KEYS[1] the lock key itself: the string token with the lease's TTL, as
+-- SET NX PX leaves it (any other value, of any type, is another holder's),
+-- KEYS[2] fencing counter,
 -- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
 -- KEYS[4] line deadlines (sorted set: waiter -> µs after which it is gone),
 -- KEYS[5] this attempt's undo mark (set by a rollback or release that may
@@ -21,21 +23,27 @@
 -- KEYS[6] the node's fence floor (raised when a node that restarted without
 -- fsync rejoins: no counter on the node counts below it), KEYS[7] the
 -- largest counter on the node (raised with every counter, so that a node
--- that rejoins learns the floor from the others).
+-- that rejoins learns the floor from the others), KEYS[8] the lock's meta
+-- hash (token, fence, mode, name, ttl, attempt; it describes the holder
+-- only while its token is the lock key's value, and has the key's TTL).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
--- The hash keeps the ttl so that a renewal without one reuses it.
+-- The meta hash keeps the ttl so that a renewal without one reuses it.
 local counter = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(redis.call('GET', KEYS[6])) or 0)
 if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
   return {0, counter, 0}
 end
-local holder = redis.call('HGET', KEYS[1], 'token')
+-- false when free; a table (WRONGTYPE) when the key holds another type
+local holder = redis.pcall('GET', KEYS[1])
 local waiter = ARGV[5]
 if holder == ARGV[1] and ARGV[12] ~= '1' then
-  redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
+  local m = redis.call('HMGET', KEYS[8], 'token', 'fence')
+  local fence = m[1] == holder and tonumber(m[2]) or 0
+  redis.call('HSET', KEYS[8], 'token', holder, 'fence', fence, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {2, counter, tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0}
+  redis.call('PEXPIRE', KEYS[8], ARGV[2])
+  return {2, counter, fence}
 end
 local wait
 if holder then
@@ -67,8 +75,9 @@ else
     if counter > (tonumber(redis.call('GET', KEYS[7])) or 0) then
       redis.call('SET', KEYS[7], counter)
     end
-    redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('HSET', KEYS[8], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
+    redis.call('PEXPIRE', KEYS[8], ARGV[2])
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - tonumber(ARGV[7])) / 1000)

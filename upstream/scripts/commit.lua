@@ -1,7 +1,8 @@
 -- Raise the key's fencing counter to at least the fence, and record the fence
 -- on the lock if the token holds it.
--- KEYS[1] lock hash, KEYS[2] fencing counter (persistent, no TTL), KEYS[3]
--- the largest counter on the node, raised with it
+-- KEYS[1] the lock key (holds the token's string while the token holds it),
+-- KEYS[2] fencing counter (persistent, no TTL), KEYS[3] the largest counter
+-- on the node, raised with it, KEYS[4] the lock's meta hash
 -- ARGV[1] token, ARGV[2] fence
 -- Returns 1 if the token holds the lock, else 0.
 local fence = tonumber(ARGV[2])
@@ -12,8 +13,15 @@ end
 if fence > (tonumber(redis.call('GET', KEYS[3])) or 0) then
   redis.call('SET', KEYS[3], ARGV[2])
 end
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'fence', ARGV[2])
-  return 1
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
+  return 0
 end
-return 0
+if redis.call('HGET', KEYS[4], 'token') ~= ARGV[1] then -- lost with its TTL: start it again
+  redis.call('DEL', KEYS[4])
+end
+redis.call('HSET', KEYS[4], 'token', ARGV[1], 'fence', ARGV[2])
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('PEXPIRE', KEYS[4], pttl)
+end
+return 1

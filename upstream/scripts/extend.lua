@@ -1,27 +1,36 @@
 -- Reset the TTL of a lock the token holds, and record a new mode if given.
--- KEYS[1] lock hash
+-- KEYS[1] the lock key (holds the token's string while the token holds it),
+-- KEYS[2] the lock's meta hash (token, mode, ttl, ...; it describes the
+-- holder only while its token is the lock key's value)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds (0: the lock's own ttl),
 -- ARGV[3] mode or ''; 'bound' is the watchdog's renewal, refused once the
 -- lock has become a lease
 -- Returns the ttl applied, 0 if the token does not hold the lock, or -1 if
 -- a renewal of a connection-bound lock finds it a lease.
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
   return 0
 end
-if ARGV[3] == 'bound' and redis.call('HGET', KEYS[1], 'mode') == 'lease' then
+local m = redis.call('HMGET', KEYS[2], 'token', 'mode', 'ttl')
+if m[1] ~= ARGV[1] then -- the meta hash expired before the key (a script extended the key)
+  redis.call('DEL', KEYS[2])
+  m = {false, false, false}
+end
+if ARGV[3] == 'bound' and m[2] == 'lease' then
   return -1
 end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then
-  ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl')) or 0
+  -- the lock's own ttl; without a meta hash, what the key has left
+  ttl = tonumber(m[3]) or redis.call('PTTL', KEYS[1])
   if ttl <= 0 then
     return 0
   end
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'mode', ARGV[3])
 else
-  redis.call('HSET', KEYS[1], 'ttl', ARGV[2])
+  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl)
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'mode', ARGV[3])
-end
+redis.call('PEXPIRE', KEYS[2], ttl)
 return ttl

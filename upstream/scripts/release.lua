@@ -3,8 +3,10 @@
 -- any place it held in the key's line (as a waiter, the token names its
 -- place): a waiter granted elsewhere may have been refused, and placed in
 -- line, on this node.
--- KEYS[1] lock hash, KEYS[2] waiting line, KEYS[3] line deadlines,
--- KEYS[4] the undo mark of the acquire attempt ARGV[7]
+-- KEYS[1] the lock key (holds the token's string while the token holds it),
+-- KEYS[2] waiting line, KEYS[3] line deadlines, KEYS[4] the undo mark of the
+-- acquire attempt ARGV[7], KEYS[5] the lock's meta hash (it describes the
+-- holder only while its token is the lock key's value)
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
@@ -25,16 +27,24 @@
 if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[7] then
+local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
+local attempt = false -- the attempt that took the lock key, when known and asked
+if holder and (ARGV[5] ~= '' or ARGV[7] ~= '') then
+  local m = redis.call('HMGET', KEYS[5], 'token', 'attempt')
+  if m[1] == holder then
+    attempt = m[2]
+  end
+end
+if ARGV[7] ~= '' and attempt ~= ARGV[7] then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
 end
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+if holder ~= ARGV[1] then
   return 0
 end
-if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'attempt') ~= ARGV[5] then
+if ARGV[5] ~= '' and attempt ~= ARGV[5] then
   return 0
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[5])
 local waiting = redis.call('ZCARD', KEYS[2])
 if waiting > 1 or waiting == 1 and (ARGV[6] == '' or not redis.call('ZSCORE', KEYS[2], ARGV[6])) then
   redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])

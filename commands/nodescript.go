@@ -1,0 +1,83 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/lockproxy/lockproxy/luascript"
+	"github.com/lockproxy/lockproxy/resp"
+)
+
+// Scripts outside the catalog that pass luascript.Admit run unchanged on
+// every node of the redlock (or embedded) backend, and the client gets
+// the reply a majority gave (quorum.Redlock.Eval).
+
+// ScriptRunner runs an admitted script on every node of the backend.
+// *quorum.Redlock implements it.
+type ScriptRunner interface {
+	Eval(ctx context.Context, s *luascript.Admitted, keys, args []string, limit time.Duration) (luascript.Reply, error)
+}
+
+// DefaultScriptTimeLimit is the default time limit of a script run on the
+// nodes: Redis's own busy-reply threshold (lua-time-limit), 5 s.
+const DefaultScriptTimeLimit = 5 * time.Second
+
+// Scripts configures scripts outside the catalog.
+type Scripts struct {
+	// Runner runs them; nil: the backend cannot (zookeeper), and they are
+	// refused with an error naming the redlock backend.
+	Runner ScriptRunner
+	// Backend names the backend in that error.
+	Backend string
+	// TimeLimit bounds a script's run on the nodes; a node that has not
+	// finished by then is sent SCRIPT KILL. Default DefaultScriptTimeLimit.
+	TimeLimit time.Duration
+}
+
+func (s Scripts) withDefaults() Scripts {
+	if s.TimeLimit <= 0 {
+		s.TimeLimit = DefaultScriptTimeLimit
+	}
+	return s
+}
+
+// runOnNodes runs s on every node and replies with the majority's reply.
+func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) error {
+	if h.run.Runner == nil {
+		return h.noRunner()
+	}
+	for _, k := range keys {
+		if _, err := h.limits.key(k); err != nil {
+			return err
+		}
+	}
+	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), toStrings(argv), h.run.TimeLimit)
+	var ee *luascript.EvalError
+	if errors.As(err, &ee) && ee.TimedOut > 0 {
+		h.log.Warn("a script run on the nodes outlived scripts.time_limit_ms; SCRIPT KILL sent to the nodes still running it",
+			zap.String("sha", s.SHA), zap.Int("nodes", ee.TimedOut), zap.Duration("limit", ee.Limit))
+	}
+	if err != nil {
+		return err
+	}
+	writeReply(c, r)
+	return nil
+}
+
+// noRunner refuses a script outside the catalog on a backend that cannot
+// run scripts.
+func (h *Handler) noRunner() error {
+	return argError("ERR this script is not in lockproxy's catalog (docs/lock-scripts.md); scripts outside it run only on the redlock backend " +
+		"(backend = \"redlock\" or \"embedded\"), and this instance uses the " + h.run.Backend + " backend")
+}
+
+func toStrings(bs [][]byte) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = string(b)
+	}
+	return out
+}
