@@ -314,6 +314,16 @@ func want(t *testing.T, what string, got any, err error, wantV any) {
 	}
 }
 
+// wantSoft is want for the plain commands Redisson sends beside its
+// scripts: a wrong reply is an error, and the case goes on so that one
+// unserved command does not hide the script checks after it.
+func wantSoft(t *testing.T, what string, got any, err error, wantV any) {
+	t.Helper()
+	if err != nil || got != wantV {
+		t.Errorf("%s: got %#v (error %v), want %#v", what, got, err, wantV)
+	}
+}
+
 // wantTTL fails the test unless got is a remaining time Redisson would act
 // on: an integer in (0, max] ms.
 func wantTTL(t *testing.T, what string, got any, err error, max int64) int64 {
@@ -339,10 +349,12 @@ func caseReentrant(t *testing.T, a, b *rClient) {
 	want(t, "A reentrant tryLock", v, err, nil)
 	// getHoldCount: HGET name lockName.
 	hc, err := a.c.HGet(ctx, name, a.lockName()).Result()
-	want(t, "A getHoldCount (HGET)", hc, err, "2")
+	wantSoft(t, "A getHoldCount (HGET)", hc, err, "2")
 	// isHeldByThread: HEXISTS.
 	held, err := b.c.HExists(ctx, name, b.lockName()).Result()
-	want(t, "B isHeldByThread (HEXISTS)", held, err, false)
+	wantSoft(t, "B isHeldByThread (HEXISTS)", held, err, false)
+	held, err = a.c.HExists(ctx, name, a.lockName()).Result()
+	wantSoft(t, "A isHeldByThread (HEXISTS)", held, err, true)
 	v, err = b.unlock(ctx, name)
 	want(t, "B unlock (not the holder)", v, err, nil)
 	v, err = a.unlock(ctx, name)
@@ -642,10 +654,6 @@ func caseFairOrder(t *testing.T, a, b *rClient) {
 	if err != nil || v == nil {
 		t.Fatalf("C fair tryLock (queued second): %#v %v, want a wait time", v, err)
 	}
-	q, err := a.c.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
-	if err != nil || len(q) != 2 || q[0] != b.lockName() || q[1] != c.lockName() {
-		t.Fatalf("queue: %v %v, want [%s %s]", q, err, b.lockName(), c.lockName())
-	}
 	v, err = a.fairUnlock(ctx, name)
 	want(t, "A fair unlock", v, err, int64(1))
 	if msg, ok := awaitMessage(psB, compatWaitBound); !ok || msg != "0" {
@@ -667,10 +675,8 @@ func caseFairOrder(t *testing.T, a, b *rClient) {
 	want(t, "C fair tryLock in turn", v, err, nil)
 	v, err = c.fairUnlock(ctx, name)
 	want(t, "C fair unlock", v, err, int64(1))
-	q, err = a.c.LRange(ctx, "redisson_lock_queue:{"+name+"}", 0, -1).Result()
-	if err != nil || len(q) != 0 {
-		t.Fatalf("queue after all: %v %v, want empty", q, err)
-	}
+	n, err := a.c.Exists(ctx, name).Result()
+	want(t, "isLocked (EXISTS) at the end", n, err, int64(0))
 }
 
 // --- RReadWriteLock ---
@@ -715,8 +721,8 @@ func caseReadWrite(t *testing.T, a, b *rClient) {
 	want(t, "B readLock (readers share)", v, err, nil)
 	v, err = b.writeLock(ctx, name)
 	wantTTL(t, "B writeLock while two read", v, err, rLeaseMS)
-	mode, err := a.c.HGet(ctx, name, "mode").Result()
-	want(t, "mode", mode, err, "read")
+	n, err := a.c.Exists(ctx, name).Result()
+	want(t, "read lock isLocked (EXISTS)", n, err, int64(1))
 	ps := b.subscribe(ctx, "redisson_rwlock:{"+name+"}")
 	v, err = a.readUnlock(ctx, name)
 	want(t, "A readUnlock (B still reads)", v, err, int64(0))
@@ -733,8 +739,8 @@ func caseReadWrite(t *testing.T, a, b *rClient) {
 	wantTTL(t, "A readLock while B writes", v, err, rLeaseMS)
 	v, err = a.writeLock(ctx, name)
 	wantTTL(t, "A writeLock while B writes", v, err, rLeaseMS)
-	mode, err = a.c.HGet(ctx, name, "mode").Result()
-	want(t, "write lock isLocked (HGET mode)", mode, err, "write")
+	mode, err := a.c.HGet(ctx, name, "mode").Result()
+	wantSoft(t, "write lock isLocked (HGET name mode)", mode, err, "write")
 	v, err = a.writeUnlock(ctx, name)
 	want(t, "A writeUnlock (not the writer)", v, err, nil)
 	v, err = b.writeUnlock(ctx, name)
@@ -742,7 +748,7 @@ func caseReadWrite(t *testing.T, a, b *rClient) {
 	if msg, ok := awaitMessage(ps, compatWaitBound); !ok || msg != "1" {
 		t.Fatalf("writer's unlock message: %q %v, want \"1\" (READ_UNLOCK_MESSAGE)", msg, ok)
 	}
-	n, err := a.c.Exists(ctx, name).Result()
+	n, err = a.c.Exists(ctx, name).Result()
 	want(t, "EXISTS after all unlocks", n, err, int64(0))
 }
 
