@@ -35,6 +35,9 @@ type Scripts struct {
 	// TimeLimit bounds a script's run on the nodes; a node that has not
 	// finished by then is sent SCRIPT KILL. Default DefaultScriptTimeLimit.
 	TimeLimit time.Duration
+	// Publish delivers the PUBLISH of a catalogued script (Spring's
+	// PUB_SUB_LOCK unlock) to the clients' pub/sub; nil: it is dropped.
+	Publish func(ctx context.Context, channel string, payload []byte) (int64, error)
 }
 
 func (s Scripts) withDefaults() Scripts {

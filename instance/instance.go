@@ -254,6 +254,9 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	if in.redlock != nil {
 		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
 	}
+	if in.hub != nil {
+		scripts.Publish = in.hub.Publish // Spring's PUB_SUB_LOCK unlock wakes its waiters
+	}
 	h := commands.New(in.engine, commands.Config{
 		Limits:  commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
 		Legacy:  commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
