@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,6 +39,11 @@ type Scripts struct {
 	// Publish delivers the PUBLISH of a catalogued script (Spring's
 	// PUB_SUB_LOCK unlock) to the clients' pub/sub; nil: it is dropped.
 	Publish func(ctx context.Context, channel string, payload []byte) (int64, error)
+	// Reserved is the prefix of lockproxy's own keys on the nodes
+	// (redlock.key_prefix): a script may not name a key under it, other
+	// than a SELECTed database's, nor, when it derives keys by
+	// concatenation, a key that the prefix begins with.
+	Reserved string
 }
 
 func (s Scripts) withDefaults() Scripts {
@@ -54,6 +60,9 @@ func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][
 	}
 	for _, k := range keys {
 		if _, err := h.limits.key(k); err != nil {
+			return err
+		}
+		if err := h.run.reserved(string(k), s.DerivesKeys); err != nil {
 			return err
 		}
 	}
@@ -83,4 +92,20 @@ func toStrings(bs [][]byte) []string {
 		out[i] = string(b)
 	}
 	return out
+}
+
+// reserved refuses a key that would let a script write lockproxy's own
+// keys on the nodes (fencing counters, waiting lines): one under the
+// prefix, unless it is a SELECTed database's key, or, for a script that
+// derives keys from KEYS by concatenation, one the prefix begins with.
+func (s Scripts) reserved(key string, derives bool) error {
+	if s.Reserved == "" {
+		return nil
+	}
+	under := strings.HasPrefix(key, s.Reserved) && resp.ClientKey(key) == key
+	if under || derives && strings.HasPrefix(s.Reserved, key) {
+		return argError("ERR lockproxy refused this script before running it on any node: key '" + oneLine(resp.ClientKey(key)) +
+			"' could reach lockproxy's own keys on the nodes (prefix '" + s.Reserved + "', redlock.key_prefix)")
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -250,7 +251,8 @@ func (in *Instance) subscribe(ev engine.Events) {
 
 func (in *Instance) respServer() (*resp.Server, error) {
 	l := in.cfg.Limits
-	scripts := commands.Scripts{Backend: in.cfg.BackendName(), TimeLimit: ms(in.cfg.Legacy.ScriptTimeLimitMS)}
+	scripts := commands.Scripts{Backend: in.cfg.BackendName(), TimeLimit: ms(in.cfg.Legacy.ScriptTimeLimitMS),
+		Reserved: cmp.Or(in.cfg.Redlock.KeyPrefix, upstream.DefaultPrefix)}
 	if in.redlock != nil {
 		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
 	}

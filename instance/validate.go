@@ -143,7 +143,8 @@ func (c Config) intRanges() []intRange {
 		{"locks.waiter_keep_ms", c.Locks.WaiterKeepMS, 1, hour},
 		{"locks.lock_delay_ms", c.Locks.LockDelayMS, 0, maxLockDelay},
 		{"legacy.max_scripts", c.Legacy.MaxScripts, 1, 1 << 20},
-		{"legacy.script_time_limit_ms", c.Legacy.ScriptTimeLimitMS, 10, 600000},
+		// At most the node client's own cap of one round trip (upstream.DefaultTimeout).
+		{"legacy.script_time_limit_ms", c.Legacy.ScriptTimeLimitMS, 10, 5000},
 		{"limits.max_clients", c.Limits.MaxClients, 1, 1 << 24},
 		{"limits.max_key_bytes", c.Limits.MaxKeyBytes, 1, huge},
 		{"limits.max_token_bytes", c.Limits.MaxTokenBytes, 1, huge},

@@ -16,6 +16,10 @@ type Admitted struct {
 	ReadsTime bool
 	// Writes is true when the script calls a command that writes.
 	Writes bool
+	// DerivesKeys is true when a key argument is built from a key of KEYS
+	// by concatenation (KEYS[1] .. ':x'): the script may touch keys that
+	// begin with a key of KEYS without being one.
+	DerivesKeys bool
 }
 
 // AdmitError is the refusal of a script outside the catalog, with the
@@ -55,7 +59,7 @@ func Admit(src []byte) (*Admitted, error) {
 	if a.err != nil {
 		return nil, a.err
 	}
-	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes}, nil
+	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives}, nil
 }
 
 // admission is the state of one check.
@@ -66,6 +70,8 @@ type admission struct {
 	// `for _, k in ipairs(KEYS)`.
 	bindings  map[string][]*expr
 	keyVars   map[string]bool
+	plainVars map[string]bool // key variables bound only to KEYS[i] or other plain ones
+	derives   bool
 	readsTime bool
 	writes    bool
 	err       *AdmitError
@@ -194,24 +200,45 @@ func (a *admission) bindFuncsIn(e *expr) {
 }
 
 // findKeyVars computes the names whose every binding is a key expression,
-// assuming the others are: the largest such set.
+// assuming the others are: the largest such set; and among them the plain
+// ones, bound only to KEYS[i] or other plain ones.
 func (a *admission) findKeyVars() {
-	a.keyVars = map[string]bool{}
+	a.keyVars, a.plainVars = map[string]bool{}, map[string]bool{}
+	a.largestSet(a.keyVars, a.isKeyExpr)
+	a.largestSet(a.plainVars, a.isPlainKey)
+}
+
+// largestSet makes set the largest set of names whose every binding
+// satisfies ok, which reads set itself.
+func (a *admission) largestSet(set map[string]bool, ok func(*expr) bool) {
 	for n := range a.bindings {
-		a.keyVars[n] = true
+		set[n] = true
 	}
 	for changed := true; changed; {
 		changed = false
-		for n := range a.keyVars {
+		for n := range set {
 			for _, v := range a.bindings[n] {
-				if !a.isKeyExpr(v) {
-					delete(a.keyVars, n)
+				if !ok(v) {
+					delete(set, n)
 					changed = true
 					break
 				}
 			}
 		}
 	}
+}
+
+// isPlainKey reports whether e is a key of KEYS itself, not derived.
+func (a *admission) isPlainKey(e *expr) bool {
+	switch {
+	case e == nil:
+		return false
+	case e.kind == eIndex:
+		return isName(e.obj, "KEYS")
+	case e.kind == eName:
+		return a.plainVars[e.text]
+	}
+	return false
 }
 
 // isKeyExpr reports whether e's value is a key from KEYS, or a string that
@@ -353,6 +380,9 @@ func (a *admission) checkRedisCall(e *expr) {
 			}
 			a.checkExpr(arg)
 			continue
+		}
+		if spec.isKey(pos) && a.isKeyExpr(arg) && !a.isPlainKey(arg) {
+			a.derives = true
 		}
 		if spec.isKey(pos) && !a.isKeyExpr(arg) {
 			a.refuse(arg.line, "%s('%s'): argument %d is a key and must come from KEYS (KEYS[i], a local set only from KEYS, "+

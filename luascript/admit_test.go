@@ -79,6 +79,22 @@ func TestAdmitAccepts(t *testing.T) {
 	}
 }
 
+func TestAdmitLearnsDerivedKeys(t *testing.T) {
+	for src, want := range map[string]bool{
+		reentrantLock: false, redissonReadLock: true,
+		`local k = KEYS[1] local j = k return redis.call('GET', j)`:        false,
+		`local k = KEYS[1] local j = k .. 'x' return redis.call('GET', j)`: true,
+		`for _, k in ipairs(KEYS) do redis.call('DEL', k) end`:             false,
+		`return redis.call('DEL', unpack(KEYS))`:                           false,
+		`return redis.call('PUBLISH', KEYS[1] .. 'x', 'm')`:                false,
+	} {
+		a, err := Admit([]byte(src))
+		if err != nil || a.DerivesKeys != want {
+			t.Errorf("%q: DerivesKeys %v, %v; want %v", src, a != nil && a.DerivesKeys, err, want)
+		}
+	}
+}
+
 func TestAdmitLearnsTimeReads(t *testing.T) {
 	for src, want := range map[string]bool{pttlIfHeld: true, reentrantLock: false, `return redis.call('ttl', KEYS[1])`: true} {
 		a, err := Admit([]byte(src))
