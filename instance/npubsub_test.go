@@ -1,8 +1,11 @@
 package instance_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +214,76 @@ func TestPubSubNoQuorum(t *testing.T) {
 	}
 	if r := raw.do("PING"); r != "+PONG" {
 		t.Fatalf("PING after the refused SUBSCRIBE (not in subscribed mode): %q", r)
+	}
+}
+
+// TestRedisCLISubscriberAcrossInstances: redis-cli subscribed through
+// instance B, in RESP2 and RESP3, prints a script's publish on all three
+// nodes once, and a PUBLISH made through instance A once.
+func TestRedisCLISubscriberAcrossInstances(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
+	for _, proto := range []string{"-2", "-3"} {
+		t.Run(proto, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			key := uniqueKey(t)
+			host, port, _ := net.SplitHostPort(b.Addr())
+			cmd := exec.CommandContext(ctx, "redis-cli", proto, "-h", host, "-p", port, "SUBSCRIBE", key)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			lines := make(chan string, 100)
+			go func() {
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			next := func() string {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatal("redis-cli ended")
+					}
+					return l
+				case <-ctx.Done():
+					t.Fatal("no line from redis-cli")
+				}
+				return ""
+			}
+			for next() != "1" { // subscribe, the channel, the count
+			}
+			for _, c := range nodeClients(t, addrsOf(nodes)...) {
+				if err := c.Eval(ctx, publishScript, []string{key}, "unlocked").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pub := newClient(t, a.Addr(), 2)
+			for _, m := range []string{"through-a", "end"} {
+				if err := pub.Publish(ctx, key, m).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var payloads []string
+			for {
+				l := next()
+				if l == "unlocked" || l == "through-a" || l == "end" {
+					payloads = append(payloads, l)
+				}
+				if l == "end" {
+					break
+				}
+			}
+			if strings.Join(payloads, " ") != "unlocked through-a end" {
+				t.Fatalf("redis-cli printed %q, want each message once, in order", payloads)
+			}
+		})
 	}
 }

@@ -17,8 +17,8 @@ import (
 // background and best effort: a node that popped the same element already
 // is done; one that popped another element (a later signal) gets it back
 // at the end it came from; one that popped nothing gets one copy removed
-// (LREM), or, if it has none yet, owes it (debts: the copy is dropped when
-// it is popped there within debtKeep). A node that misses this clean-up
+// (LREM), or, if it has none yet, keeps owing it (debts: the copy is
+// dropped when it is popped there within debtKeep). A node that misses this clean-up
 // for longer keeps its copy, and a later pop may return it: a spurious
 // wake-up, which lock libraries tolerate by trying their acquire again. When the client disconnects or
 // the timeout passes, every element a node popped meanwhile is put back.
@@ -97,11 +97,8 @@ func (l *Lists) block(c *resp.Conn, left bool, keys []string, timeout time.Durat
 		go func() {
 			for {
 				p, late, err := n.BPop(ctx, left, keys, nodeTimeout)
-				if err == nil && p.OK && l.debts.pay(i, p.Key, p.Value) {
-					if !late {
-						continue // a copy of an element already popped elsewhere
-					}
-					p = upstream.Popped{}
+				if err == nil && p.OK && !late && l.debts.pay(i, p.Key, p.Value) {
+					continue // a copy of an element already popped elsewhere
 				}
 				results <- nodePop{node: i, p: p, late: late, err: err}
 				return
@@ -117,6 +114,13 @@ func (l *Lists) block(c *resp.Conn, left bool, keys []string, timeout time.Durat
 		switch {
 		case r.err == nil && r.p.OK && !r.late:
 			cancel()
+			// Every other node owes the element from now on, before the
+			// client can pop again; settle pays where it is removed.
+			for i := range l.nodes {
+				if i != r.node {
+					l.debts.owe(i, r.p.Key, r.p.Value)
+				}
+			}
 			l.settle(left, &r, got[:len(got)-1], results, len(l.nodes)-len(got))
 			return &r, nil
 		case r.err != nil && ctx.Err() == nil:
@@ -175,8 +179,8 @@ func (l *Lists) settleNode(ctx context.Context, left bool, win *nodePop, r nodeP
 	n := l.nodes[r.node]
 	var err error
 	switch {
-	case r.p.OK && win != nil && r.p.Key == win.p.Key && r.p.Value == win.p.Value:
-		return // popped the same element: consumed here too
+	case r.p.OK && l.debts.pay(r.node, r.p.Key, r.p.Value):
+		return // popped the winner's element (or another owed copy): consumed here too
 	case r.p.OK: // put it back where it came from
 		cmd := "RPUSH"
 		if left {
@@ -190,8 +194,8 @@ func (l *Lists) settleNode(ctx context.Context, left bool, win *nodePop, r nodeP
 		}
 		var removed any
 		removed, err = n.Do(ctx, "LREM", win.p.Key, count, win.p.Value)
-		if removed != int64(1) {
-			l.debts.owe(r.node, win.p.Key, win.p.Value) // not there yet, or the node is away
+		if removed == int64(1) {
+			l.debts.pay(r.node, win.p.Key, win.p.Value) // else it is not there yet, or the node is away
 		}
 	}
 	if err != nil {

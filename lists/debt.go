@@ -6,10 +6,12 @@ import (
 )
 
 // debts are elements a node still owes a removal of. When a blocking pop
-// is won on one node, the element is removed from the others (LREM); a
-// node where it is not there yet — the script that pushes it on every node
-// has not reached that node — owes it: the next time a pop on that node
-// returns that element, it is dropped instead, and the pop goes on. A
+// is won on one node, every other node owes the element at once (before
+// the client can pop again); the clean-up pays where it finds it (the
+// node popped it too, or LREM removed it). A node where it is not there
+// yet — the script that pushes it on every node has not reached that
+// node — keeps owing it: the next time a pop on that node returns that
+// element, it is dropped instead, and the pop goes on. A
 // debt is forgotten after debtKeep (a node the push never reaches would
 // otherwise eat a later signal of the same value forever); one that comes
 // later is the spurious wake-up the package doc describes.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,7 @@ type ListNode struct {
 	client *redis.Client
 	slots  chan struct{}   // one per blocked call in flight: the limit
 	idle   chan *blockConn // connections back from a call that ended cleanly
+	closed atomic.Bool     // Close ran: connections are no longer kept
 }
 
 // NewListNode returns the list commands of the node at o.Addr, allowing
@@ -56,6 +58,7 @@ func (n *ListNode) Addr() string { return n.o.Addr }
 // Close closes the node's idle connections and its client. Calls still
 // blocked close theirs as they end.
 func (n *ListNode) Close() error {
+	n.closed.Store(true)
 	for {
 		select {
 		case c := <-n.idle:
@@ -162,7 +165,7 @@ func (n *ListNode) conn(ctx context.Context) (*blockConn, error) {
 
 // release keeps c for the next call if it ended cleanly, else closes it.
 func (n *ListNode) release(c *blockConn, err error) {
-	if err != nil {
+	if err != nil || n.closed.Load() {
 		c.close()
 		return
 	}
