@@ -426,9 +426,11 @@ func caseWaiterWoken(t *testing.T, a, b *rClient) {
 		}
 		return nil
 	})
-	// B waits on the latch for at most ttl; the message must come first.
-	msg, ok := awaitMessage(ps, time.Duration(ttl)*time.Millisecond)
+	// B waits on the latch for at most ttl; the message must come first
+	// (A's unlock is awaited first only so that a failed unlock ends the
+	// case at once: the message cannot come before it).
 	compatWaitRelease(t, done)
+	msg, ok := awaitMessage(ps, time.Duration(ttl)*time.Millisecond)
 	if !ok {
 		t.Fatal("B: no unlock message on redisson_lock__channel")
 	}
