@@ -36,8 +36,9 @@ import (
 // the same nodes (so an unlock message must cross instances).
 
 // rLeaseMS is the replay's internalLockLeaseTime (Redisson's
-// lockWatchdogTimeout), in milliseconds.
-const rLeaseMS = 3000
+// lockWatchdogTimeout), in milliseconds: long enough that no case outlives
+// it on a loaded machine unless it means to.
+const rLeaseMS = 10000
 
 // rWatchdogLeaseMS is the lease of the watchdog case: short, so that the
 // case outlives it several times.
@@ -448,27 +449,48 @@ func caseWaiterWoken(t *testing.T, a, b *rClient) {
 }
 
 func caseWatchdog(t *testing.T, a, b *rClient) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	name := rKey(t)
+	lease := rWatchdogLeaseMS * time.Millisecond
+	// sent is when the last grant or renewal was sent: the lock is held
+	// at least until sent+lease. Past that, a stalled machine may have let
+	// it expire, and the case stops checking (it says so).
+	sent := time.Now()
 	v, err := a.tryLock(ctx, name, rWatchdogLeaseMS)
 	want(t, "A lock", v, err, nil)
 	start := time.Now()
 	// The watchdog renews every lease/3; the lock outlives its lease
 	// three times over.
-	for time.Since(start) < 3*rWatchdogLeaseMS*time.Millisecond {
-		time.Sleep(rWatchdogLeaseMS / 3 * time.Millisecond)
+	for time.Since(start) < 3*lease {
+		time.Sleep(lease / 3)
+		at := time.Now()
 		ok, err := a.renew(ctx, name, rWatchdogLeaseMS)
-		if err != nil || !ok {
-			t.Fatalf("watchdog renewal at %v: %v %v, want held", time.Since(start), ok, err)
+		if err != nil {
+			t.Fatalf("watchdog renewal: %v", err)
 		}
+		if !ok {
+			if time.Since(sent) < lease {
+				t.Fatalf("watchdog renewal refused %v after the last renewal was sent, within the %v lease", time.Since(sent), lease)
+			}
+			t.Logf("renewal came %v after the last one (lease %v): the machine stalled; stopping here", at.Sub(sent), lease)
+			return
+		}
+		sent = at
 		v, err = b.tryLock(ctx, name, rWatchdogLeaseMS)
+		if err == nil && v == nil {
+			if time.Since(sent) < lease {
+				t.Fatalf("B acquired %v after A's renewal was sent, within the %v lease", time.Since(sent), lease)
+			}
+			t.Logf("B's tryLock came %v after A's renewal (lease %v): the machine stalled; stopping here", time.Since(sent), lease)
+			return
+		}
 		wantTTL(t, "B tryLock while A's watchdog renews", v, err, rWatchdogLeaseMS)
 	}
 	ok, err := b.renew(ctx, name, rWatchdogLeaseMS)
 	want(t, "B's renewal of A's lock", ok, err, false)
 	// A's process "dies": no more renewals; the lock expires by itself.
-	eventually(t, 10*rWatchdogLeaseMS*time.Millisecond, "A's unrenewed lock expires", func() bool {
+	eventually(t, 20*lease, "A's unrenewed lock expires", func() bool {
 		v, err := b.tryLock(ctx, name, rWatchdogLeaseMS)
 		return err == nil && v == nil
 	})
@@ -479,17 +501,26 @@ func caseWatchdog(t *testing.T, a, b *rClient) {
 }
 
 func caseLeaseExpires(t *testing.T, a, b *rClient) {
-	ctx := compatCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	name := rKey(t)
-	const lease = 800
-	v, err := a.tryLock(ctx, name, lease) // tryLock(wait, 800, ms): no watchdog
+	const leaseMS = 800
+	sent := time.Now()
+	v, err := a.tryLock(ctx, name, leaseMS) // tryLock(wait, 800, ms): no watchdog
 	want(t, "A tryLock with lease", v, err, nil)
-	v, err = b.tryLock(ctx, name, lease)
-	wantTTL(t, "B tryLock", v, err, lease)
-	eventually(t, compatWaitBound, "A's lease expires and B acquires", func() bool {
-		v, err := b.tryLock(ctx, name, lease)
-		return err == nil && v == nil
-	})
+	v, err = b.tryLock(ctx, name, leaseMS)
+	switch {
+	case err == nil && v == nil && time.Since(sent) < leaseMS*time.Millisecond:
+		t.Fatalf("B acquired %v after A's grant was sent, within A's %d ms lease", time.Since(sent), leaseMS)
+	case err == nil && v == nil:
+		t.Logf("B's tryLock came %v after A's grant (lease %d ms): the machine stalled", time.Since(sent), leaseMS)
+	default:
+		wantTTL(t, "B tryLock", v, err, leaseMS)
+		eventually(t, 30*time.Second, "A's lease expires and B acquires", func() bool {
+			v, err := b.tryLock(ctx, name, leaseMS)
+			return err == nil && v == nil
+		})
+	}
 	v, err = a.unlock(ctx, name)
 	want(t, "A unlock after expiry", v, err, nil)
 	v, err = b.unlock(ctx, name)
