@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/resp"
 )
 
@@ -36,19 +37,24 @@ var (
 )
 
 // typeOf is TYPE key: "string" while a lock holds key (SET NX leaves a
-// string on Redis), "none" when it is free.
+// string on Redis), the nodes' own type for a value of another type held
+// there (a client library's lock hash, written by a script), "none" when
+// it is free.
 func (h *Handler) typeOf(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
 	if err == nil && h.lostHere(c, key) {
 		return
 	}
+	var hd engine.Holder
 	held := false
 	if err == nil {
-		_, held, err = h.engine.Info(c.Context(), key)
+		hd, held, err = h.engine.Info(c.Context(), key)
 	}
 	switch {
 	case err != nil:
 		h.fail(c, key, err)
+	case held && hd.Type != "":
+		c.Simple(hd.Type)
 	case held:
 		c.Simple("string")
 	default:

@@ -71,6 +71,9 @@ type Holder struct {
 	Validity time.Duration
 	Mode     Mode
 	Name     string
+	// Type is the Redis TYPE of a value the backend did not write, held by
+	// a token it does not know (Token ""); "" for a lock's own string.
+	Type string
 }
 
 // Backend is the store the engine takes locks in. Implementations must be

@@ -101,8 +101,9 @@ func TestNodeHoldsWhatRedisWould(t *testing.T) {
 
 // TestForeignHashOnNodes: a hash at k on every node, as a Redisson lock
 // script run on the nodes leaves it, holds k for somebody else: LOCK, SET
-// NX and SETNX are refused, and GET, PTTL, EXISTS and LOCKINFO answer
-// (held, token unknown) without a WRONGTYPE; the hash is left as it was.
+// NX and SETNX are refused, and GET, PTTL, EXISTS, TYPE and LOCKINFO
+// answer (held, token unknown) without a WRONGTYPE; the hash is left as it
+// was.
 func TestForeignHashOnNodes(t *testing.T) {
 	in, nodes := startRedlock(t, 3)
 	raws := nodeClients(t, addrsOf(nodes)...)
@@ -138,6 +139,9 @@ func TestForeignHashOnNodes(t *testing.T) {
 	}
 	if n, err := c.Exists(ctx, key).Result(); n != 1 || err != nil {
 		t.Errorf("EXISTS of a hash: %d, %v; want 1", n, err)
+	}
+	if typ, err := c.Type(ctx, key).Result(); typ != "hash" || err != nil {
+		t.Errorf("TYPE of a hash: %q, %v; want hash", typ, err)
 	}
 	if n, err := c.Del(ctx, key).Result(); n != 0 || err != nil {
 		t.Errorf("DEL of a hash: %d, %v; want 0 (only its owner's script releases it)", n, err)

@@ -73,7 +73,7 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 // holder sums up the entries of the majority that holds one token.
 func holder(held []Entry, quorum int) engine.Holder {
 	slices.SortFunc(held, func(a, b Entry) int { return cmp.Compare(b.TTL, a.TTL) }) // longest first
-	h := engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name}
+	h := engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name, Type: held[0].Type}
 	leases := 0
 	for _, e := range held {
 		h.Fence = max(h.Fence, e.Fence)

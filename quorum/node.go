@@ -39,6 +39,9 @@ type Entry struct {
 	Mode  engine.Mode
 	Name  string
 	TTL   time.Duration // remaining time to live on the node
+	// Type is the key's TYPE when it holds something other than a string
+	// (a value lockproxy did not write: its Token is ""); "" for a string.
+	Type string
 }
 
 // OpKind names a node operation.

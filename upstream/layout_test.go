@@ -46,14 +46,14 @@ func TestForeignValue(t *testing.T) {
 			mustRelease(t, n, key, "a", false)
 		}
 		e := mustInspect(t, n, "h")
-		if e.Token != "" || e.Fence != 0 || e.Mode != engine.Lease || e.TTL <= 0 || e.TTL > 30*time.Second {
+		if e.Token != "" || e.Fence != 0 || e.Mode != engine.Lease || e.TTL <= 0 || e.TTL > 30*time.Second || e.Type != "hash" {
 			t.Errorf("Inspect(hash) = %+v; want token unknown, a lease of at most 30s", e)
 		}
 		e = mustInspect(t, n, "s")
-		if e.Token != "theirs" || e.Fence != 0 || e.Mode != engine.Lease || e.TTL <= 0 || e.TTL > 30*time.Second {
+		if e.Token != "theirs" || e.Fence != 0 || e.Mode != engine.Lease || e.TTL <= 0 || e.TTL > 30*time.Second || e.Type != "" {
 			t.Errorf("Inspect(string) = %+v; want \"theirs\", a lease of at most 30s", e)
 		}
-		if e = mustInspect(t, n, "p"); e.Token != "persistent" || e.Mode != engine.Bound || e.TTL != Forever {
+		if e = mustInspect(t, n, "p"); e.Token != "persistent" || e.Mode != engine.Bound || e.TTL != forever {
 			t.Errorf("Inspect(no expiry) = %+v; want held for ever, bound", e)
 		}
 		if typ := raw.Type(ctx, "h").Val(); typ != "hash" || raw.HGet(ctx, "h", "8f2c:1").Val() != "1" {

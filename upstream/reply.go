@@ -45,14 +45,14 @@ func flag(s *script, v any) (bool, error) {
 	return i == 1, nil
 }
 
-// entry reads inspect.lua's reply {token, fence, mode, name, pttl}, or {}
-// for a free key. A key lockproxy did not write (mode "": a value of
+// entry reads inspect.lua's reply {token, fence, mode, name, pttl[, type]},
+// or {} for a free key. A key lockproxy did not write (mode "": a value of
 // another type, with token "", or a string) is a lease of its own PTTL;
 // one without an expiry (pttl -1, which lockproxy never writes) is held
-// for ever, and reads as bound (PTTL -1) with TTL Forever.
+// for ever, and reads as bound (PTTL -1) with TTL forever.
 func entry(v any) (quorum.Entry, bool, error) {
 	a, ok := v.([]any)
-	if !ok || (len(a) != 0 && len(a) != 5) {
+	if !ok || (len(a) != 0 && len(a) != 5 && len(a) != 6) {
 		return quorum.Entry{}, false, badReply(inspectScript.name, v)
 	}
 	if len(a) == 0 {
@@ -67,19 +67,24 @@ func entry(v any) (quorum.Entry, bool, error) {
 		return quorum.Entry{}, false, badReply(inspectScript.name, v)
 	}
 	e := quorum.Entry{Token: token, Fence: fence, Mode: engine.Mode(mode), Name: name, TTL: time.Duration(max(pttl, 0)) * time.Millisecond}
+	if len(a) == 6 {
+		if e.Type, ok = a[5].(string); !ok || e.Type == "" {
+			return quorum.Entry{}, false, badReply(inspectScript.name, v)
+		}
+	}
 	switch {
 	case pttl == -1:
-		e.Mode, e.TTL = engine.Bound, Forever
+		e.Mode, e.TTL = engine.Bound, forever
 	case mode == "":
 		e.Mode = engine.Lease
 	}
 	return e, true, nil
 }
 
-// Forever is the TTL that Inspect reports for a lock key without an
+// forever is the TTL that Inspect reports for a lock key without an
 // expiry, which only something other than lockproxy writes on a node (a
 // script, an operator): about a century.
-const Forever = 100 * 365 * 24 * time.Hour
+const forever = 100 * 365 * 24 * time.Hour
 
 // decode fills r from a script's raw reply v to an operation of kind k.
 func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
