@@ -37,21 +37,26 @@ func (h *Handler) eval(c *resp.Conn, args [][]byte) {
 	} else if e, _ = h.scripts.Lookup(string(args[1])); e == (luascript.Entry{}) {
 		err = errNoScript
 	}
-	if err == nil && e.Admitted != nil {
+	switch {
+	case err == nil && e.Admitted != nil:
 		err = h.runOnNodes(c, e.Admitted, keys, argv)
+	case err == nil:
+		err = h.runKnown(c, e.Known, keys, argv)
 	}
-	if err != nil || e.Admitted != nil {
-		if err != nil {
-			c.Error(replyError("", err))
-		}
-		return
-	}
-	r, err := e.Known.Run(c.Context(), scriptLocks{h, c}, keys, argv)
 	if err != nil {
 		c.Error(replyError("", err))
-		return
+	}
+}
+
+// runKnown runs a catalogued script as lock operations and replies as the
+// script would on Redis.
+func (h *Handler) runKnown(c *resp.Conn, s *luascript.Script, keys, argv [][]byte) error {
+	r, err := s.Run(c.Context(), scriptLocks{h, c}, keys, argv)
+	if err != nil {
+		return err
 	}
 	writeReply(c, r)
+	return nil
 }
 
 // scriptArgs splits EVAL's arguments after the script into KEYS and ARGV.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // onEveryNode waits until check passes on every node: a write through
@@ -213,5 +215,87 @@ func TestScriptOnMajorityMovesTheLock(t *testing.T) {
 		if v := n.Get(ctx, key).Val(); v != "tok2" {
 			t.Errorf("node %d holds %q, want tok2", i, v)
 		}
+	}
+}
+
+// TestForeignHashThroughNodeFaults: while a majority of nodes holds a
+// Redisson-style hash at k, no LOCK or SET NX on k is granted — with every
+// node up, with one of the hash's nodes paused, killed and restarted (its
+// AOF keeps the hash) — the refused attempts leave nothing on the free
+// node once it answers, and once the hash's owner deletes it the key is
+// granted with a fence.
+func TestForeignHashThroughNodeFaults(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
+	in := startInstance(t, testConfig(nodes))
+	raws := nodeClients(t, addrsOf(nodes)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	key := uniqueKey(t)
+	for _, n := range raws[:2] {
+		if err := n.HSet(ctx, key, "8f2c0a:1", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.PExpire(ctx, key, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, in.Addr(), 2)
+	refused := func(phase string) {
+		t.Helper()
+		for range 3 {
+			if r, ok, err := lock(ctx, c, key, "PX", 10000); ok {
+				t.Fatalf("%s: LOCK granted %+v over a majority's hash", phase, r)
+			} else if err != nil {
+				t.Logf("%s: LOCK: %v", phase, err) // an error is no grant
+			}
+			if ok, err := c.SetNX(ctx, key, "tok", 10*time.Second).Result(); ok {
+				t.Fatalf("%s: SET NX granted over a majority's hash", phase)
+			} else if err != nil {
+				t.Logf("%s: SET NX: %v", phase, err)
+			}
+		}
+	}
+	refused("all up")
+	pause(t, nodes[0])
+	refused("node 0 paused")
+	resume(t, nodes[0])
+	if err := nodes[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	refused("node 1 killed")
+	if err := nodes[1].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	raws[1] = newClient(t, nodes[1].Addr(), 2)
+	refused("node 1 restarted")
+	eventually(t, 30*time.Second, "the refused attempts rolled back on the free node", func() bool {
+		return raws[2].Exists(ctx, key, "lockproxy:meta:"+key).Val() == 0
+	})
+	for i, n := range raws[:2] {
+		if typ := n.Type(ctx, key).Val(); typ != "hash" {
+			t.Fatalf("node %d: the hash is now %q", i, typ)
+		}
+		if err := n.Del(ctx, key).Err(); err != nil { // its owner's script releases it
+			t.Fatal(err)
+		}
+	}
+	var g lockReply
+	eventually(t, 30*time.Second, "LOCK granted once the hash is gone", func() bool {
+		r, ok, err := lock(ctx, c, key, "PX", 10000)
+		g = r
+		return ok && err == nil
+	})
+	if g.fence <= 0 {
+		t.Errorf("grant after the hash: fence %d", g.fence)
+	}
+	// A majority holds it; a node that failed lately may be left out.
+	held := 0
+	for _, n := range raws {
+		if n.Get(ctx, key).Val() == g.token {
+			held++
+		}
+	}
+	if held < 2 {
+		t.Errorf("the grant's token is on %d nodes, want a majority", held)
 	}
 }
