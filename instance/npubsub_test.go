@@ -314,7 +314,10 @@ func TestPubSubReservedChannel(t *testing.T) {
 	waiter := newClient(t, other.Addr(), 2)
 	l := mustLock(t, c, key, "PX", 60000)
 	woken := make(chan error, 1)
-	go func() { _, _, err := lock(ctx, newClient(t, other.Addr(), 2), key, "PX", 60000, "WAIT", 30000); woken <- err }()
+	go func() {
+		_, _, err := lock(ctx, newClient(t, other.Addr(), 2), key, "PX", 60000, "WAIT", 30000)
+		woken <- err
+	}()
 	eventually(t, 30*time.Second, "a waiter in line", func() bool {
 		info, err := waiter.Do(ctx, "LOCKINFO", key).Result()
 		return err == nil && strings.Contains(fmt.Sprint(info), "waiters 1")
