@@ -271,6 +271,10 @@ func (c *blockConn) do(args ...string) (any, error) {
 	return readValue(c.rd, 0)
 }
 
+// maxPopBulk bounds one string of a blocking pop's reply read from a node
+// (a signal list's element): 64 MiB.
+const maxPopBulk = 64 << 20
+
 // readValue reads one RESP2 reply; depth bounds nesting.
 func readValue(rd *bufio.Reader, depth int) (any, error) {
 	if depth > 2 {
@@ -295,6 +299,9 @@ func readValue(rd *bufio.Reader, depth int) (any, error) {
 		size, err := strconv.Atoi(line[1:])
 		if err != nil || size < 0 {
 			return nil, err
+		}
+		if size > maxPopBulk {
+			return nil, fmt.Errorf("upstream: a bulk of %d bytes in a pop's reply, more than %d", size, maxPopBulk)
 		}
 		buf := make([]byte, size+2)
 		if _, err := io.ReadFull(rd, buf); err != nil {
