@@ -225,7 +225,7 @@ func (in *Instance) subscribe(ev engine.Events) {
 		taken = t.Taken // the engine: a DEL through another instance
 	}
 	dedup := pubsub.NewDedup(len(in.nodes), 0, 0)
-	remote := &nodePubSub{timeout: in.nodeCallTimeout()}
+	remote := &nodePubSub{timeout: in.nodeCallTimeout(), reserved: upstream.ReleasedChannel(in.cfg.Redlock.KeyPrefix)}
 	in.hub = pubsub.NewRemote(remote, dedup)
 	for i, opts := range in.nodes {
 		s := upstream.SubscribeHandlers(opts, upstream.Handlers{

@@ -287,3 +287,49 @@ func TestRedisCLISubscriberAcrossInstances(t *testing.T) {
 		})
 	}
 }
+
+// TestPubSubReservedChannel: lockproxy's release channel, whose messages
+// name tokens and tell instances of locks taken, is neither subscribed nor
+// published through lockproxy, and a pattern matching it hears nothing of
+// a release.
+func TestPubSubReservedChannel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in, nodes := startRedlock(t, 3)
+	other := startInstance(t, testConfig(nodes)) // the waiter's: the release is published
+	raw := dialRaw(t, in.Addr())
+	if got := raw.do("PUBLISH", "lockproxy:released", "taken:1:tk"); !strings.HasPrefix(got, "-ERR channel 'lockproxy:released' is reserved") {
+		t.Fatalf("PUBLISH on the release channel: %q", got)
+	}
+	if got := raw.do("SUBSCRIBE", "lockproxy:released"); !strings.HasPrefix(got, "-ERR channel 'lockproxy:released' is reserved") {
+		t.Fatalf("SUBSCRIBE to the release channel: %q", got)
+	}
+	key := uniqueKey(t)
+	sub := newClient(t, in.Addr(), 2).PSubscribe(ctx, "lockproxy:*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, in.Addr(), 2)
+	waiter := newClient(t, other.Addr(), 2)
+	l := mustLock(t, c, key, "PX", 60000)
+	woken := make(chan error, 1)
+	go func() {
+		_, _, err := lock(ctx, newClient(t, other.Addr(), 2), key, "PX", 60000, "WAIT", 30000)
+		woken <- err
+	}()
+	eventually(t, 30*time.Second, "a waiter in line", func() bool {
+		info, err := waiter.Do(ctx, "LOCKINFO", key).Result()
+		return err == nil && strings.Contains(fmt.Sprint(info), "waiters 1")
+	})
+	if err := c.Do(ctx, "UNLOCK", key, l.token).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woken; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, "lockproxy:end", "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectMessages(ctx, t, sub, "lockproxy:* lockproxy:end end")
+}

@@ -29,8 +29,9 @@ import (
 //     listened. It answers once a majority took it, without waiting for
 //     a slow node. Fewer than a majority taking it is an error.
 type nodePubSub struct {
-	subs    []*upstream.Subscription
-	timeout time.Duration // bound of one node's answer
+	subs     []*upstream.Subscription
+	timeout  time.Duration // bound of one node's answer
+	reserved string        // the release channel (upstream.ReleasedChannel)
 }
 
 var _ pubsub.Remote = (*nodePubSub)(nil)
@@ -40,7 +41,19 @@ var errNoQuorum = errors.New("NOQUORUM")
 
 func (r *nodePubSub) majority() int { return len(r.subs)/2 + 1 }
 
+// errReserved refuses lockproxy's own channel: its messages name lock
+// tokens, and a forged one would tell an instance a lock was taken.
+func (r *nodePubSub) errReserved(channel string) error {
+	if channel == r.reserved {
+		return errors.New("ERR channel '" + channel + "' is reserved for lockproxy's release notifications")
+	}
+	return nil
+}
+
 func (r *nodePubSub) Subscribe(ctx context.Context, name string, pattern bool) error {
+	if err := r.errReserved(name); err != nil && !pattern {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	ok := r.each(ctx, func(s *upstream.Subscription) (<-chan struct{}, error) {
@@ -95,6 +108,9 @@ func (r *nodePubSub) each(ctx context.Context, call func(*upstream.Subscription)
 }
 
 func (r *nodePubSub) Publish(ctx context.Context, channel string, payload []byte) (int64, error) {
+	if err := r.errReserved(channel); err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	type answer struct {

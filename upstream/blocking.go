@@ -97,25 +97,32 @@ func (n *ListNode) BPop(ctx context.Context, left bool, keys []string, timeout f
 		return Popped{}, false, ErrBlockedFull
 	}
 	defer func() { <-n.slots }()
-	c, err := n.conn(ctx)
-	if err != nil {
-		return Popped{}, false, err
-	}
 	cmd := "BRPOP"
 	if left {
 		cmd = "BLPOP"
 	}
 	args := append(append([]string{cmd}, keys...), strconv.FormatFloat(timeout, 'f', -1, 64))
-	answer := make(chan blockAnswer, 1)
-	go func() {
-		p, err := c.pop(args)
-		answer <- blockAnswer{p, err}
-	}()
-	select {
-	case a := <-answer:
-		n.release(c, a.err)
-		return a.p, false, a.err
-	case <-ctx.Done():
+	var c *blockConn
+	var answer chan blockAnswer
+	for fresh := false; ; fresh = true {
+		if c, err = n.conn(ctx, fresh); err != nil {
+			return Popped{}, false, err
+		}
+		answer = make(chan blockAnswer, 1)
+		go func() {
+			p, err := c.pop(args)
+			answer <- blockAnswer{p, err}
+		}()
+		select {
+		case a := <-answer:
+			n.release(c, a.err)
+			if a.err != nil && !isReplyError(a.err) && !fresh {
+				continue // an idle connection the node dropped (restarted): once more on a new one
+			}
+			return a.p, false, a.err
+		case <-ctx.Done():
+		}
+		break
 	}
 	a := n.unblock(c, answer)
 	if a.err == nil && a.p.OK {
@@ -153,12 +160,14 @@ func (n *ListNode) unblock(c *blockConn, answer chan blockAnswer) blockAnswer {
 	}
 }
 
-// conn is an idle blocking connection, or a new one.
-func (n *ListNode) conn(ctx context.Context) (*blockConn, error) {
-	select {
-	case c := <-n.idle:
-		return c, nil
-	default:
+// conn is an idle blocking connection, or a new one (always when fresh).
+func (n *ListNode) conn(ctx context.Context, fresh bool) (*blockConn, error) {
+	if !fresh {
+		select {
+		case c := <-n.idle:
+			return c, nil
+		default:
+		}
 	}
 	return dialBlock(ctx, n.o)
 }
@@ -262,6 +271,10 @@ func (c *blockConn) do(args ...string) (any, error) {
 	return readValue(c.rd, 0)
 }
 
+// maxPopBulk bounds one string of a blocking pop's reply read from a node
+// (a signal list's element): 64 MiB.
+const maxPopBulk = 64 << 20
+
 // readValue reads one RESP2 reply; depth bounds nesting.
 func readValue(rd *bufio.Reader, depth int) (any, error) {
 	if depth > 2 {
@@ -286,6 +299,9 @@ func readValue(rd *bufio.Reader, depth int) (any, error) {
 		size, err := strconv.Atoi(line[1:])
 		if err != nil || size < 0 {
 			return nil, err
+		}
+		if size > maxPopBulk {
+			return nil, fmt.Errorf("upstream: a bulk of %d bytes in a pop's reply, more than %d", size, maxPopBulk)
 		}
 		buf := make([]byte, size+2)
 		if _, err := io.ReadFull(rd, buf); err != nil {

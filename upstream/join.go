@@ -28,7 +28,6 @@ func (s *Subscription) Join(ctx context.Context, name string, pattern bool) (<-c
 	k := joinKey(name, pattern)
 	done := make(chan struct{})
 	s.mu.Lock()
-	s.joined[k] = true
 	s.waiting[k] = append(s.waiting[k], done)
 	s.mu.Unlock()
 	if pattern {
@@ -40,11 +39,14 @@ func (s *Subscription) Join(ctx context.Context, name string, pattern bool) (<-c
 // Leave unsubscribes the node from what Join added and returns a channel
 // closed once the node confirmed it. The release channel stays subscribed
 // for the release notifications (its channel is closed at once).
+//
+// Messages on the release channel never reach the Message handler, even
+// through a pattern that matches it: they name lock tokens. Callers should
+// refuse a client's SUBSCRIBE or PUBLISH on it (ReleasedChannel).
 func (s *Subscription) Leave(ctx context.Context, name string, pattern bool) (<-chan struct{}, error) {
 	k := joinKey(name, pattern)
 	done := make(chan struct{})
 	s.mu.Lock()
-	delete(s.joined, k)
 	delete(s.waiting, k)
 	if !pattern && name == s.channel {
 		s.mu.Unlock()
@@ -73,16 +75,16 @@ func (s *Subscription) Connected() bool {
 	}
 }
 
+// ReleasedChannel is the channel of release notifications for a key
+// prefix (RedisOptions.Prefix; "" for the default).
+func ReleasedChannel(prefix string) string {
+	return releasedChannel(orDefault(prefix, DefaultPrefix))
+}
+
 // Publish publishes payload on channel on the node and returns the node's
 // count of receivers.
 func (s *Subscription) Publish(ctx context.Context, channel string, payload []byte) (int64, error) {
 	return s.client.Publish(ctx, channel, payload).Result()
-}
-
-func (s *Subscription) isJoined(k string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.joined[k]
 }
 
 // confirmed wakes the Joins waiting for the node to confirm k.

@@ -52,7 +52,6 @@ type Subscription struct {
 
 	mu      sync.Mutex
 	up      chan struct{}              // closed while the current connection is subscribed
-	joined  map[string]bool            // joinKey of each channel and pattern Join added
 	waiting map[string][]chan struct{} // joinKey -> closed when the node confirms it
 }
 
@@ -142,7 +141,6 @@ func subscribeHandlers(o RedisOptions, hs Handlers, log *zap.Logger, pingAfter t
 		onTaken:   hs.Taken,
 		onMessage: hs.Message,
 		onUp:      hs.Up,
-		joined:    map[string]bool{},
 		waiting:   map[string][]chan struct{}{},
 		log:       log.With(zap.String("node", o.Addr), zap.String("channel", releasedChannel(o.Prefix))),
 		pingAfter: pingAfter,
@@ -247,12 +245,12 @@ func (s *Subscription) handle(h *health, msg any) {
 	h.pinged = time.Time{}
 	switch m := msg.(type) {
 	case *redis.Message:
-		if m.Pattern != "" || m.Channel != s.channel {
+		if m.Channel != s.channel {
 			s.message(m)
 			return
 		}
-		if s.isJoined(joinKey(m.Channel, false)) {
-			s.message(m) // a client subscribed the release channel itself
+		if m.Pattern != "" {
+			return // lockproxy's own channel is not the clients' (it names tokens)
 		}
 		if taken, ok := strings.CutPrefix(m.Payload, takenTag); ok {
 			if key, token, ok := parseRelease(taken); ok && s.onTaken != nil {
