@@ -133,7 +133,19 @@ type scriptLocks struct {
 	c *resp.Conn
 }
 
-var _ luascript.Locks = scriptLocks{}
+var (
+	_ luascript.Locks     = scriptLocks{}
+	_ luascript.Publisher = scriptLocks{}
+)
+
+// Publish is a catalogued script's PUBLISH, through the clients' pub/sub.
+func (l scriptLocks) Publish(ctx context.Context, channel, message string) error {
+	if l.h.run.Publish == nil {
+		return nil
+	}
+	_, err := l.h.run.Publish(ctx, channel, []byte(message))
+	return err
+}
 
 func (l scriptLocks) Get(ctx context.Context, key string) (string, int64, bool, error) {
 	if _, err := l.h.limits.key([]byte(key)); err != nil {

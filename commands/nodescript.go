@@ -36,6 +36,9 @@ type Scripts struct {
 	// TimeLimit bounds a script's run on the nodes; a node that has not
 	// finished by then is sent SCRIPT KILL. Default DefaultScriptTimeLimit.
 	TimeLimit time.Duration
+	// Publish delivers the PUBLISH of a catalogued script (Spring's
+	// PUB_SUB_LOCK unlock) to the clients' pub/sub; nil: it is dropped.
+	Publish func(ctx context.Context, channel string, payload []byte) (int64, error)
 	// Reserved is the prefix of lockproxy's own keys on the nodes
 	// (redlock.key_prefix): a script may not name a key under it, other
 	// than a SELECTed database's, nor, when it derives keys by

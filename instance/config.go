@@ -135,6 +135,9 @@ type LimitsConfig struct {
 	MaxInlineBytes  int `toml:"max_inline_bytes"`
 	MaxRequestBytes int `toml:"max_request_bytes"`
 	MaxWaiters      int `toml:"max_waiters"`
+	// MaxBlockedClients bounds the clients blocked in BLPOP/BRPOP at once;
+	// each holds one connection to every node.
+	MaxBlockedClients int `toml:"max_blocked_clients"`
 	// MaxBufferedBytes caps the bytes buffered for all clients' incomplete requests together.
 	MaxBufferedBytes int `toml:"max_buffered_bytes"`
 	// AuthTimeoutMS: with a password set, a connection not authenticated by then is closed.
@@ -165,14 +168,15 @@ func Default() Config {
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},
 		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000, ScriptTimeLimitMS: 5000},
 		Limits: LimitsConfig{
-			MaxClients:      10000,
-			MaxKeyBytes:     1024,
-			MaxTokenBytes:   256,
-			MaxBulkBytes:    1 << 20,
-			MaxArgs:         4096,
-			MaxInlineBytes:  64 << 10,
-			MaxRequestBytes: 4 << 20,
-			MaxWaiters:      10000,
+			MaxClients:        10000,
+			MaxKeyBytes:       1024,
+			MaxTokenBytes:     256,
+			MaxBulkBytes:      1 << 20,
+			MaxArgs:           4096,
+			MaxInlineBytes:    64 << 10,
+			MaxRequestBytes:   4 << 20,
+			MaxWaiters:        10000,
+			MaxBlockedClients: 1000,
 
 			MaxBufferedBytes: 256 << 20,
 			AuthTimeoutMS:    10000,

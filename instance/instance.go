@@ -14,7 +14,9 @@ import (
 	"github.com/lockproxy/lockproxy/commands"
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/tlsfiles"
+	"github.com/lockproxy/lockproxy/lists"
 	"github.com/lockproxy/lockproxy/passthrough"
+	"github.com/lockproxy/lockproxy/pubsub"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/lockproxy/lockproxy/resp"
 	"github.com/lockproxy/lockproxy/upstream"
@@ -50,7 +52,9 @@ type Instance struct {
 	redlock *quorum.Redlock // the redlock or embedded backend; nil for zookeeper
 
 	router *passthrough.Router      // nil: no data Redis
-	subs   []*upstream.Subscription // each redlock node's release notifications
+	subs   []*upstream.Subscription // each redlock node's release notifications and clients' pub/sub
+	hub    *pubsub.Hub              // clients' pub/sub through subs; nil: this process only (zookeeper)
+	lists  []lists.Node             // each node's signal lists; none on zookeeper
 }
 
 // announceTaken tells the other instances, through every node it can
@@ -155,6 +159,9 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
 		w.Node, nodes[i] = n, n
+		ln := upstream.NewListNode(opts, in.cfg.Limits.MaxBlockedClients)
+		in.closers = append(in.closers, func() { _ = ln.Close() })
+		in.lists = append(in.lists, ln)
 	}
 	in.backendAddr = addrs
 	in.nodeSet.start()
@@ -206,7 +213,8 @@ func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 }
 
 // subscribe listens on every node for releases, through any instance, and
-// tells ev, which wakes this instance's waiters for the key. It waits
+// tells ev, which wakes this instance's waiters for the key; the same
+// connections carry the clients' pub/sub (in.hub, nodePubSub). It waits
 // briefly for the subscriptions so that waiters are woken from the start;
 // a node that is down is subscribed to when it comes back.
 func (in *Instance) subscribe(ev engine.Events) {
@@ -216,8 +224,22 @@ func (in *Instance) subscribe(ev engine.Events) {
 	if t, ok := ev.(interface{ Taken(key, token string) }); ok {
 		taken = t.Taken // the engine: a DEL through another instance
 	}
-	for _, opts := range in.nodes {
-		s := upstream.SubscribeTaken(opts, ev.Released, taken, in.log)
+	dedup := pubsub.NewDedup(len(in.nodes), 0, 0)
+	remote := &nodePubSub{timeout: in.nodeCallTimeout(), reserved: upstream.ReleasedChannel(in.cfg.Redlock.KeyPrefix)}
+	in.hub = pubsub.NewRemote(remote, dedup)
+	for i, opts := range in.nodes {
+		s := upstream.SubscribeHandlers(opts, upstream.Handlers{
+			Released: ev.Released, Taken: taken,
+			Message: func(pattern, channel string, payload []byte) { in.hub.FromNode(i, pattern, channel, payload) },
+			Up: func(up bool) {
+				if up {
+					dedup.Up(i)
+				} else {
+					dedup.Down(i)
+				}
+			},
+		}, in.log)
+		remote.subs = append(remote.subs, s)
 		in.closers = append(in.closers, func() { _ = s.Close() })
 		in.subs = append(in.subs, s)
 		if err := s.Ready(ctx); err != nil {
@@ -234,6 +256,9 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	if in.redlock != nil {
 		scripts.Runner = in.redlock // scripts outside the catalog run on the nodes
 	}
+	if in.hub != nil {
+		scripts.Publish = in.hub.Publish // Spring's PUB_SUB_LOCK unlock wakes its waiters
+	}
 	h := commands.New(in.engine, commands.Config{
 		Limits:  commands.Limits{MaxKeyBytes: l.MaxKeyBytes, MaxTokenBytes: l.MaxTokenBytes},
 		Legacy:  commands.Legacy{DelFromAnyConnection: in.cfg.Legacy.DelFromAnyConnection, MaxScripts: in.cfg.Legacy.MaxScripts},
@@ -241,6 +266,10 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	}, in.log)
 	table := resp.NewTable()
 	if err := h.Register(table); err != nil {
+		return nil, err
+	}
+	lc := lists.Config{MaxBlocked: l.MaxBlockedClients, NodeTimeout: in.nodeCallTimeout()}
+	if err := table.Add(lists.New(in.lists, lc, in.log).Commands()...); err != nil {
 		return nil, err
 	}
 	var session resp.Session = h
@@ -263,11 +292,21 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		MaxClients:    l.MaxClients,
 		Version:       Version,
 		Limits:        respLimits(l),
+		PubSub:        in.hub,
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)
 	}
 	return srv, err
+}
+
+// nodeCallTimeout bounds one pub/sub or list call to one node:
+// redlock.node_timeout_ms, or 2 s when that is automatic.
+func (in *Instance) nodeCallTimeout() time.Duration {
+	if t := in.cfg.Redlock.NodeTimeoutMS; t > 0 {
+		return ms(t)
+	}
+	return 2 * time.Second
 }
 
 // respLimits are the limits of l that the RESP server enforces.

@@ -12,16 +12,6 @@ import (
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
-// nodeClients are go-redis clients of each node, closed when the test ends.
-func nodeClients(t *testing.T, nodes []*redistest.Server) []*redis.Client {
-	t.Helper()
-	cs := make([]*redis.Client, len(nodes))
-	for i, n := range nodes {
-		cs[i] = newClient(t, n.Addr(), 2)
-	}
-	return cs
-}
-
 // onEveryNode waits until check passes on every node: a write through
 // lockproxy is answered once a majority has it, the last node may lag.
 func onEveryNode(t *testing.T, raws []*redis.Client, what string, check func(c *redis.Client) bool) {
@@ -39,7 +29,7 @@ func onEveryNode(t *testing.T, raws []*redis.Client, what string, check func(c *
 // SELECTed database the key is lockproxy:db<n>:k.
 func TestNodeHoldsWhatRedisWould(t *testing.T) {
 	in, nodes := startRedlock(t, 3)
-	raws := nodeClients(t, nodes)
+	raws := nodeClients(t, addrsOf(nodes)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, db := range []int{0, 1} {
@@ -118,7 +108,7 @@ func TestNodeHoldsWhatRedisWould(t *testing.T) {
 // was.
 func TestForeignHashOnNodes(t *testing.T) {
 	in, nodes := startRedlock(t, 3)
-	raws := nodeClients(t, nodes)
+	raws := nodeClients(t, addrsOf(nodes)...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := uniqueKey(t)
@@ -185,7 +175,7 @@ func TestForeignHashOnNodes(t *testing.T) {
 // there.
 func TestScriptOnMajorityMovesTheLock(t *testing.T) {
 	in, nodes := startRedlock(t, 3)
-	raws := nodeClients(t, nodes)
+	raws := nodeClients(t, addrsOf(nodes)...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := uniqueKey(t)
@@ -237,7 +227,7 @@ func TestScriptOnMajorityMovesTheLock(t *testing.T) {
 func TestForeignHashThroughNodeFaults(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
 	in := startInstance(t, testConfig(nodes))
-	raws := nodeClients(t, nodes)
+	raws := nodeClients(t, addrsOf(nodes)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	key := uniqueKey(t)

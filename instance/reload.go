@@ -11,7 +11,7 @@ import (
 // reloadable are the keys Reload applies to a running instance; log_level
 // is applied by the caller, which owns the logger. The limits are those the
 // RESP server enforces (resp.Server.SetLimits); max_key_bytes,
-// max_token_bytes and max_waiters need a restart.
+// max_token_bytes, max_waiters and max_blocked_clients need a restart.
 var reloadable = []string{"password", "password_file", "log_level", "users",
 	"limits.max_clients", "limits.max_bulk_bytes", "limits.max_args", "limits.max_inline_bytes",
 	"limits.max_request_bytes", "limits.max_buffered_bytes", "limits.auth_timeout_ms", "limits.idle_timeout_ms"}
@@ -75,6 +75,7 @@ func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 // reloadLimits applies the reloadable limits of l and keeps the others.
 func (in *Instance) reloadLimits(l LimitsConfig) {
 	l.MaxKeyBytes, l.MaxTokenBytes, l.MaxWaiters = in.cfg.Limits.MaxKeyBytes, in.cfg.Limits.MaxTokenBytes, in.cfg.Limits.MaxWaiters
+	l.MaxBlockedClients = in.cfg.Limits.MaxBlockedClients
 	in.cfg.Limits = l
 	in.resp.SetLimits(l.MaxClients, respLimits(l))
 }

@@ -153,6 +153,7 @@ func (c Config) intRanges() []intRange {
 		{"limits.max_inline_bytes", c.Limits.MaxInlineBytes, 1, huge},
 		{"limits.max_request_bytes", c.Limits.MaxRequestBytes, 1, huge},
 		{"limits.max_waiters", c.Limits.MaxWaiters, 1, huge},
+		{"limits.max_blocked_clients", c.Limits.MaxBlockedClients, 1, 1 << 20},
 		{"limits.max_buffered_bytes", c.Limits.MaxBufferedBytes, 1, huge},
 		{"limits.auth_timeout_ms", c.Limits.AuthTimeoutMS, 1, huge},
 		{"limits.idle_timeout_ms", c.Limits.IdleTimeoutMS, 0, huge},

@@ -8,7 +8,10 @@ import (
 )
 
 // Pub/sub without a data Redis: SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE,
-// PUNSUBSCRIBE and PUBLISH, with Redis's replies in RESP2 and RESP3. A
+// PUNSUBSCRIBE and PUBLISH, with Redis's replies in RESP2 and RESP3. The
+// hub (pubsub/) carries them through the nodes on the redlock and embedded
+// backends; a SUBSCRIBE the nodes could not confirm gets the hub's error
+// instead of its confirmation, and leaves the connection as it was. A
 // subscription's confirmation is an ordinary reply; messages are written by
 // the connection's push writer (push.go), between replies. A client that
 // does not read loses messages beyond maxPendingPushes (Redis would close
@@ -58,7 +61,13 @@ func (s *Server) subscribe(c *Conn, args [][]byte) {
 		n := len(c.subs[0]) + len(c.subs[1])
 		c.mu.Unlock()
 		if !had {
-			s.hub.Subscribe(c, name, pattern)
+			if err := s.hub.Subscribe(c.Context(), c, name, pattern); err != nil {
+				c.mu.Lock()
+				delete(tab, name)
+				c.mu.Unlock()
+				c.Error(err.Error())
+				continue
+			}
 		}
 		c.confirm(kind, &name, n)
 	}

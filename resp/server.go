@@ -338,8 +338,8 @@ func (s *Server) finish(c *Conn, err error) {
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
 	}
+	s.session.Closed(c) // releases bound locks first: leaving the nodes' channels may wait on a slow node
 	s.unsubscribeAll(c)
-	s.session.Closed(c)
 }
 
 // serve dispatches one command. Once a handler called Conn.Stream, each

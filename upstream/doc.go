@@ -12,7 +12,11 @@
 // notifications (release.lua publishes the released key on
 // "<prefix>released"; Subscribe receives them and hands them to the
 // engine's Events.Released). Notifications are a hint
-// to wake waiters sooner: they can be lost, and expiries send none.
+// to wake waiters sooner: they can be lost, and expiries send none. The
+// same per-node connection carries the channels and patterns clients
+// subscribe through lockproxy (Subscription.Join, Leave, Publish), and
+// ListNode runs the list commands of lock scripts' signal lists, BLPOP on
+// connections of its own.
 //
 // It must not decide anything about locks: no quorum counting, no retries,
 // no validity or fencing arithmetic (quorum/ does that). It knows nothing of

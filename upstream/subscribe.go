@@ -38,7 +38,9 @@ type Subscription struct {
 	client    *redis.Client
 	ps        *redis.PubSub
 	onRelease func(key, token string)
-	onTaken   func(key, token string) // may be nil
+	onTaken   func(key, token string)                       // may be nil
+	onMessage func(pattern, channel string, payload []byte) // may be nil
+	onUp      func(up bool)                                 // may be nil
 	log       *zap.Logger
 	pingAfter time.Duration
 	pongWait  time.Duration
@@ -48,8 +50,9 @@ type Subscription struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu sync.Mutex
-	up chan struct{} // closed while the current connection is subscribed
+	mu      sync.Mutex
+	up      chan struct{}              // closed while the current connection is subscribed
+	waiting map[string][]chan struct{} // joinKey -> closed when the node confirms it
 }
 
 // Subscribe listens on the node at o.Addr for release notifications and
@@ -95,6 +98,34 @@ func subscribe(o RedisOptions, onRelease func(key, token string), log *zap.Logge
 }
 
 func subscribeWith(o RedisOptions, onRelease, onTaken func(key, token string), log *zap.Logger, pingAfter time.Duration) *Subscription {
+	return subscribeHandlers(o, Handlers{Released: onRelease, Taken: onTaken}, log, pingAfter)
+}
+
+// Handlers are what a Subscription calls, from its one goroutine, in
+// arrival order; each must return promptly and must not call Close.
+type Handlers struct {
+	// Released receives each release notification (see Subscribe).
+	Released func(key, token string)
+	// Taken receives each PublishTaken announcement; may be nil.
+	Taken func(key, token string)
+	// Message receives what the node sends on the channels and patterns
+	// added with Join: pattern is "" for a channel. May be nil.
+	Message func(pattern, channel string, payload []byte)
+	// Up is called with true each time the node confirmed the release
+	// channel on a new connection (it has resubscribed everything joined
+	// too, by then or just after), with false when a connection failed.
+	// May be nil.
+	Up func(up bool)
+}
+
+// SubscribeHandlers is Subscribe with every handler: release
+// notifications, and the clients' channels and patterns added with Join,
+// all on one connection to the node.
+func SubscribeHandlers(o RedisOptions, h Handlers, log *zap.Logger) *Subscription {
+	return subscribeHandlers(o, h, log, DefaultPingAfter)
+}
+
+func subscribeHandlers(o RedisOptions, hs Handlers, log *zap.Logger, pingAfter time.Duration) *Subscription {
 	o = o.withDefaults()
 	if log == nil {
 		log = zap.NewNop()
@@ -106,8 +137,11 @@ func subscribeWith(o RedisOptions, onRelease, onTaken func(key, token string), l
 		channel:   releasedChannel(o.Prefix),
 		client:    client,
 		ps:        client.Subscribe(ctx), // no channel yet: does not dial
-		onRelease: onRelease,
-		onTaken:   onTaken,
+		onRelease: hs.Released,
+		onTaken:   hs.Taken,
+		onMessage: hs.Message,
+		onUp:      hs.Up,
+		waiting:   map[string][]chan struct{}{},
 		log:       log.With(zap.String("node", o.Addr), zap.String("channel", releasedChannel(o.Prefix))),
 		pingAfter: pingAfter,
 		pongWait:  o.Timeout,
@@ -212,7 +246,11 @@ func (s *Subscription) handle(h *health, msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
 		if m.Channel != s.channel {
+			s.message(m)
 			return
+		}
+		if m.Pattern != "" {
+			return // lockproxy's own channel is not the clients' (it names tokens)
 		}
 		if taken, ok := strings.CutPrefix(m.Payload, takenTag); ok {
 			if key, token, ok := parseRelease(taken); ok && s.onTaken != nil {
@@ -224,6 +262,12 @@ func (s *Subscription) handle(h *health, msg any) {
 	case *redis.Subscription:
 		if m.Kind == "subscribe" && m.Channel == s.channel {
 			s.subscribed(h)
+		}
+		switch m.Kind {
+		case "subscribe", "psubscribe":
+			s.confirmed(joinKey(m.Channel, m.Kind == "psubscribe"))
+		case "unsubscribe", "punsubscribe":
+			s.confirmed("u" + joinKey(m.Channel, m.Kind == "punsubscribe"))
 		}
 	}
 }
@@ -239,12 +283,18 @@ func (s *Subscription) subscribed(h *health) {
 	}
 	*h = health{backoff: minBackoff}
 	s.setUp(true)
+	if s.onUp != nil {
+		s.onUp(true)
+	}
 }
 
 // failed records a failed receive: the first of an outage at info level,
 // the next ones at debug.
 func (s *Subscription) failed(h *health, err error) {
 	s.setUp(false)
+	if s.onUp != nil {
+		s.onUp(false)
+	}
 	h.pinged = time.Time{}
 	if h.lostAt.IsZero() {
 		h.lostAt = time.Now()

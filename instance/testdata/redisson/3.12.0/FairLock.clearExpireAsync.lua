@@ -1,0 +1,1 @@
+redis.call('persist', KEYS[1]); redis.call('persist', KEYS[2]); return redis.call('persist', KEYS[3]); 

@@ -1,0 +1,1 @@
+redis.call('pexpire', KEYS[1], ARGV[1]); redis.call('pexpire', KEYS[2], ARGV[1]); return redis.call('pexpire', KEYS[3], ARGV[1]); 

@@ -1,0 +1,1 @@
+redis.call('pexpireat', KEYS[1], ARGV[1]); redis.call('pexpireat', KEYS[2], ARGV[1]); return redis.call('pexpireat', KEYS[3], ARGV[1]); 

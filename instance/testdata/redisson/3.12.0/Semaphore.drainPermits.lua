@@ -1,0 +1,1 @@
+local value = redis.call('get', KEYS[1]); if (value == false or value == 0) then return 0; end; redis.call('set', KEYS[1], 0); return value;

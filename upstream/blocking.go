@@ -1,0 +1,328 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Clients' signal lists on a node (ListNode): the non-blocking list
+// commands on a go-redis client, and BLPOP/BRPOP on dedicated connections
+// of their own, one per blocked call, so that a blocked call never holds a
+// connection another command needs. A blocked call that must end early is
+// unblocked with CLIENT UNBLOCK from the go-redis client (its reply, an
+// element the node popped meanwhile included, is still read), or, when the
+// node does not answer that, its connection is closed: the node then drops
+// the blocked client itself. No connection is left blocked.
+
+// ErrBlockedFull is returned when a node already holds its limit of
+// blocked calls.
+var ErrBlockedFull = errors.New("upstream: too many blocked calls on the node")
+
+// ListNode runs list commands on one Redis node.
+type ListNode struct {
+	o      RedisOptions
+	client *redis.Client
+	slots  chan struct{}   // one per blocked call in flight: the limit
+	idle   chan *blockConn // connections back from a call that ended cleanly
+	closed atomic.Bool     // Close ran: connections are no longer kept
+}
+
+// NewListNode returns the list commands of the node at o.Addr, allowing
+// maxBlocked blocked calls at once (default 1000) and keeping up to 16
+// idle blocking connections.
+func NewListNode(o RedisOptions, maxBlocked int) *ListNode {
+	o = o.withDefaults()
+	if maxBlocked <= 0 {
+		maxBlocked = 1000
+	}
+	co := o.clientOptions()
+	co.PoolSize = 4
+	return &ListNode{o: o, client: redis.NewClient(co), slots: make(chan struct{}, maxBlocked), idle: make(chan *blockConn, 16)}
+}
+
+// Addr is the node's address.
+func (n *ListNode) Addr() string { return n.o.Addr }
+
+// Close closes the node's idle connections and its client. Calls still
+// blocked close theirs as they end.
+func (n *ListNode) Close() error {
+	n.closed.Store(true)
+	for {
+		select {
+		case c := <-n.idle:
+			c.close()
+		default:
+			return n.client.Close()
+		}
+	}
+}
+
+// Do runs one non-blocking command (LPUSH, LPOP, LLEN, LREM, ...) and
+// returns its reply as go-redis reads it: nil for a null.
+func (n *ListNode) Do(ctx context.Context, args ...any) (any, error) {
+	v, err := n.client.Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// Popped is what a blocked pop returned: ok false for a timeout.
+type Popped struct {
+	Key, Value string
+	OK         bool
+}
+
+// BPop sends BLPOP (left) or BRPOP keys... with the node-side timeout
+// (seconds, 0 forever) on a dedicated connection and waits for the answer
+// or ctx. When ctx ends first, it unblocks the call and returns what the
+// node popped meanwhile (late true), if anything, so the caller can put it
+// back; err is then ctx's error only if nothing came.
+func (n *ListNode) BPop(ctx context.Context, left bool, keys []string, timeout float64) (p Popped, late bool, err error) {
+	select {
+	case n.slots <- struct{}{}:
+	default:
+		return Popped{}, false, ErrBlockedFull
+	}
+	defer func() { <-n.slots }()
+	cmd := "BRPOP"
+	if left {
+		cmd = "BLPOP"
+	}
+	args := append(append([]string{cmd}, keys...), strconv.FormatFloat(timeout, 'f', -1, 64))
+	var c *blockConn
+	var answer chan blockAnswer
+	for fresh := false; ; fresh = true {
+		if c, err = n.conn(ctx, fresh); err != nil {
+			return Popped{}, false, err
+		}
+		answer = make(chan blockAnswer, 1)
+		go func() {
+			p, err := c.pop(args)
+			answer <- blockAnswer{p, err}
+		}()
+		select {
+		case a := <-answer:
+			n.release(c, a.err)
+			if a.err != nil && !isReplyError(a.err) && !fresh {
+				continue // an idle connection the node dropped (restarted): once more on a new one
+			}
+			return a.p, false, a.err
+		case <-ctx.Done():
+		}
+		break
+	}
+	a := n.unblock(c, answer)
+	if a.err == nil && a.p.OK {
+		return a.p, true, nil
+	}
+	return Popped{}, false, ctx.Err()
+}
+
+type blockAnswer struct {
+	p   Popped
+	err error
+}
+
+// unblock ends a blocked call early: CLIENT UNBLOCK, then its reply within
+// the node's timeout; failing either, the connection is closed.
+func (n *ListNode) unblock(c *blockConn, answer chan blockAnswer) blockAnswer {
+	ctx, cancel := context.WithTimeout(context.Background(), n.o.Timeout)
+	defer cancel()
+	if c.id > 0 {
+		if err := n.client.ClientUnblock(ctx, c.id).Err(); err == nil {
+			select {
+			case a := <-answer:
+				n.release(c, a.err)
+				return a
+			case <-ctx.Done():
+			}
+		}
+	}
+	c.close() // the node drops a blocked client whose connection closed
+	select {
+	case a := <-answer: // what was read before the close
+		return a
+	case <-ctx.Done():
+		return blockAnswer{err: ctx.Err()}
+	}
+}
+
+// conn is an idle blocking connection, or a new one (always when fresh).
+func (n *ListNode) conn(ctx context.Context, fresh bool) (*blockConn, error) {
+	if !fresh {
+		select {
+		case c := <-n.idle:
+			return c, nil
+		default:
+		}
+	}
+	return dialBlock(ctx, n.o)
+}
+
+// release keeps c for the next call if it ended cleanly, else closes it.
+func (n *ListNode) release(c *blockConn, err error) {
+	if err != nil || n.closed.Load() {
+		c.close()
+		return
+	}
+	select {
+	case n.idle <- c:
+	default:
+		c.close()
+	}
+}
+
+// blockConn is one connection for blocked calls, speaking RESP2.
+type blockConn struct {
+	nc        net.Conn
+	rd        *bufio.Reader
+	id        int64 // CLIENT ID; 0 when the node does not say (miniredis)
+	closeOnce sync.Once
+}
+
+func dialBlock(ctx context.Context, o RedisOptions) (*blockConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	d := net.Dialer{}
+	nc, err := d.DialContext(ctx, "tcp", o.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if o.TLSConfig != nil {
+		tc := tls.Client(nc, o.TLSConfig)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	c := &blockConn{nc: nc, rd: bufio.NewReader(nc)}
+	dl, _ := ctx.Deadline()
+	_ = nc.SetDeadline(dl)
+	if o.Password != "" {
+		if _, err := c.do("AUTH", o.Password); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	if v, err := c.do("CLIENT", "ID"); err == nil {
+		c.id, _ = v.(int64)
+	} else if !isReplyError(err) {
+		c.close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (c *blockConn) close() { c.closeOnce.Do(func() { _ = c.nc.Close() }) }
+
+// pop sends a blocking pop and reads its reply: [key, value] or a null.
+func (c *blockConn) pop(args []string) (Popped, error) {
+	v, err := c.do(args...)
+	if err != nil {
+		return Popped{}, err
+	}
+	arr, ok := v.([]any)
+	if v == nil {
+		return Popped{}, nil
+	}
+	if !ok || len(arr) != 2 {
+		return Popped{}, fmt.Errorf("upstream: unexpected reply to %s: %v", args[0], v)
+	}
+	k, _ := arr[0].(string)
+	val, _ := arr[1].(string)
+	return Popped{Key: k, Value: val, OK: true}, nil
+}
+
+// replyError is an error reply of the node.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+
+func isReplyError(err error) bool {
+	var re replyError
+	return errors.As(err, &re)
+}
+
+// do sends one command and reads its reply: string, int64, nil or []any.
+func (c *blockConn) do(args ...string) (any, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c.nc, b.String()); err != nil {
+		return nil, err
+	}
+	return readValue(c.rd, 0)
+}
+
+// maxPopBulk bounds one string of a blocking pop's reply read from a node
+// (a signal list's element): 64 MiB.
+const maxPopBulk = 64 << 20
+
+// readValue reads one RESP2 reply; depth bounds nesting.
+func readValue(rd *bufio.Reader, depth int) (any, error) {
+	if depth > 2 {
+		return nil, errors.New("upstream: reply nested too deep")
+	}
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("upstream: empty reply line")
+	}
+	switch line[0] {
+	case '+':
+		return line[1:], nil
+	case '-':
+		return nil, replyError(line[1:])
+	case ':':
+		return strconv.ParseInt(line[1:], 10, 64)
+	case '$':
+		size, err := strconv.Atoi(line[1:])
+		if err != nil || size < 0 {
+			return nil, err
+		}
+		if size > maxPopBulk {
+			return nil, fmt.Errorf("upstream: a bulk of %d bytes in a pop's reply, more than %d", size, maxPopBulk)
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:size]), nil
+	case '*':
+		count, err := strconv.Atoi(line[1:])
+		if err != nil || count < 0 {
+			return nil, err
+		}
+		if count > 2 {
+			return nil, fmt.Errorf("upstream: array of %d in a pop's reply", count)
+		}
+		out := make([]any, count)
+		for i := range out {
+			if out[i], err = readValue(rd, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("upstream: unexpected reply %q", line)
+}
