@@ -168,18 +168,19 @@ func Default() Config {
 		Locks:     LocksConfig{BoundLeaseMS: 10000, OpTimeoutMS: 5000, WaiterKeepMS: 2000, LockDelay: []LockDelayConfig{}},
 		Legacy:    LegacyConfig{DelFromAnyConnection: true, MaxScripts: 1000, ScriptTimeLimitMS: 5000},
 		Limits: LimitsConfig{
-			MaxClients:        10000,
-			MaxKeyBytes:       1024,
-			MaxTokenBytes:     256,
-			MaxBulkBytes:      1 << 20,
-			MaxArgs:           4096,
-			MaxInlineBytes:    64 << 10,
-			MaxRequestBytes:   4 << 20,
-			MaxWaiters:        10000,
-			MaxBlockedClients: 1000,
+			MaxClients:      10000,
+			MaxKeyBytes:     1024,
+			MaxTokenBytes:   256,
+			MaxBulkBytes:    1 << 20,
+			MaxArgs:         4096,
+			MaxInlineBytes:  64 << 10,
+			MaxRequestBytes: 4 << 20,
+			MaxWaiters:      10000,
 
 			MaxBufferedBytes: 256 << 20,
 			AuthTimeoutMS:    10000,
+
+			MaxBlockedClients: 1000,
 		},
 		Passthrough: PassthroughConfig{TimeoutMS: 5000, LockKeys: []string{}},
 	}
