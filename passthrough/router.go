@@ -35,9 +35,10 @@ type Stats struct {
 
 // Router sends each command to the lock service or the data Redis.
 type Router struct {
-	cfg   Config
-	locks matcher
-	stats Stats
+	cfg     Config
+	locks   matcher
+	stats   Stats
+	scripts lockSHAs // catalogued scripts seen, by SHA1 (scripts.go)
 
 	mu      sync.Mutex
 	clients map[uint64]*client
@@ -139,6 +140,9 @@ const (
 
 // classify decides where a command goes.
 func (r *Router) classify(name string, args [][]byte) destination {
+	if d, ok := r.classifyScript(name, args); ok {
+		return d
+	}
 	if local[name] {
 		return toLocks
 	}
@@ -163,11 +167,12 @@ func (r *Router) classify(name string, args [][]byte) destination {
 	return mixed
 }
 
-// lockShaped is the routing without lock_keys: SET NX, SETNX and scripts
-// are locks, as without a data Redis; the rest is data.
+// lockShaped is the routing without lock_keys: SET NX and SETNX are
+// locks, as without a data Redis, and so are catalogued scripts
+// (classifyScript); the rest is data.
 func (r *Router) lockShaped(name string, args [][]byte) destination {
 	switch {
-	case name == "set" && len(args) > 3 && hasNX(args), name == "setnx", name == "eval", name == "evalsha":
+	case name == "set" && len(args) > 3 && hasNX(args), name == "setnx":
 		return toLocks
 	}
 	return toData
