@@ -86,7 +86,14 @@ func (r *Router) Stats() *Stats { return &r.stats }
 func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 	name := strings.ToLower(string(args[0]))
 	st := r.client(c)
-	dest := r.classify(name, args)
+	dest, channels := r.classifyChannels(c, name, args)
+	if !channels {
+		dest = r.classify(name, args)
+	}
+	if refused := r.otherSide(c, st, name, dest); refused != "" {
+		c.Error(refused)
+		return true
+	}
 	if st.sub != nil {
 		return r.routeRelayed(c, st, name, args, dest)
 	}

@@ -40,6 +40,10 @@ func (c *Conn) refusedSubscribed(name string) string {
 	return "ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
 }
 
+// Subscriptions counts the channels and patterns c subscribed through
+// the lock service.
+func (c *Conn) Subscriptions() int { return c.subscriptions() }
+
 // subscriptions counts c's channels and patterns.
 func (c *Conn) subscriptions() int {
 	c.mu.Lock()
