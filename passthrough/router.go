@@ -58,10 +58,9 @@ type client struct {
 // queued is a command of a client's pipeline sent on a shared connection,
 // whose reply is written to the client in turn.
 type queued struct {
-	s        *shared // nil when the send failed: err says why
-	c        *call
-	err      error
-	deadline time.Time
+	s   *shared // nil when the send failed: err says why
+	c   *call
+	err error
 }
 
 // maxQueued bounds the commands of one client's pipeline in flight at once
@@ -208,9 +207,13 @@ func (r *Router) shareable(st *client, name string) bool {
 // replies in order.
 func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 	r.stats.Forwarded.Add(1)
-	q := queued{deadline: time.Now().Add(r.cfg.Timeout)}
+	var q queued
 	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err == nil {
-		q.c, q.err = q.s.send(args)
+		q.c = getCall(time.Now().Add(r.cfg.Timeout))
+		if q.err = q.s.send(q.c, args); q.err != nil {
+			putCall(q.c)
+			q.s, q.c = nil, nil
+		}
 	}
 	st.queued = append(st.queued, q)
 }
@@ -225,7 +228,10 @@ func (r *Router) flush(c *resp.Conn, st *client) {
 			r.stats.Failed.Add(1)
 			c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
 		} else {
-			c.Raw(reply)
+			c.Raw(reply) // copied: the call's buffer is reused
+		}
+		if q.c != nil {
+			putCall(q.c)
 		}
 		st.queued[i] = queued{}
 	}
@@ -236,7 +242,7 @@ func (q queued) reply() ([]byte, error) {
 	if q.err != nil {
 		return nil, q.err
 	}
-	return q.s.wait(q.c, q.deadline)
+	return q.s.wait(q.c)
 }
 
 // forward sends args on the client's dedicated upstream connection and
