@@ -20,7 +20,10 @@ import (
 // runPassthrough measures forwarded GET/SET (issue 14): the same load on
 // the data Redis directly and through an in-process lockproxy forwarding to
 // it, at each concurrency, in one run. Each client alternates SET and GET on
-// its own key; a case stops after o.duration or o.cycles commands.
+// its own key; a case stops after o.duration or o.cycles commands. The
+// time of a case is cut into ptSlices slices, direct and lockproxy taking
+// turns, so that a change of the machine's load during the run weighs on
+// both alike.
 func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 	dir, err := os.MkdirTemp("", "bench-passthrough-")
 	if err != nil {
@@ -55,11 +58,10 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		defer cancel()
 		_ = in.Shutdown(sctx)
 	}()
-	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case; lockproxy in-process\n", o.warmup, o.duration, o.cycles)
+	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy in-process\n", o.warmup, o.duration, o.cycles, ptSlices)
 	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s\n", "conc", "target", "ops/s", "p50", "p99", "errors")
 	for _, conc := range o.conc {
-		direct := passthroughCase(ctx, data.Addr(), conc, o)
-		proxied := passthroughCase(ctx, in.Addr(), conc, o)
+		direct, proxied := passthroughCase(ctx, data.Addr(), in.Addr(), conc, o)
 		for _, r := range []struct {
 			name string
 			out  ptOutcome
@@ -79,18 +81,46 @@ type ptOutcome struct {
 	errors   int64
 }
 
-// passthroughCase warms up, then measures conc clients on addr.
-func passthroughCase(ctx context.Context, addr string, conc int, o options) ptOutcome {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
-	defer c.Close()
-	if o.warmup > 0 {
-		ptLoad(ctx, c, conc, o.warmup, o.cycles)
+// ptSlices is how many turns each target takes in a case.
+const ptSlices = 4
+
+// passthroughCase warms up both targets, then measures conc clients on
+// each in turns.
+func passthroughCase(ctx context.Context, directAddr, proxyAddr string, conc int, o options) (direct, proxied ptOutcome) {
+	var clients [2]*redis.Client
+	for i, addr := range []string{directAddr, proxyAddr} {
+		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
+		defer clients[i].Close()
+		if o.warmup > 0 {
+			ptLoad(ctx, clients[i], conc, o.warmup, o.cycles)
+		}
 	}
-	return ptLoad(ctx, c, conc, o.duration, o.cycles)
+	var runs [2]ptRun
+	for range ptSlices {
+		for i, c := range clients {
+			r := ptLoad(ctx, c, conc, o.duration/ptSlices, o.cycles/ptSlices)
+			runs[i].lat = append(runs[i].lat, r.lat...)
+			runs[i].errors += r.errors
+			runs[i].elapsed += r.elapsed
+		}
+	}
+	return runs[0].outcome(), runs[1].outcome()
+}
+
+// ptRun is what one or more turns measured.
+type ptRun struct {
+	lat     []time.Duration
+	errors  int64
+	elapsed time.Duration
+}
+
+func (r ptRun) outcome() ptOutcome {
+	sortDurations(r.lat)
+	return ptOutcome{rate: float64(len(r.lat)) / r.elapsed.Seconds(), p50: percentile(r.lat, 0.5), p99: percentile(r.lat, 0.99), errors: r.errors}
 }
 
 // ptLoad runs conc clients for d or until budget commands have run.
-func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, budget int64) ptOutcome {
+func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, budget int64) ptRun {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int64
@@ -127,7 +157,5 @@ func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, bud
 		}(i)
 	}
 	count.Wait()
-	elapsed := time.Since(start)
-	sortDurations(lat)
-	return ptOutcome{rate: float64(len(lat)) / elapsed.Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: errs}
+	return ptRun{lat: lat, errors: errs, elapsed: time.Since(start)}
 }
