@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // runPassthrough measures forwarded GET/SET (issue 14): the same load on
@@ -59,26 +60,28 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		_ = in.Shutdown(sctx)
 	}()
 	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy in-process\n", o.warmup, o.duration, o.cycles, ptSlices)
-	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s\n", "conc", "target", "ops/s", "p50", "p99", "errors")
+	fmt.Fprintf(w, "(cpu/op: CPU time per command of this process, load generator and lockproxy, and of the data redis-server)\n")
+	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s %10s %10s\n", "conc", "target", "ops/s", "p50", "p99", "errors", "cpu/op", "redis/op")
 	for _, conc := range o.conc {
-		direct, proxied := passthroughCase(ctx, data.Addr(), in.Addr(), conc, o)
+		direct, proxied := passthroughCase(ctx, data, in.Addr(), conc, o)
 		for _, r := range []struct {
 			name string
 			out  ptOutcome
 		}{{"direct", direct}, {"lockproxy", proxied}} {
-			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors)
+			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d %10v %10v\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors, r.out.cpu, r.out.redisCPU)
 		}
 		if direct.rate > 0 {
-			fmt.Fprintf(w, "%-6d ratio      %11.2fx\n", conc, proxied.rate/direct.rate)
+			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, proxied.cpu-direct.cpu)
 		}
 	}
 	return ctx.Err()
 }
 
 type ptOutcome struct {
-	rate     float64
-	p50, p99 time.Duration
-	errors   int64
+	rate          float64
+	p50, p99      time.Duration
+	errors        int64
+	cpu, redisCPU time.Duration // per command: this process's, the data redis-server's
 }
 
 // ptSlices is how many turns each target takes in a case.
@@ -86,9 +89,9 @@ const ptSlices = 4
 
 // passthroughCase warms up both targets, then measures conc clients on
 // each in turns.
-func passthroughCase(ctx context.Context, directAddr, proxyAddr string, conc int, o options) (direct, proxied ptOutcome) {
+func passthroughCase(ctx context.Context, data *redistest.Server, proxyAddr string, conc int, o options) (direct, proxied ptOutcome) {
 	var clients [2]*redis.Client
-	for i, addr := range []string{directAddr, proxyAddr} {
+	for i, addr := range []string{data.Addr(), proxyAddr} {
 		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
 		defer clients[i].Close()
 		if o.warmup > 0 {
@@ -98,7 +101,10 @@ func passthroughCase(ctx context.Context, directAddr, proxyAddr string, conc int
 	var runs [2]ptRun
 	for range ptSlices {
 		for i, c := range clients {
+			cpu0, rcpu0 := selfCPU(), procCPU(data.PID())
 			r := ptLoad(ctx, c, conc, o.duration/ptSlices, o.cycles/ptSlices)
+			runs[i].cpu += selfCPU() - cpu0
+			runs[i].redisCPU += procCPU(data.PID()) - rcpu0
 			runs[i].lat = append(runs[i].lat, r.lat...)
 			runs[i].errors += r.errors
 			runs[i].elapsed += r.elapsed
@@ -109,14 +115,19 @@ func passthroughCase(ctx context.Context, directAddr, proxyAddr string, conc int
 
 // ptRun is what one or more turns measured.
 type ptRun struct {
-	lat     []time.Duration
-	errors  int64
-	elapsed time.Duration
+	lat           []time.Duration
+	errors        int64
+	elapsed       time.Duration
+	cpu, redisCPU time.Duration // in total
 }
 
 func (r ptRun) outcome() ptOutcome {
 	sortDurations(r.lat)
-	return ptOutcome{rate: float64(len(r.lat)) / r.elapsed.Seconds(), p50: percentile(r.lat, 0.5), p99: percentile(r.lat, 0.99), errors: r.errors}
+	o := ptOutcome{rate: float64(len(r.lat)) / r.elapsed.Seconds(), p50: percentile(r.lat, 0.5), p99: percentile(r.lat, 0.99), errors: r.errors}
+	if n := time.Duration(len(r.lat)); n > 0 {
+		o.cpu, o.redisCPU = r.cpu/n, r.redisCPU/n
+	}
+	return o
 }
 
 // ptLoad runs conc clients for d or until budget commands have run.
