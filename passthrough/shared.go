@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -14,7 +15,8 @@ import (
 // the reader hands each reply to the caller whose command it answers, in
 // the order they were written. The caller that finds no write under way
 // writes, for itself and for everyone who queued meanwhile (no writer
-// goroutine to wake for each command).
+// goroutine to wake for each command), after giving the goroutines ready
+// to run a turn to queue theirs.
 type shared struct {
 	nc     net.Conn
 	wlimit time.Duration // bound of one write
@@ -103,6 +105,11 @@ func (s *shared) send(c *call, args [][]byte) error {
 	}
 	s.writing = true
 	s.mu.Unlock()
+	// Let the other clients' goroutines that are ready to run (woken by
+	// the same poll, typically) add their commands first: they then go
+	// upstream in this one write, as a proxy's event loop writes what it
+	// read from all its ready clients at once.
+	runtime.Gosched()
 	s.writeOut()
 	return nil
 }
