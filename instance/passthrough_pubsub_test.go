@@ -194,3 +194,52 @@ func TestPassthroughSubscriberDataRedisGone(t *testing.T) {
 		t.Fatalf("lock after the data Redis died: %v, %v", ok, err)
 	}
 }
+
+// TestPassthroughPushesFlowDuringLockWait: a subscribed RESP3 connection
+// waiting in LOCK … WAIT still receives its pub/sub messages as they come,
+// in order and before the LOCK's reply — Redis 7.0 delivers pushes to a
+// client blocked in BLPOP the same way — and the LOCK is then granted once
+// the holder releases.
+func TestPassthroughPushesFlowDuringLockWait(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	holder, other := dialRaw(t, p.in.Addr()), dialRaw(t, p.in.Addr())
+	if got := holder.do("SET", "lock:w", "h", "NX", "PX", "60000"); got != "+OK" {
+		t.Fatalf("holder's SET NX: %s", got)
+	}
+	r := dialRaw(t, p.in.Addr())
+	if got := r.do("HELLO", "3"); !strings.HasPrefix(got, "[") {
+		t.Fatalf("HELLO 3: %s", got)
+	}
+	if got := r.do("SUBSCRIBE", "cw"); got != ">[subscribe cw :1]" {
+		t.Fatalf("SUBSCRIBE: %s", got)
+	}
+	r.send("*6\r\n$4\r\nLOCK\r\n$6\r\nlock:w\r\n$2\r\nPX\r\n$5\r\n10000\r\n$4\r\nWAIT\r\n$5\r\n60000\r\n")
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if got := other.do("LOCKINFO", "lock:w"); strings.HasSuffix(got, "waiters :1]") {
+			break
+		} else if time.Since(start) > 30*time.Second {
+			t.Fatalf("the LOCK never waited: LOCKINFO %s", got)
+		}
+	}
+	pub := newClient(t, p.data.Addr(), 2)
+	for i := 1; i <= 3; i++ {
+		if n := pub.Publish(ctx, "cw", fmt.Sprint("m", i)).Val(); n != 1 {
+			t.Fatalf("PUBLISH m%d reached %d subscribers", i, n)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if got, want := r.reply(), fmt.Sprintf(">[message cw m%d]", i); got != want {
+			t.Fatalf("while LOCK waits: %s, want %s", got, want)
+		}
+	}
+	if got := holder.do("DEL", "lock:w"); got != ":1" {
+		t.Fatalf("holder's DEL: %s", got)
+	}
+	if got := r.reply(); !strings.HasPrefix(got, "[") || !strings.HasSuffix(got, "]") {
+		t.Fatalf("LOCK after the release: %s", got)
+	}
+	if got := r.do("INCR", "after"); got != ":1" {
+		t.Fatalf("INCR after the LOCK: %s", got)
+	}
+}
