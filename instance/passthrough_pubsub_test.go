@@ -243,3 +243,80 @@ func TestPassthroughPushesFlowDuringLockWait(t *testing.T) {
 		t.Fatalf("INCR after the LOCK: %s", got)
 	}
 }
+
+// TestPassthroughHelloWhileSubscribed: HELLO on a subscribed connection
+// behaves as on Redis 7.0 — refused in RESP2's subscribed mode; allowed in
+// RESP3, where HELLO 2 puts the connection in RESP2's subscribed mode:
+// messages come as arrays, other commands are refused until UNSUBSCRIBE.
+// The same steps run against a plain redis-server, then through lockproxy.
+func TestPassthroughHelloWhileSubscribed(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	pub := newClient(t, p.data.Addr(), 2)
+	refusal := func(cmd string) string {
+		return "-ERR Can't execute '" + cmd + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	}
+	const hello = "[server redis version " // HELLO's reply, lockproxy's or Redis's
+	type step struct {
+		args    []string // nil: publish msg on hs, then read
+		msg     string
+		want    string
+		isPrefx bool
+	}
+	run := func(t *testing.T, addr string) {
+		for _, tc := range []struct {
+			name  string
+			steps []step
+		}{
+			{"resp2", []step{
+				{args: []string{"SUBSCRIBE", "hs2"}, want: "[subscribe hs2 :1]"},
+				{args: []string{"HELLO", "3"}, want: refusal("hello")},
+				{args: []string{"HELLO", "2"}, want: refusal("hello")},
+				{msg: "a", want: "[message hs2 a]"},
+			}},
+			{"resp3", []step{
+				{args: []string{"HELLO", "3"}, want: hello, isPrefx: true},
+				{args: []string{"SUBSCRIBE", "hs3"}, want: ">[subscribe hs3 :1]"},
+				{msg: "a", want: ">[message hs3 a]"},
+				{args: []string{"HELLO", "3"}, want: hello, isPrefx: true},
+				{msg: "b", want: ">[message hs3 b]"},
+				{args: []string{"HELLO", "2"}, want: hello, isPrefx: true},
+				{msg: "c", want: "[message hs3 c]"},
+				{args: []string{"GET", "x"}, want: refusal("get")},
+				{args: []string{"SET", "lock:h", "v", "NX", "PX", "10000"}, want: refusal("set")},
+				{args: []string{"HELLO", "3"}, want: refusal("hello")},
+				{args: []string{"PING"}, want: "[pong ]"},
+				{args: []string{"UNSUBSCRIBE"}, want: "[unsubscribe hs3 :0]"},
+				{args: []string{"GET", "x"}, want: "(nil)"},
+				{args: []string{"HELLO", "3"}, want: hello, isPrefx: true},
+				{args: []string{"SUBSCRIBE", "hs3"}, want: ">[subscribe hs3 :1]"},
+				{msg: "d", want: ">[message hs3 d]"},
+				{args: []string{"INCR", "hs:n"}, want: ":1"},
+			}},
+		} {
+			r := dialRaw(t, addr)
+			for i, s := range tc.steps {
+				var got string
+				if s.args == nil {
+					ch := "hs2"
+					if tc.name == "resp3" {
+						ch = "hs3"
+					}
+					if n := pub.Publish(ctx, ch, s.msg).Val(); n != 1 {
+						t.Fatalf("%s step %d: PUBLISH reached %d subscribers", tc.name, i, n)
+					}
+					got = r.reply()
+				} else {
+					got = r.do(s.args...)
+				}
+				if got != s.want && !(s.isPrefx && strings.HasPrefix(got, s.want)) {
+					t.Fatalf("%s step %d %v: %s, want %s", tc.name, i, s.args, got, s.want)
+				}
+			}
+			r.c.Close()
+			pub.Del(ctx, "hs:n")
+		}
+	}
+	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
+	t.Run("lockproxy", func(t *testing.T) { run(t, p.in.Addr()) })
+}

@@ -35,6 +35,7 @@ type relay struct {
 
 	mu       sync.Mutex
 	barriers []chan struct{} // waiting for their PING's reply, in order
+	hello    *helloWait      // a protocol switch waiting for its reply; nil if none
 	channels int             // subscriptions to channels and patterns
 	shard    int             // subscriptions to shard channels
 	err      error           // why the relay stopped
@@ -93,6 +94,9 @@ func (r *Router) relayTo(c *resp.Conn, rl *relay) {
 		if rl.isBarrier(frame) {
 			continue
 		}
+		if rl.isHello(frame) {
+			continue
+		}
 		if bytes.Contains(frame, rl.token) {
 			continue // the barrier in MONITOR's stream
 		}
@@ -116,6 +120,78 @@ func (rl *relay) isBarrier(frame []byte) bool {
 		rl.barriers = rl.barriers[1:]
 	}
 	return true
+}
+
+// helloWait is a HELLO sent on the relay's connection by switchProto.
+type helloWait struct {
+	reply  chan []byte   // gets HELLO's reply, which the client does not see
+	resume chan struct{} // closed when the relay may write to the client again
+}
+
+// isHello reports whether frame answers a HELLO switchProto sent, and
+// hands it over. Once barrier returned, the only frames that are not
+// pushes (RESP3) or MONITOR lines (simple strings) are replies to commands
+// sent since: that is HELLO's. The relay then waits until the client's
+// own HELLO reply is written, so that no message in the new protocol
+// precedes it.
+func (rl *relay) isHello(frame []byte) bool {
+	rl.mu.Lock()
+	h := rl.hello
+	rl.mu.Unlock()
+	if h == nil || frame[0] == '>' || frame[0] == '+' {
+		return false
+	}
+	h.reply <- frame
+	<-h.resume
+	return true
+}
+
+// switchProto makes the relay's connection speak proto, as the client
+// switches with HELLO while subscribed (RESP3 allows HELLO there), so that
+// messages come in the client's protocol from its HELLO reply on. It is
+// called after barrier, with the write turn. A HELLO the data Redis
+// refuses returns its error reply.
+func (rl *relay) switchProto(c *resp.Conn, proto int, timeout time.Duration) ([]byte, error) {
+	h := &helloWait{reply: make(chan []byte, 1), resume: make(chan struct{})}
+	defer close(h.resume) // after the write turn is back: the relay's next write follows this command's reply
+	rl.mu.Lock()
+	if rl.err != nil {
+		rl.mu.Unlock()
+		return nil, rl.err
+	}
+	rl.hello = h
+	rl.mu.Unlock()
+	defer func() {
+		rl.mu.Lock()
+		rl.hello = nil
+		rl.mu.Unlock()
+	}()
+	if err := rl.send([][]byte{[]byte("HELLO"), []byte(strconv.Itoa(proto))}); err != nil {
+		return nil, err
+	}
+	var reply []byte
+	var err error
+	c.Unheld(func() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case reply = <-h.reply:
+		case <-rl.done:
+			err = rl.stopped()
+		case <-t.C:
+			err = errors.New("no reply within the timeout")
+			rl.stop(err)
+			c.Drop()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if reply[0] == '-' || reply[0] == '!' {
+		return reply, nil
+	}
+	rl.up.proto = proto
+	return nil, nil
 }
 
 // count follows the subscription counts the data Redis reports.
@@ -207,6 +283,15 @@ func (rl *relay) stopped() error {
 // as Redis refuses it.
 func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
 	rl := st.sub
+	if p := c.Proto(); name != "reset" && name != "hello" && p != rl.up.proto {
+		// lockproxy refused a HELLO (its AUTH) after the relay switched
+		// for it: switch back before anything else is relayed.
+		if _, err := rl.switchProto(c, p, r.cfg.Timeout); err != nil {
+			r.stats.Failed.Add(1)
+			c.Drop()
+			return true
+		}
+	}
 	switch {
 	case name == "reset":
 		rl.stop(errReset)
@@ -235,5 +320,34 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		c.Error("ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 		return true
 	}
+	if p := helloProto(args); name == "hello" && p != 0 && p != rl.up.proto && !st.multi {
+		// lockproxy answers the HELLO; the relay's connection switches too,
+		// first, so that messages come in the new protocol after its reply.
+		refused, err := rl.switchProto(c, p, r.cfg.Timeout)
+		switch {
+		case err != nil:
+			r.stats.Failed.Add(1)
+			c.Drop()
+			return true
+		case refused != nil:
+			c.Raw(refused)
+			return true
+		}
+	}
 	return r.dispatch(c, st, name, args, dest)
+}
+
+// helloProto is the protocol version a HELLO asks for, 0 when none or not
+// one lockproxy speaks (lockproxy's HELLO then refuses it).
+func helloProto(args [][]byte) int {
+	if len(args) < 2 {
+		return 0
+	}
+	switch string(args[1]) {
+	case "2":
+		return 2
+	case "3":
+		return 3
+	}
+	return 0
 }
