@@ -320,3 +320,87 @@ func TestPassthroughHelloWhileSubscribed(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
 	t.Run("lockproxy", func(t *testing.T) { run(t, p.in.Addr()) })
 }
+
+// TestPassthroughSubscribeInMulti: SUBSCRIBE inside MULTI is queued, as on
+// Redis 7.0, and EXEC leaves the connection subscribed (RESP2: other
+// commands refused; messages relayed); MONITOR inside MULTI fails at EXEC;
+// UNSUBSCRIBE inside MULTI when not subscribed just reports it. The same
+// steps run against a plain redis-server, then through lockproxy.
+func TestPassthroughSubscribeInMulti(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	pub := newClient(t, p.data.Addr(), 2)
+	refusal := func(cmd string) string {
+		return "-ERR Can't execute '" + cmd + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	}
+	type step struct {
+		args []string // nil: publish msg on sm, then read
+		msg  string
+		want string
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"resp2", []step{
+			{args: []string{"MULTI"}, want: "+OK"},
+			{args: []string{"SUBSCRIBE", "sm"}, want: "+QUEUED"},
+			{args: []string{"SET", "sm:k", "v"}, want: "+QUEUED"},
+			{args: []string{"EXEC"}, want: "[[subscribe sm :1] +OK]"},
+			{msg: "a", want: "[message sm a]"},
+			{args: []string{"GET", "sm:k"}, want: refusal("get")},
+			{args: []string{"SET", "lock:sm", "v", "NX", "PX", "1000"}, want: refusal("set")},
+			{args: []string{"UNSUBSCRIBE"}, want: "[unsubscribe sm :0]"},
+			{args: []string{"GET", "sm:k"}, want: "v"},
+		}},
+		{"resp3", []step{
+			{args: []string{"HELLO", "3"}},
+			{args: []string{"MULTI"}, want: "+OK"},
+			{args: []string{"SUBSCRIBE", "sm"}, want: "+QUEUED"},
+			{args: []string{"PSUBSCRIBE", "sm*"}, want: "+QUEUED"},
+			{args: []string{"EXEC"}, want: "[>[subscribe sm :1] >[psubscribe sm* :2]]"},
+			{msg: "b", want: ">[message sm b]"},
+			{want: ">[pmessage sm* sm b]"},
+			{args: []string{"INCR", "sm:n"}, want: ":1"},
+		}},
+		{"monitor", []step{
+			{args: []string{"MULTI"}, want: "+OK"},
+			{args: []string{"MONITOR"}, want: "+QUEUED"},
+			{args: []string{"EXEC"}, want: "[-ERR MONITOR isn't allowed for DENY BLOCKING client]"},
+			{args: []string{"GET", "sm:k"}, want: "v"},
+		}},
+		{"unsubscribe", []step{
+			{args: []string{"MULTI"}, want: "+OK"},
+			{args: []string{"UNSUBSCRIBE"}, want: "+QUEUED"},
+			{args: []string{"EXEC"}, want: "[[unsubscribe (nil) :0]]"},
+			{args: []string{"GET", "sm:k"}, want: "v"},
+		}},
+	}
+	run := func(t *testing.T, addr string) {
+		pub.Del(ctx, "sm:k", "sm:n")
+		for _, tc := range cases {
+			r := dialRaw(t, addr)
+			for i, s := range tc.steps {
+				var got string
+				switch {
+				case s.args == nil && s.msg != "":
+					// An earlier case's connection may not be gone yet: at least this one.
+					if n := pub.Publish(ctx, "sm", s.msg).Val(); n < 1 {
+						t.Fatalf("%s step %d: PUBLISH reached %d subscribers", tc.name, i, n)
+					}
+					got = r.reply()
+				case s.args == nil:
+					got = r.reply()
+				default:
+					got = r.do(s.args...)
+				}
+				if s.want != "" && got != s.want {
+					t.Fatalf("%s step %d %v: %s, want %s", tc.name, i, s.args, got, s.want)
+				}
+			}
+			r.c.Close()
+		}
+	}
+	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
+	t.Run("lockproxy", func(t *testing.T) { run(t, p.in.Addr()) })
+}

@@ -50,6 +50,20 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 	if err := st.up.speak(c.Proto(), r.cfg.Timeout); err != nil {
 		return err
 	}
+	return r.newRelay(c, st).send(args)
+}
+
+// relayAfterExec puts the client in relay mode after an EXEC whose
+// transaction subscribed it to channels and shard channels.
+func (r *Router) relayAfterExec(c *resp.Conn, st *client, channels, shard int) {
+	rl := r.newRelay(c, st)
+	rl.mu.Lock()
+	rl.channels, rl.shard = channels, shard
+	rl.mu.Unlock()
+}
+
+// newRelay starts relaying what st.up sends to c.
+func (r *Router) newRelay(c *resp.Conn, st *client) *relay {
 	_ = st.up.nc.SetDeadline(time.Time{})
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
@@ -61,7 +75,7 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 	st.sub = rl
 	c.Stream()
 	go r.relayTo(c, rl)
-	return rl.send(args)
+	return rl
 }
 
 // send writes one command to the data Redis.
@@ -200,8 +214,19 @@ func (rl *relay) count(frame []byte) {
 		return
 	}
 	v, err := parseValue(bufio.NewReader(bytes.NewReader(frame)))
+	if err != nil {
+		return
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	countIn(v, &rl.channels, &rl.shard)
+}
+
+// countIn sets channels or shard from v when v reports a subscription
+// count ([subscribe ch n] and the like).
+func countIn(v any, channels, shard *int) {
 	elems, ok := v.([]any)
-	if err != nil || !ok || len(elems) != 3 {
+	if !ok || len(elems) != 3 {
 		return
 	}
 	kind, _ := elems[0].([]byte)
@@ -210,14 +235,26 @@ func (rl *relay) count(frame []byte) {
 	if err != nil {
 		return
 	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
 	switch string(kind) {
 	case "subscribe", "psubscribe", "unsubscribe", "punsubscribe":
-		rl.channels = k
+		*channels = k
 	case "ssubscribe", "sunsubscribe":
-		rl.shard = k
+		*shard = k
 	}
+}
+
+// subscriptionsIn are the subscription counts an EXEC's reply leaves, by
+// the last (un)subscribe reply among its elements.
+func subscriptionsIn(exec []byte) (channels, shard int) {
+	v, err := parseValue(bufio.NewReader(bytes.NewReader(exec)))
+	elems, ok := v.([]any)
+	if err != nil || !ok {
+		return 0, 0
+	}
+	for _, e := range elems {
+		countIn(e, &channels, &shard)
+	}
+	return channels, shard
 }
 
 // barrier waits until the replies of every command sent so far were

@@ -51,6 +51,7 @@ type client struct {
 	up     *upConn  // dedicated upstream connection; nil until needed
 	multi  bool     // a MULTI was forwarded and not yet ended
 	dirty  bool     // a command of the transaction was refused: EXEC aborts
+	subAt  bool     // the transaction subscribes: a relay starts after EXEC
 	queued []queued // commands sent on a shared connection, replies not yet written
 	sub    *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
 }
@@ -176,8 +177,10 @@ func (r *Router) lockShaped(name string, args [][]byte) destination {
 // of its own, where everything the data Redis sends is relayed as it comes.
 func (r *Router) enterRelay(c *resp.Conn, st *client, name string, args [][]byte) {
 	if st.multi {
-		st.dirty = true
-		c.Error("ERR lockproxy does not relay '" + name + "' inside a transaction")
+		// Queued, as Redis queues it; the client is in pub/sub mode once
+		// EXEC has subscribed it (MONITOR fails at EXEC, as on Redis).
+		st.subAt = st.subAt || name != "monitor"
+		r.forward(c, st, name, args)
 		return
 	}
 	r.stats.Forwarded.Add(1)
@@ -252,7 +255,7 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	if name == "exec" && st.dirty {
 		args, name = [][]byte{[]byte("DISCARD")}, "discard"
 		defer c.Error("EXECABORT Transaction discarded because of previous errors.")
-		defer func() { st.multi, st.dirty = false, false }()
+		defer func() { st.multi, st.dirty, st.subAt = false, false, false }()
 		r.send(c, st, name, args, true)
 		return
 	}
@@ -263,8 +266,13 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	switch {
 	case name == "multi" && bytes.HasPrefix(reply, []byte("+OK")):
 		st.multi = true
+	case name == "exec" && st.subAt:
+		st.multi, st.dirty, st.subAt = false, false, false
+		if channels, shard := subscriptionsIn(reply); channels+shard > 0 {
+			r.relayAfterExec(c, st, channels, shard)
+		}
 	case name == "exec" || name == "discard":
-		st.multi, st.dirty = false, false
+		st.multi, st.dirty, st.subAt = false, false, false
 	}
 }
 
@@ -378,7 +386,7 @@ func (r *Router) reset(st *client) {
 	if up != nil {
 		up.close()
 	}
-	st.multi, st.dirty = false, false
+	st.multi, st.dirty, st.subAt = false, false, false
 }
 
 func (r *Router) drop(id uint64) {
