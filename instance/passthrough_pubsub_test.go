@@ -404,3 +404,94 @@ func TestPassthroughSubscribeInMulti(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
 	t.Run("lockproxy", func(t *testing.T) { run(t, p.in.Addr()) })
 }
+
+// TestPassthroughClientSubcommands: the CLIENT subcommands that concern the
+// data connection work through lockproxy as on a plain redis-server:
+// tracking with RESP3 invalidation pushes (lock commands still served on
+// the same connection), tracking in RESP2 redirected to another client's
+// subscription by the id CLIENT ID gave, GETREDIR, TRACKINGINFO, UNBLOCK
+// of a client blocked in BLPOP (TIMEOUT and ERROR), PAUSE/UNPAUSE. The same
+// steps run against the plain redis-server, then through lockproxy.
+func TestPassthroughClientSubcommands(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	ctx := context.Background()
+	direct := newClient(t, p.data.Addr(), 2)
+	run := func(t *testing.T, addr string) {
+		direct.Del(ctx, "tk", "tk2", "lock:t")
+		// RESP3: invalidation pushes on the tracking connection.
+		a := dialRaw(t, addr)
+		a.do("HELLO", "3")
+		if got := a.do("CLIENT", "TRACKING", "ON"); got != "+OK" {
+			t.Fatalf("CLIENT TRACKING ON: %s", got)
+		}
+		if got := a.do("GET", "tk"); got != "(nil)" {
+			t.Fatalf("GET tk: %s", got)
+		}
+		direct.Set(ctx, "tk", "1", 0)
+		if got := a.reply(); got != ">[invalidate [tk]]" {
+			t.Fatalf("invalidation: %s", got)
+		}
+		if got := a.do("SET", "lock:t", "v", "NX", "PX", "10000"); got != "+OK" {
+			t.Fatalf("SET lock:t NX while tracking: %s", got)
+		}
+		if got := a.do("CLIENT", "TRACKINGINFO"); got != "[flags [on] redirect :0 prefixes []]" {
+			t.Fatalf("TRACKINGINFO: %s", got)
+		}
+		if got := a.do("GET", "tk"); got != "1" {
+			t.Fatalf("GET tk after: %s", got)
+		}
+
+		// RESP2: redirected to a subscriber, named by its CLIENT ID.
+		s, b := dialRaw(t, addr), dialRaw(t, addr)
+		sid := strings.TrimPrefix(s.do("CLIENT", "ID"), ":")
+		if got := s.do("SUBSCRIBE", "__redis__:invalidate"); got != "[subscribe __redis__:invalidate :1]" {
+			t.Fatalf("SUBSCRIBE __redis__:invalidate: %s", got)
+		}
+		if got := b.do("CLIENT", "TRACKING", "ON", "REDIRECT", sid); got != "+OK" {
+			t.Fatalf("TRACKING ON REDIRECT %s: %s", sid, got)
+		}
+		if got := b.do("CLIENT", "GETREDIR"); got != ":"+sid {
+			t.Fatalf("GETREDIR: %s, want :%s", got, sid)
+		}
+		if got := b.do("CLIENT", "TRACKING", "ON", "REDIRECT", "999999"); got != "-ERR The client ID you want redirect to does not exist" {
+			t.Fatalf("REDIRECT to nobody: %s", got)
+		}
+		b.do("GET", "tk2")
+		direct.Set(ctx, "tk2", "1", 0)
+		if got := s.reply(); got != "[message __redis__:invalidate [tk2]]" {
+			t.Fatalf("redirected invalidation: %s", got)
+		}
+
+		// UNBLOCK a client blocked in BLPOP, by its CLIENT ID.
+		pop, u := dialRaw(t, addr), dialRaw(t, addr)
+		pid := strings.TrimPrefix(pop.do("CLIENT", "ID"), ":")
+		for _, mode := range []struct{ arg, want string }{{"TIMEOUT", "(nil)"}, {"ERROR", "-UNBLOCKED client unblocked via CLIENT UNBLOCK"}} {
+			pop.send("*3\r\n$5\r\nBLPOP\r\n$5\r\nnoq:1\r\n$1\r\n0\r\n")
+			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+				if got := u.do("CLIENT", "UNBLOCK", pid, mode.arg); got == ":1" {
+					break
+				} else if got != ":0" || time.Since(start) > 30*time.Second {
+					t.Fatalf("CLIENT UNBLOCK %s %s: %s", pid, mode.arg, got)
+				}
+			}
+			if got := pop.reply(); got != mode.want {
+				t.Fatalf("BLPOP unblocked with %s: %s, want %s", mode.arg, got, mode.want)
+			}
+		}
+		if got := u.do("CLIENT", "UNBLOCK", pid); got != ":0" {
+			t.Fatalf("CLIENT UNBLOCK of a client not blocked: %s", got)
+		}
+		for _, cmd := range [][]string{{"CLIENT", "PAUSE", "60000", "WRITE"}, {"CLIENT", "UNPAUSE"}} {
+			if got := u.do(cmd...); got != "+OK" {
+				t.Fatalf("%v: %s", cmd, got)
+			}
+		}
+	}
+	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
+	t.Run("lockproxy", func(t *testing.T) {
+		run(t, p.in.Addr())
+		if n := p.onLockNodes(t, "lock:t"); n < 2 {
+			t.Fatalf("lock:t on %d lock nodes", n)
+		}
+	})
+}

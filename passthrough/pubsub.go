@@ -50,12 +50,16 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 	if err := st.up.speak(c.Proto(), r.cfg.Timeout); err != nil {
 		return err
 	}
+	if _, err := st.up.clientID(r.cfg.Timeout); err != nil { // for other clients' TRACKING REDIRECT and UNBLOCK
+		return err
+	}
 	return r.newRelay(c, st).send(args)
 }
 
 // relayAfterExec puts the client in relay mode after an EXEC whose
 // transaction subscribed it to channels and shard channels.
 func (r *Router) relayAfterExec(c *resp.Conn, st *client, channels, shard int) {
+	_, _ = st.up.clientID(r.cfg.Timeout) // as startRelay; without it, only REDIRECT to it fails
 	rl := r.newRelay(c, st)
 	rl.mu.Lock()
 	rl.channels, rl.shard = channels, shard
@@ -337,6 +341,12 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		r.reset(st)
 		return false
 	case dest == toData || name == "ping":
+		if name == "client" {
+			var ok bool
+			if args, ok = r.relayedClient(c, args); !ok {
+				return true
+			}
+		}
 		r.stats.Forwarded.Add(1)
 		switch name {
 		case "multi":

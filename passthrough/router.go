@@ -105,6 +105,10 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 		r.enterRelay(c, st, name, args)
 		return true
 	}
+	if dest == toData && name == "client" {
+		r.clientCmd(c, st, args)
+		return true
+	}
 	return r.dispatch(c, st, name, args, dest)
 }
 
@@ -139,6 +143,9 @@ const (
 
 // classify decides where a command goes.
 func (r *Router) classify(name string, args [][]byte) destination {
+	if name == "client" {
+		return clientDest(args)
+	}
 	if local[name] {
 		return toLocks
 	}
