@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -494,4 +495,40 @@ func TestPassthroughClientSubcommands(t *testing.T) {
 			t.Fatalf("lock:t on %d lock nodes", n)
 		}
 	})
+}
+
+// TestPassthroughRefusedHelloWhileSubscribed: a HELLO 2 whose AUTH fails on
+// a subscribed RESP3 connection changes nothing, as on Redis 7.0: messages
+// still come as pushes, before and after the connection's next command.
+func TestPassthroughRefusedHelloWhileSubscribed(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	cfg := testConfig(redistest.StartN(t, 3, redistest.Options{}))
+	cfg.Password = "sec"
+	cfg.Passthrough.Address, cfg.Passthrough.LockKeys = data.Addr(), []string{"lock:*"}
+	in := startInstance(t, cfg)
+	pub := newClient(t, data.Addr(), 2)
+	r := dialRaw(t, in.Addr())
+	if got := r.do("HELLO", "3", "AUTH", "default", "sec"); !strings.HasPrefix(got, "[server") {
+		t.Fatalf("HELLO 3 AUTH: %s", got)
+	}
+	if got := r.do("SUBSCRIBE", "ha"); got != ">[subscribe ha :1]" {
+		t.Fatalf("SUBSCRIBE: %s", got)
+	}
+	if got := r.do("HELLO", "2", "AUTH", "default", "wrong"); !strings.HasPrefix(got, "-WRONGPASS") {
+		t.Fatalf("HELLO 2 with a wrong password: %s", got)
+	}
+	for i, next := range []string{"", "PING"} {
+		if next != "" {
+			if got := r.do(next); got != "pong" && got != "PONG" && got != "+PONG" {
+				t.Fatalf("%s: %s", next, got)
+			}
+		}
+		msg := fmt.Sprint("m", i)
+		if n := pub.Publish(context.Background(), "ha", msg).Val(); n != 1 {
+			t.Fatalf("PUBLISH reached %d subscribers", n)
+		}
+		if got, want := r.reply(), ">[message ha "+msg+"]"; got != want {
+			t.Fatalf("message %d after the refused HELLO: %s, want %s", i, got, want)
+		}
+	}
 }

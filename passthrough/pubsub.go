@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/resp"
@@ -31,7 +32,8 @@ type relay struct {
 	pongs [2][]byte     // its reply outside and inside RESP2's subscribed mode
 	done  chan struct{} // closed when the relay goroutine has stopped writing
 
-	wmu sync.Mutex // serialises writes to up
+	wmu   sync.Mutex   // serialises writes to up
+	proto atomic.Int32 // the protocol up speaks (switchProto changes it)
 
 	mu       sync.Mutex
 	barriers []chan struct{} // waiting for their PING's reply, in order
@@ -75,6 +77,7 @@ func (r *Router) newRelay(c *resp.Conn, st *client) *relay {
 	bulk := append(append(strconv.AppendInt([]byte{'$'}, int64(len(h)), 10), "\r\n"...), h...)
 	bulk = append(bulk, "\r\n"...)
 	rl := &relay{up: st.up, token: h, ping: [][]byte{[]byte("PING"), h}, done: make(chan struct{})}
+	rl.proto.Store(int32(st.up.proto))
 	rl.pongs = [2][]byte{bulk, append([]byte("*2\r\n$4\r\npong\r\n"), bulk...)}
 	st.sub = rl
 	c.Stream()
@@ -119,6 +122,9 @@ func (r *Router) relayTo(c *resp.Conn, rl *relay) {
 			continue // the barrier in MONITOR's stream
 		}
 		rl.count(frame)
+		if p := c.Proto(); int(rl.proto.Load()) != p {
+			fitProto(frame, p)
+		}
 		if !c.Write(frame) {
 			rl.stop(errors.New("client gone"))
 			return
@@ -140,6 +146,28 @@ func (rl *relay) isBarrier(frame []byte) bool {
 	return true
 }
 
+// fitProto makes a pub/sub message frame an array in RESP2 and a push in
+// RESP3, in place: the two differ only in their first byte. relayTo uses it
+// while the relay's connection and the client speak different protocols:
+// after lockproxy answered a HELLO that switched the client, until the
+// client's next command switches the connection. (Switching it before
+// lockproxy's HELLO could not be undone if that HELLO failed: RESP2's
+// subscribed mode refuses HELLO.)
+func fitProto(frame []byte, proto int) {
+	if len(frame) < 16 || (frame[0] != '*' && frame[0] != '>') {
+		return
+	}
+	body := frame[1:]
+	if !bytes.HasPrefix(body, []byte("3\r\n$7\r\nmessage\r\n")) && !bytes.HasPrefix(body, []byte("4\r\n$8\r\npmessage\r\n")) &&
+		!bytes.HasPrefix(body, []byte("3\r\n$8\r\nsmessage\r\n")) {
+		return
+	}
+	frame[0] = '*'
+	if proto == 3 {
+		frame[0] = '>'
+	}
+}
+
 // helloWait is a HELLO sent on the relay's connection by switchProto.
 type helloWait struct {
 	reply  chan []byte   // gets HELLO's reply, which the client does not see
@@ -147,11 +175,9 @@ type helloWait struct {
 }
 
 // isHello reports whether frame answers a HELLO switchProto sent, and
-// hands it over. Once barrier returned, the only frames that are not
-// pushes (RESP3) or MONITOR lines (simple strings) are replies to commands
-// sent since: that is HELLO's. The relay then waits until the client's
-// own HELLO reply is written, so that no message in the new protocol
-// precedes it.
+// hands it over. With no other reply awaited, the only frames that are not
+// pushes (RESP3) or MONITOR lines (simple strings) answer it. The relay
+// then waits until switchProto has the write turn back.
 func (rl *relay) isHello(frame []byte) bool {
 	rl.mu.Lock()
 	h := rl.hello
@@ -164,11 +190,11 @@ func (rl *relay) isHello(frame []byte) bool {
 	return true
 }
 
-// switchProto makes the relay's connection speak proto, as the client
-// switches with HELLO while subscribed (RESP3 allows HELLO there), so that
-// messages come in the client's protocol from its HELLO reply on. It is
-// called after barrier, with the write turn. A HELLO the data Redis
-// refuses returns its error reply.
+// switchProto makes the relay's connection speak proto, the client's since
+// its last HELLO. It is called with the write turn while no command's
+// reply is awaited on the connection (the HELLO went through barrier, and
+// nothing was sent since). A HELLO the data Redis refuses returns its error
+// reply.
 func (rl *relay) switchProto(c *resp.Conn, proto int, timeout time.Duration) ([]byte, error) {
 	h := &helloWait{reply: make(chan []byte, 1), resume: make(chan struct{})}
 	defer close(h.resume) // after the write turn is back: the relay's next write follows this command's reply
@@ -209,6 +235,7 @@ func (rl *relay) switchProto(c *resp.Conn, proto int, timeout time.Duration) ([]
 		return reply, nil
 	}
 	rl.up.proto = proto
+	rl.proto.Store(int32(proto))
 	return nil, nil
 }
 
@@ -324,12 +351,14 @@ func (rl *relay) stopped() error {
 // as Redis refuses it.
 func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
 	rl := st.sub
-	if p := c.Proto(); name != "reset" && name != "hello" && p != rl.up.proto {
-		// lockproxy refused a HELLO (its AUTH) after the relay switched
-		// for it: switch back before anything else is relayed.
-		if _, err := rl.switchProto(c, p, r.cfg.Timeout); err != nil {
+	if p := c.Proto(); name != "reset" && p != rl.up.proto {
+		// lockproxy answered a HELLO that changed the client's protocol
+		// (RESP3 allows it while subscribed): the relay's connection
+		// follows before anything else is sent on it. Messages relayed
+		// meanwhile were fitted to the client's protocol (fitProto).
+		if refused, err := rl.switchProto(c, p, r.cfg.Timeout); err != nil || refused != nil {
 			r.stats.Failed.Add(1)
-			c.Drop()
+			c.Drop() // the two sides would disagree on the protocol
 			return true
 		}
 	}
@@ -367,34 +396,5 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		c.Error("ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 		return true
 	}
-	if p := helloProto(args); name == "hello" && p != 0 && p != rl.up.proto && !st.multi {
-		// lockproxy answers the HELLO; the relay's connection switches too,
-		// first, so that messages come in the new protocol after its reply.
-		refused, err := rl.switchProto(c, p, r.cfg.Timeout)
-		switch {
-		case err != nil:
-			r.stats.Failed.Add(1)
-			c.Drop()
-			return true
-		case refused != nil:
-			c.Raw(refused)
-			return true
-		}
-	}
 	return r.dispatch(c, st, name, args, dest)
-}
-
-// helloProto is the protocol version a HELLO asks for, 0 when none or not
-// one lockproxy speaks (lockproxy's HELLO then refuses it).
-func helloProto(args [][]byte) int {
-	if len(args) < 2 {
-		return 0
-	}
-	switch string(args[1]) {
-	case "2":
-		return 2
-	case "3":
-		return 3
-	}
-	return 0
 }
