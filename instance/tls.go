@@ -84,7 +84,6 @@ func hostTLS(d *tlsfiles.Dialer, addr string) *tls.Config {
 	return d.Config(host)
 }
 
-
 func (in *Instance) reloadFailed(err error) {
 	in.log.Warn("a changed TLS file did not load; the previous certificate stays in use", zap.Error(err))
 }
