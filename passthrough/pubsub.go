@@ -61,7 +61,9 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 // relayAfterExec puts the client in relay mode after an EXEC whose
 // transaction subscribed it to channels and shard channels.
 func (r *Router) relayAfterExec(c *resp.Conn, st *client, channels, shard int) {
-	_, _ = st.up.clientID(r.cfg.Timeout) // as startRelay; without it, only REDIRECT to it fails
+	// Not asking its CLIENT ID here, unlike startRelay: a message may
+	// already follow EXEC's reply, and RESP2's subscribed mode refuses
+	// CLIENT. Only a TRACKING REDIRECT to this client fails for want of it.
 	rl := r.newRelay(c, st)
 	rl.mu.Lock()
 	rl.channels, rl.shard = channels, shard
