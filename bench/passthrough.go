@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,19 +16,26 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // runPassthrough measures forwarded GET/SET (issue 14): the same load on
-// the data Redis directly and through an in-process lockproxy forwarding to
-// it, at each concurrency, in one run. Each client alternates SET and GET on
-// its own key; a case stops after o.duration or o.cycles commands.
+// the data Redis directly and through a lockproxy forwarding to it (a
+// subprocess, or with -inprocess in this process), at each concurrency, in
+// one run. Each client alternates SET and GET on its own key; a case stops
+// after o.duration or o.cycles commands. The time of a case is cut into
+// ptSlices slices, direct and lockproxy taking turns, so that a change of
+// the machine's load during the run weighs on both alike.
 func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 	dir, err := os.MkdirTemp("", "bench-passthrough-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	stopProfile, err := startProfile(o.cpuprofile) // lockproxy runs in this process
+	if o.cpuprofile != "" && !o.inprocess {
+		fmt.Fprintln(os.Stderr, "bench: -cpuprofile without -inprocess profiles the load generator only, not lockproxy")
+	}
+	stopProfile, err := startProfile(o.cpuprofile)
 	if err != nil {
 		return err
 	}
@@ -42,55 +50,121 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer nodes.stop()
-	cfg := instance.Default()
-	cfg.Listen, cfg.Backend, cfg.Redlock.Nodes = "127.0.0.1:0", "redlock", nodes.addrs()
-	cfg.Passthrough.Address = data.Addr()
-	cfg.Redlock.MaxLeaseMS = int(maxLease.Milliseconds())
-	in, err := instance.Start(cfg, zap.NewNop())
+	px, err := startPassthroughProxy(ctx, o, dir, data.Addr(), nodes.addrs())
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
-		_ = in.Shutdown(sctx)
-	}()
-	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case; lockproxy in-process\n", o.warmup, o.duration, o.cycles)
-	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s\n", "conc", "target", "ops/s", "p50", "p99", "errors")
+	defer func() { _ = px.stop() }()
+	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy %s\n", o.warmup, o.duration, o.cycles, ptSlices, px.desc)
+	fmt.Fprintf(w, "(cpu/op: CPU time per command of this process (the load generator, and lockproxy if in-process), of lockproxy's subprocess, of the data redis-server)\n")
+	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s %10s %10s %10s\n", "conc", "target", "ops/s", "p50", "p99", "errors", "bench/op", "proxy/op", "redis/op")
 	for _, conc := range o.conc {
-		direct := passthroughCase(ctx, data.Addr(), conc, o)
-		proxied := passthroughCase(ctx, in.Addr(), conc, o)
+		direct, proxied := passthroughCase(ctx, data, px, conc, o)
 		for _, r := range []struct {
 			name string
 			out  ptOutcome
 		}{{"direct", direct}, {"lockproxy", proxied}} {
-			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors)
+			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d %10v %10v %10v\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors, r.out.cpu, r.out.proxyCPU, r.out.redisCPU)
 		}
 		if direct.rate > 0 {
-			fmt.Fprintf(w, "%-6d ratio      %11.2fx\n", conc, proxied.rate/direct.rate)
+			own := proxied.proxyCPU
+			if px.pid == 0 { // in-process: the load generator does the same work in both cases
+				own = proxied.cpu - direct.cpu
+			}
+			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, own)
 		}
 	}
 	return ctx.Err()
 }
 
-type ptOutcome struct {
-	rate     float64
-	p50, p99 time.Duration
-	errors   int64
+// startPassthroughProxy runs lockproxy with the redlock backend on nodes,
+// forwarding to the data Redis at data.
+func startPassthroughProxy(ctx context.Context, o options, dir, data string, nodes []string) (*proxy, error) {
+	if o.inprocess {
+		cfg := instance.Default()
+		cfg.Listen, cfg.Backend, cfg.Redlock.Nodes = "127.0.0.1:0", "redlock", nodes
+		cfg.Passthrough.Address = data
+		cfg.Redlock.MaxLeaseMS = int(maxLease.Milliseconds())
+		in, err := instance.Start(cfg, zap.NewNop())
+		if err != nil {
+			return nil, err
+		}
+		stop := func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			return in.Shutdown(sctx)
+		}
+		return &proxy{addr: in.Addr(), desc: "in-process", stop: stop}, nil
+	}
+	bin, err := buildProxy(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "lockproxy.toml")
+	toml := fmt.Sprintf("[redlock]\nmax_lease_ms = %d\n[passthrough]\naddress = %q\n", maxLease.Milliseconds(), data)
+	if err := os.WriteFile(conf, []byte(toml), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"--backend", "redlock", "--nodes", strings.Join(nodes, ","), "--config", conf}
+	return startSubprocess(ctx, bin, args, o.procs)
 }
 
-// passthroughCase warms up, then measures conc clients on addr.
-func passthroughCase(ctx context.Context, addr string, conc int, o options) ptOutcome {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
-	defer c.Close()
-	if o.warmup > 0 {
-		ptLoad(ctx, c, conc, o.warmup, o.cycles)
+type ptOutcome struct {
+	rate                    float64
+	p50, p99                time.Duration
+	errors                  int64
+	cpu, proxyCPU, redisCPU time.Duration // per command: this process's, lockproxy subprocess's, the data redis-server's
+}
+
+// ptSlices is how many turns each target takes in a case.
+const ptSlices = 4
+
+// passthroughCase warms up both targets, then measures conc clients on
+// each in turns.
+func passthroughCase(ctx context.Context, data *redistest.Server, px *proxy, conc int, o options) (direct, proxied ptOutcome) {
+	var clients [2]*redis.Client
+	for i, addr := range []string{data.Addr(), px.addr} {
+		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
+		defer clients[i].Close()
+		if o.warmup > 0 {
+			ptLoad(ctx, clients[i], conc, o.warmup, o.cycles)
+		}
 	}
-	return ptLoad(ctx, c, conc, o.duration, o.cycles)
+	var runs [2]ptRun
+	for range ptSlices {
+		for i, c := range clients {
+			cpu0, pcpu0, rcpu0 := selfCPU(), procCPU(px.pid), procCPU(data.PID())
+			r := ptLoad(ctx, c, conc, o.duration/ptSlices, o.cycles/ptSlices)
+			runs[i].cpu += selfCPU() - cpu0
+			runs[i].proxyCPU += procCPU(px.pid) - pcpu0
+			runs[i].redisCPU += procCPU(data.PID()) - rcpu0
+			runs[i].lat = append(runs[i].lat, r.lat...)
+			runs[i].errors += r.errors
+			runs[i].elapsed += r.elapsed
+		}
+	}
+	return runs[0].outcome(), runs[1].outcome()
+}
+
+// ptRun is what one or more turns measured.
+type ptRun struct {
+	lat                     []time.Duration
+	errors                  int64
+	elapsed                 time.Duration
+	cpu, proxyCPU, redisCPU time.Duration // in total
+}
+
+func (r ptRun) outcome() ptOutcome {
+	sortDurations(r.lat)
+	o := ptOutcome{rate: float64(len(r.lat)) / r.elapsed.Seconds(), p50: percentile(r.lat, 0.5), p99: percentile(r.lat, 0.99), errors: r.errors}
+	if n := time.Duration(len(r.lat)); n > 0 {
+		o.cpu, o.proxyCPU, o.redisCPU = r.cpu/n, r.proxyCPU/n, r.redisCPU/n
+	}
+	return o
 }
 
 // ptLoad runs conc clients for d or until budget commands have run.
-func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, budget int64) ptOutcome {
+func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, budget int64) ptRun {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int64
@@ -127,7 +201,5 @@ func ptLoad(ctx context.Context, c *redis.Client, conc int, d time.Duration, bud
 		}(i)
 	}
 	count.Wait()
-	elapsed := time.Since(start)
-	sortDurations(lat)
-	return ptOutcome{rate: float64(len(lat)) / elapsed.Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99), errors: errs}
+	return ptRun{lat: lat, errors: errs, elapsed: time.Since(start)}
 }

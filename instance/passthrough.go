@@ -47,11 +47,14 @@ func (in *Instance) newRouter() (*passthrough.Router, error) {
 		Addr: p.Address, Username: p.Username, Password: p.Password, DB: p.DB,
 		LockKeys: p.LockKeys, Timeout: ms(p.TimeoutMS),
 	}
-	if t := p.TLS; t.Enabled {
-		var err error
-		if cfg.TLS, err = tlsClient(t, in.reloadFailed); err != nil {
+	if p.TLS.Enabled {
+		// Its files join the others Reload re-reads (SIGHUP): connections
+		// dialled after a reload verify against, and present, the new ones.
+		d, err := in.dialTLS(p.TLS)
+		if err != nil {
 			return nil, fmt.Errorf("passthrough.tls: %w", err)
 		}
+		cfg.TLS = hostTLS(d, p.Address)
 	}
 	return passthrough.New(cfg), nil
 }

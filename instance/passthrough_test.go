@@ -1,9 +1,13 @@
 package instance_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -592,4 +596,69 @@ func TestPassthroughLocksFlowAcrossDataRedisRestart(t *testing.T) {
 		t.Fatalf("a lock cycle failed around the data Redis's restart: %v", err)
 	default:
 	}
+}
+
+// TestReloadPassthroughCA: Reload (SIGHUP) re-reads [passthrough.tls]'s
+// files like the nodes' — even when the CA file's size and modification
+// time did not change — and new connections to the data Redis verify
+// against the new content: with a foreign CA, data commands fail naming
+// the certificate while locks keep working; with the data Redis's CA
+// back, they succeed again.
+func TestReloadPassthroughCA(t *testing.T) {
+	ca, other := tlstest.NewCA(t, "data"), tlstest.NewCA(t, "other")
+	srv := ca.Server(t, "server")
+	data := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{
+		CertFile: srv.Cert, KeyFile: srv.Key, CAFile: ca.File, Client: clientTLS(t, ca, nil)}})
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	b, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, append(b, bytes.Repeat([]byte("\n"), 64)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(redistest.StartN(t, 3, redistest.Options{}))
+	cfg.Passthrough.Address, cfg.Passthrough.LockKeys = data.Addr(), []string{"lock:*"}
+	cfg.Passthrough.TLS = instance.NodeTLS{Enabled: true, CAFile: caFile}
+	cfg.Passthrough.TimeoutMS = 2000
+	in := startInstance(t, cfg)
+	c := newClient(t, in.Addr(), 2)
+	ctx := context.Background()
+	// dropDataConns closes lockproxy's connections to the data Redis, so
+	// that the next commands dial anew.
+	dropDataConns := func() {
+		raw := redis.NewClient(&redis.Options{Addr: data.Addr(), TLSConfig: clientTLS(t, ca, nil)})
+		defer raw.Close()
+		if err := raw.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+			t.Fatalf("CLIENT KILL on the data Redis: %v", err)
+		}
+	}
+	served := func() bool { return c.Set(ctx, "cache:r", "v", 0).Err() == nil }
+	if !served() {
+		t.Fatal("SET through lockproxy over TLS failed at the start")
+	}
+
+	sameStampCopy(t, other.File, caFile)
+	time.Sleep(1100 * time.Millisecond) // past the change check's period, which must still see no change
+	dropDataConns()
+	eventually(t, 30*time.Second, "data commands served over new connections before the reload", served)
+
+	applied, _, err := in.Reload(cfg)
+	if err != nil || !slices.Contains(applied, "tls files") {
+		t.Fatalf("reload: applied %v, %v", applied, err)
+	}
+	dropDataConns()
+	eventually(t, 30*time.Second, "data commands refused once new connections verify against the foreign CA", func() bool {
+		err := c.Set(ctx, "cache:r", "v", 0).Err()
+		return err != nil && strings.Contains(err.Error(), "certificate")
+	})
+	if ok, err := c.SetNX(ctx, "lock:r", "t", 10*time.Second).Result(); !ok || err != nil {
+		t.Fatalf("SET lock:r NX while the data Redis is distrusted: %v, %v", ok, err)
+	}
+
+	sameStampCopy(t, ca.File, caFile)
+	if _, _, err := in.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "data commands served with the data Redis's CA back", served)
 }

@@ -91,7 +91,7 @@ func readReply(rd *bufio.Reader) (string, error) {
 			return "", err
 		}
 		return string(buf[:n]), nil
-	case '*', '%', '>':
+	case '*', '%', '>', '~':
 		n, _ := strconv.Atoi(body)
 		if n < 0 {
 			return "(nil)", nil

@@ -19,7 +19,8 @@ var reloadable = []string{"password", "password_file", "log_level", "users",
 // Reload applies what can change safely in a running instance — the
 // clients' password (re-reading password_file), the users, the RESP
 // server's limits — re-reads every TLS file (certificates, keys and CAs of
-// the listener, the Redis nodes and ZooKeeper, changed or not), and logs
+// the listener, the Redis nodes, ZooKeeper and the data Redis, changed or
+// not), and logs
 // it. It returns the keys that changed and were applied ("tls files" when
 // there are any), and those that changed but need a restart (logged as
 // such). An invalid cfg changes nothing; a TLS file that does not load is
@@ -62,7 +63,7 @@ func (in *Instance) Reload(cfg Config) (applied, restart []string, err error) {
 	in.reloadLimits(cfg.Limits)
 	if err := in.tlsFiles.Reload(); err != nil {
 		in.reloadFailed(err)
-	} else if in.listenTLS != nil || in.nodesTLS != nil || in.zkTLS != nil {
+	} else if in.listenTLS != nil || in.nodesTLS != nil || in.zkTLS != nil || in.router != nil && in.cfg.Passthrough.TLS.Enabled {
 		applied = append(applied, "tls files")
 	}
 	in.log.Info("configuration reloaded", zap.Strings("applied", applied))

@@ -84,11 +84,6 @@ func hostTLS(d *tlsfiles.Dialer, addr string) *tls.Config {
 	return d.Config(host)
 }
 
-// tlsClient is the TLS configuration toward a Redis described by n.
-func tlsClient(n NodeTLS, reloadFailed func(error)) (*tls.Config, error) {
-	return tlsfiles.Client(n.CAFile, n.CertFile, n.KeyFile, n.ServerName, reloadFailed)
-}
-
 func (in *Instance) reloadFailed(err error) {
 	in.log.Warn("a changed TLS file did not load; the previous certificate stays in use", zap.Error(err))
 }

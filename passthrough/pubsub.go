@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/resp"
@@ -31,10 +32,12 @@ type relay struct {
 	pongs [2][]byte     // its reply outside and inside RESP2's subscribed mode
 	done  chan struct{} // closed when the relay goroutine has stopped writing
 
-	wmu sync.Mutex // serialises writes to up
+	wmu   sync.Mutex   // serialises writes to up
+	proto atomic.Int32 // the protocol up speaks (switchProto changes it)
 
 	mu       sync.Mutex
 	barriers []chan struct{} // waiting for their PING's reply, in order
+	hello    *helloWait      // a protocol switch waiting for its reply; nil if none
 	channels int             // subscriptions to channels and patterns
 	shard    int             // subscriptions to shard channels
 	err      error           // why the relay stopped
@@ -49,6 +52,26 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 	if err := st.up.speak(c.Proto(), r.cfg.Timeout); err != nil {
 		return err
 	}
+	if _, err := st.up.clientID(r.cfg.Timeout); err != nil { // for other clients' TRACKING REDIRECT and UNBLOCK
+		return err
+	}
+	return r.newRelay(c, st).send(args)
+}
+
+// relayAfterExec puts the client in relay mode after an EXEC whose
+// transaction subscribed it to channels and shard channels.
+func (r *Router) relayAfterExec(c *resp.Conn, st *client, channels, shard int) {
+	// Not asking its CLIENT ID here, unlike startRelay: a message may
+	// already follow EXEC's reply, and RESP2's subscribed mode refuses
+	// CLIENT. Only a TRACKING REDIRECT to this client fails for want of it.
+	rl := r.newRelay(c, st)
+	rl.mu.Lock()
+	rl.channels, rl.shard = channels, shard
+	rl.mu.Unlock()
+}
+
+// newRelay starts relaying what st.up sends to c.
+func (r *Router) newRelay(c *resp.Conn, st *client) *relay {
 	_ = st.up.nc.SetDeadline(time.Time{})
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
@@ -56,11 +79,12 @@ func (r *Router) startRelay(c *resp.Conn, st *client, args [][]byte) error {
 	bulk := append(append(strconv.AppendInt([]byte{'$'}, int64(len(h)), 10), "\r\n"...), h...)
 	bulk = append(bulk, "\r\n"...)
 	rl := &relay{up: st.up, token: h, ping: [][]byte{[]byte("PING"), h}, done: make(chan struct{})}
+	rl.proto.Store(int32(st.up.proto))
 	rl.pongs = [2][]byte{bulk, append([]byte("*2\r\n$4\r\npong\r\n"), bulk...)}
 	st.sub = rl
 	c.Stream()
 	go r.relayTo(c, rl)
-	return rl.send(args)
+	return rl
 }
 
 // send writes one command to the data Redis.
@@ -93,10 +117,16 @@ func (r *Router) relayTo(c *resp.Conn, rl *relay) {
 		if rl.isBarrier(frame) {
 			continue
 		}
+		if rl.isHello(frame) {
+			continue
+		}
 		if bytes.Contains(frame, rl.token) {
 			continue // the barrier in MONITOR's stream
 		}
 		rl.count(frame)
+		if p := c.Proto(); int(rl.proto.Load()) != p {
+			fitProto(frame, p)
+		}
 		if !c.Write(frame) {
 			rl.stop(errors.New("client gone"))
 			return
@@ -118,14 +148,118 @@ func (rl *relay) isBarrier(frame []byte) bool {
 	return true
 }
 
+// fitProto makes a pub/sub message frame an array in RESP2 and a push in
+// RESP3, in place: the two differ only in their first byte. relayTo uses it
+// while the relay's connection and the client speak different protocols:
+// after lockproxy answered a HELLO that switched the client, until the
+// client's next command switches the connection. (Switching it before
+// lockproxy's HELLO could not be undone if that HELLO failed: RESP2's
+// subscribed mode refuses HELLO.)
+func fitProto(frame []byte, proto int) {
+	if len(frame) < 16 || (frame[0] != '*' && frame[0] != '>') {
+		return
+	}
+	body := frame[1:]
+	if !bytes.HasPrefix(body, []byte("3\r\n$7\r\nmessage\r\n")) && !bytes.HasPrefix(body, []byte("4\r\n$8\r\npmessage\r\n")) &&
+		!bytes.HasPrefix(body, []byte("3\r\n$8\r\nsmessage\r\n")) {
+		return
+	}
+	frame[0] = '*'
+	if proto == 3 {
+		frame[0] = '>'
+	}
+}
+
+// helloWait is a HELLO sent on the relay's connection by switchProto.
+type helloWait struct {
+	reply  chan []byte   // gets HELLO's reply, which the client does not see
+	resume chan struct{} // closed when the relay may write to the client again
+}
+
+// isHello reports whether frame answers a HELLO switchProto sent, and
+// hands it over. With no other reply awaited, the only frames that are not
+// pushes (RESP3) or MONITOR lines (simple strings) answer it. The relay
+// then waits until switchProto has the write turn back.
+func (rl *relay) isHello(frame []byte) bool {
+	rl.mu.Lock()
+	h := rl.hello
+	rl.mu.Unlock()
+	if h == nil || frame[0] == '>' || frame[0] == '+' {
+		return false
+	}
+	h.reply <- frame
+	<-h.resume
+	return true
+}
+
+// switchProto makes the relay's connection speak proto, the client's since
+// its last HELLO. It is called with the write turn while no command's
+// reply is awaited on the connection (the HELLO went through barrier, and
+// nothing was sent since). A HELLO the data Redis refuses returns its error
+// reply.
+func (rl *relay) switchProto(c *resp.Conn, proto int, timeout time.Duration) ([]byte, error) {
+	h := &helloWait{reply: make(chan []byte, 1), resume: make(chan struct{})}
+	defer close(h.resume) // after the write turn is back: the relay's next write follows this command's reply
+	rl.mu.Lock()
+	if rl.err != nil {
+		rl.mu.Unlock()
+		return nil, rl.err
+	}
+	rl.hello = h
+	rl.mu.Unlock()
+	defer func() {
+		rl.mu.Lock()
+		rl.hello = nil
+		rl.mu.Unlock()
+	}()
+	if err := rl.send([][]byte{[]byte("HELLO"), []byte(strconv.Itoa(proto))}); err != nil {
+		return nil, err
+	}
+	var reply []byte
+	var err error
+	c.Unheld(func() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case reply = <-h.reply:
+		case <-rl.done:
+			err = rl.stopped()
+		case <-t.C:
+			err = errors.New("no reply within the timeout")
+			rl.stop(err)
+			c.Drop()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if reply[0] == '-' || reply[0] == '!' {
+		return reply, nil
+	}
+	rl.up.proto = proto
+	rl.proto.Store(int32(proto))
+	return nil, nil
+}
+
 // count follows the subscription counts the data Redis reports.
 func (rl *relay) count(frame []byte) {
 	if len(frame) < 4 || (frame[0] != '*' && frame[0] != '>') || frame[1] != '3' {
 		return
 	}
 	v, err := parseValue(bufio.NewReader(bytes.NewReader(frame)))
+	if err != nil {
+		return
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	countIn(v, &rl.channels, &rl.shard)
+}
+
+// countIn sets channels or shard from v when v reports a subscription
+// count ([subscribe ch n] and the like).
+func countIn(v any, channels, shard *int) {
 	elems, ok := v.([]any)
-	if err != nil || !ok || len(elems) != 3 {
+	if !ok || len(elems) != 3 {
 		return
 	}
 	kind, _ := elems[0].([]byte)
@@ -134,14 +268,26 @@ func (rl *relay) count(frame []byte) {
 	if err != nil {
 		return
 	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
 	switch string(kind) {
 	case "subscribe", "psubscribe", "unsubscribe", "punsubscribe":
-		rl.channels = k
+		*channels = k
 	case "ssubscribe", "sunsubscribe":
-		rl.shard = k
+		*shard = k
 	}
+}
+
+// subscriptionsIn are the subscription counts an EXEC's reply leaves, by
+// the last (un)subscribe reply among its elements.
+func subscriptionsIn(exec []byte) (channels, shard int) {
+	v, err := parseValue(bufio.NewReader(bytes.NewReader(exec)))
+	elems, ok := v.([]any)
+	if err != nil || !ok {
+		return 0, 0
+	}
+	for _, e := range elems {
+		countIn(e, &channels, &shard)
+	}
+	return channels, shard
 }
 
 // barrier waits until the replies of every command sent so far were
@@ -207,6 +353,17 @@ func (rl *relay) stopped() error {
 // as Redis refuses it.
 func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]byte, dest destination) bool {
 	rl := st.sub
+	if p := c.Proto(); name != "reset" && p != rl.up.proto {
+		// lockproxy answered a HELLO that changed the client's protocol
+		// (RESP3 allows it while subscribed): the relay's connection
+		// follows before anything else is sent on it. Messages relayed
+		// meanwhile were fitted to the client's protocol (fitProto).
+		if refused, err := rl.switchProto(c, p, r.cfg.Timeout); err != nil || refused != nil {
+			r.stats.Failed.Add(1)
+			c.Drop() // the two sides would disagree on the protocol
+			return true
+		}
+	}
 	switch {
 	case name == "reset":
 		rl.stop(errReset)
@@ -215,6 +372,12 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		r.reset(st)
 		return false
 	case dest == toData || name == "ping":
+		if name == "client" {
+			var ok bool
+			if args, ok = r.relayedClient(c, args); !ok {
+				return true
+			}
+		}
 		r.stats.Forwarded.Add(1)
 		switch name {
 		case "multi":

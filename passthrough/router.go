@@ -52,6 +52,7 @@ type client struct {
 	up     *upConn  // dedicated upstream connection; nil until needed
 	multi  bool     // a MULTI was forwarded and not yet ended
 	dirty  bool     // a command of the transaction was refused: EXEC aborts
+	subAt  bool     // the transaction subscribes: a relay starts after EXEC
 	queued []queued // commands sent on a shared connection, replies not yet written
 	sub    *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
 }
@@ -59,10 +60,9 @@ type client struct {
 // queued is a command of a client's pipeline sent on a shared connection,
 // whose reply is written to the client in turn.
 type queued struct {
-	s        *shared // nil when the send failed: err says why
-	c        *call
-	err      error
-	deadline time.Time
+	s   *shared // nil when the send failed: err says why
+	c   *call
+	err error
 }
 
 // maxQueued bounds the commands of one client's pipeline in flight at once
@@ -113,6 +113,10 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 		r.enterRelay(c, st, name, args)
 		return true
 	}
+	if dest == toData && name == "client" {
+		r.clientCmd(c, st, args)
+		return true
+	}
 	return r.dispatch(c, st, name, args, dest)
 }
 
@@ -149,6 +153,9 @@ const (
 func (r *Router) classify(name string, args [][]byte) destination {
 	if d, ok := r.classifyScript(name, args); ok {
 		return d
+	}
+	if name == "client" {
+		return clientDest(args)
 	}
 	if local[name] {
 		return toLocks
@@ -189,8 +196,10 @@ func (r *Router) lockShaped(name string, args [][]byte) destination {
 // of its own, where everything the data Redis sends is relayed as it comes.
 func (r *Router) enterRelay(c *resp.Conn, st *client, name string, args [][]byte) {
 	if st.multi {
-		st.dirty = true
-		c.Error("ERR lockproxy does not relay '" + name + "' inside a transaction")
+		// Queued, as Redis queues it; the client is in pub/sub mode once
+		// EXEC has subscribed it (MONITOR fails at EXEC, as on Redis).
+		st.subAt = st.subAt || name != "monitor"
+		r.forward(c, st, name, args)
 		return
 	}
 	r.stats.Forwarded.Add(1)
@@ -220,9 +229,13 @@ func (r *Router) shareable(st *client, name string) bool {
 // replies in order.
 func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 	r.stats.Forwarded.Add(1)
-	q := queued{deadline: time.Now().Add(r.cfg.Timeout)}
+	var q queued
 	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err == nil {
-		q.c, q.err = q.s.send(args)
+		q.c = getCall(time.Now().Add(r.cfg.Timeout))
+		if q.err = q.s.send(q.c, args); q.err != nil {
+			putCall(q.c)
+			q.s, q.c = nil, nil
+		}
 	}
 	st.queued = append(st.queued, q)
 }
@@ -237,7 +250,10 @@ func (r *Router) flush(c *resp.Conn, st *client) {
 			r.stats.Failed.Add(1)
 			c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
 		} else {
-			c.Raw(reply)
+			c.Raw(reply) // copied: the call's buffer is reused
+		}
+		if q.c != nil {
+			putCall(q.c)
 		}
 		st.queued[i] = queued{}
 	}
@@ -248,7 +264,7 @@ func (q queued) reply() ([]byte, error) {
 	if q.err != nil {
 		return nil, q.err
 	}
-	return q.s.wait(q.c, q.deadline)
+	return q.s.wait(q.c)
 }
 
 // forward sends args on the client's dedicated upstream connection and
@@ -258,7 +274,7 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	if name == "exec" && st.dirty {
 		args, name = [][]byte{[]byte("DISCARD")}, "discard"
 		defer c.Error("EXECABORT Transaction discarded because of previous errors.")
-		defer func() { st.multi, st.dirty = false, false }()
+		defer func() { st.multi, st.dirty, st.subAt = false, false, false }()
 		r.send(c, st, name, args, true)
 		return
 	}
@@ -269,8 +285,13 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	switch {
 	case name == "multi" && bytes.HasPrefix(reply, []byte("+OK")):
 		st.multi = true
+	case name == "exec" && st.subAt:
+		st.multi, st.dirty, st.subAt = false, false, false
+		if channels, shard := subscriptionsIn(reply); channels+shard > 0 {
+			r.relayAfterExec(c, st, channels, shard)
+		}
 	case name == "exec" || name == "discard":
-		st.multi, st.dirty = false, false
+		st.multi, st.dirty, st.subAt = false, false, false
 	}
 }
 
@@ -384,7 +405,7 @@ func (r *Router) reset(st *client) {
 	if up != nil {
 		up.close()
 	}
-	st.multi, st.dirty = false, false
+	st.multi, st.dirty, st.subAt = false, false, false
 }
 
 func (r *Router) drop(id uint64) {

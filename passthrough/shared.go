@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"net"
+	"os"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -13,7 +15,8 @@ import (
 // the reader hands each reply to the caller whose command it answers, in
 // the order they were written. The caller that finds no write under way
 // writes, for itself and for everyone who queued meanwhile (no writer
-// goroutine to wake for each command).
+// goroutine to wake for each command), after giving the goroutines ready
+// to run a turn to queue theirs.
 type shared struct {
 	nc     net.Conn
 	wlimit time.Duration // bound of one write
@@ -26,12 +29,36 @@ type shared struct {
 	err     error      // set once the connection broke: it takes no more calls
 }
 
-// call is one command waiting for its reply.
+// call is one command waiting for its reply. A client's calls are reused
+// (getCall, putCall) once their reply was written: no allocation per
+// forwarded command.
 type call struct {
-	reply []byte
-	err   error
-	done  chan struct{}
+	reply    []byte
+	err      error
+	deadline time.Time     // the reply must have come by then
+	done     chan struct{} // gets one value when reply or err is set
 }
+
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// getCall is a call to send, answered by deadline.
+func getCall(deadline time.Time) *call {
+	c := calls.Get().(*call)
+	c.deadline = deadline
+	return c
+}
+
+// putCall gives back a call whose reply was received and used.
+func putCall(c *call) {
+	if cap(c.reply) > maxPooledReply {
+		c.reply = nil
+	}
+	c.reply, c.err = c.reply[:0], nil
+	calls.Put(c)
+}
+
+// maxPooledReply is the largest reply buffer kept for reuse.
+const maxPooledReply = 64 << 10
 
 // maxPending bounds the calls in flight on one shared connection; more are
 // refused (each client has at most maxQueued in flight).
@@ -50,37 +77,41 @@ func newShared(u *upConn, wlimit time.Duration) *shared {
 
 // do sends args and waits for the reply, at most timeout.
 func (s *shared) do(args [][]byte, timeout time.Duration) ([]byte, error) {
-	c, err := s.send(args)
-	if err != nil {
+	c := &call{done: make(chan struct{}, 1), deadline: time.Now().Add(timeout)}
+	if err := s.send(c, args); err != nil {
 		return nil, err
 	}
-	return s.wait(c, time.Now().Add(timeout))
+	return s.wait(c)
 }
 
-// send queues args for the next write and returns the call its reply will
-// answer. Calls are answered in the order they were sent.
-func (s *shared) send(args [][]byte) (*call, error) {
-	c := &call{done: make(chan struct{})}
+// send queues args for the next write; c gets its reply. Calls are
+// answered in the order they were sent.
+func (s *shared) send(c *call, args [][]byte) error {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return nil, s.err
+		return s.err
 	}
 	select {
 	case s.pending <- c: // under mu: replies come back in the order commands are written
 	default:
 		s.mu.Unlock()
-		return nil, errors.New("too many commands in flight on one upstream connection")
+		return errors.New("too many commands in flight on one upstream connection")
 	}
 	s.out = appendCommand(s.out, args)
 	if s.writing {
 		s.mu.Unlock()
-		return c, nil // the writer takes it along
+		return nil // the writer takes it along
 	}
 	s.writing = true
 	s.mu.Unlock()
+	// Let the other clients' goroutines that are ready to run (woken by
+	// the same poll, typically) add their commands first: they then go
+	// upstream in this one write, as a proxy's event loop writes what it
+	// read from all its ready clients at once.
+	runtime.Gosched()
 	s.writeOut()
-	return c, nil
+	return nil
 }
 
 // writeOut writes what callers queued until nothing is left.
@@ -106,31 +137,32 @@ func (s *shared) writeOut() {
 	}
 }
 
-// wait returns c's reply once it came, or fails the connection at deadline:
-// a late reply would answer the next caller.
-func (s *shared) wait(c *call, deadline time.Time) ([]byte, error) {
-	select {
-	case <-c.done:
-		return c.reply, c.err
-	default:
-	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-c.done:
-	case <-t.C:
-		s.fail(errors.New("no reply within the timeout"))
-		<-c.done
-	}
+// wait returns c's reply once it came. It comes by c's deadline: the
+// reader fails the connection then (a late reply would answer the next
+// caller).
+func (s *shared) wait(c *call) ([]byte, error) {
+	<-c.done
 	return c.reply, c.err
 }
 
-// read hands each reply to the oldest waiting call.
+// read hands each reply to the oldest waiting call. Its reads time out at
+// that call's deadline, or at most slack after it: the deadline is moved
+// only when it would otherwise come early, and then with slack to spare, so
+// that most replies do not each reset it.
 func (s *shared) read(br *bufio.Reader) {
+	slack := s.wlimit / 8
+	var set time.Time
 	for c := range s.pending {
-		reply, err := readReply(br, nil)
+		if c.deadline.After(set) {
+			set = c.deadline.Add(slack)
+			_ = s.nc.SetReadDeadline(set)
+		}
+		reply, err := readReply(br, c.reply[:0])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = errors.Join(errors.New("no reply within the timeout"), err)
+		}
 		c.reply, c.err = reply, err
-		close(c.done)
+		c.done <- struct{}{}
 		if err != nil {
 			s.fail(err)
 			s.drain(err)
@@ -155,7 +187,7 @@ func (s *shared) fail(err error) {
 func (s *shared) drain(err error) {
 	for c := range s.pending {
 		c.err = err
-		close(c.done)
+		c.done <- struct{}{}
 	}
 }
 

@@ -3,6 +3,7 @@ package passthrough
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,5 +90,50 @@ func TestSharedOutlivesSetupDeadline(t *testing.T) {
 		if _, err := s.do([][]byte{[]byte("PING")}, 10*time.Second); err != nil {
 			t.Fatalf("after %v: %v", time.Since(start), err)
 		}
+	}
+}
+
+// TestSharedPausedDataRedis: when the data Redis stops answering (SIGSTOP),
+// calls on a shared connection fail with the timeout, not before it, and
+// the connection is broken so that no late reply answers a later caller.
+func TestSharedPausedDataRedis(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	u, err := dial(Config{Addr: data.Addr(), Timeout: 10 * time.Second}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 500 * time.Millisecond
+	s := newShared(u, timeout)
+	defer s.close()
+	if _, err := s.do([][]byte{[]byte("PING")}, timeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := data.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer data.Resume()
+	errs := make(chan error, 2)
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		go func() {
+			_, err := s.do([][]byte{[]byte("GET"), []byte("k")}, timeout)
+			errs <- err
+		}()
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-errs:
+			if err == nil || !strings.Contains(err.Error(), "no reply within the timeout") {
+				t.Fatalf("call %d on a paused data Redis: %v", i, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a call on a paused data Redis never returned")
+		}
+	}
+	if elapsed := time.Since(start); elapsed < timeout {
+		t.Fatalf("calls failed after %v, before their %v timeout", elapsed, timeout)
+	}
+	if !s.broken() {
+		t.Fatal("connection not marked broken after a timeout")
 	}
 }

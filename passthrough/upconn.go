@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,8 +15,8 @@ type upConn struct {
 	nc    net.Conn
 	br    *bufio.Reader
 	bw    *bufio.Writer
-	proto int   // protocol version the connection speaks
-	id    int64 // its CLIENT ID on the data Redis; 0 until asked
+	proto int          // protocol version the connection speaks
+	id    atomic.Int64 // its CLIENT ID on the data Redis; 0 until asked (read by other clients' CLIENT UNBLOCK)
 	buf   []byte
 }
 
@@ -89,8 +90,8 @@ func (u *upConn) must(timeout time.Duration, args ...string) error {
 
 // clientID is the connection's CLIENT ID, asked once.
 func (u *upConn) clientID(timeout time.Duration) (int64, error) {
-	if u.id != 0 {
-		return u.id, nil
+	if id := u.id.Load(); id != 0 {
+		return id, nil
 	}
 	reply, err := u.roundTrip([][]byte{[]byte("CLIENT"), []byte("ID")}, timeout)
 	if err != nil {
@@ -99,10 +100,12 @@ func (u *upConn) clientID(timeout time.Duration) (int64, error) {
 	if len(reply) < 3 || reply[0] != ':' {
 		return 0, errors.New("CLIENT ID: " + string(trimCRLF(reply)))
 	}
-	if u.id, err = strconv.ParseInt(string(trimCRLF(reply[1:])), 10, 64); err != nil {
+	id, err := strconv.ParseInt(string(trimCRLF(reply[1:])), 10, 64)
+	if err != nil {
 		return 0, errors.New("CLIENT ID: " + string(trimCRLF(reply)))
 	}
-	return u.id, nil
+	u.id.Store(id)
+	return id, nil
 }
 
 // do sends args in proto and returns the raw reply, valid until the next call.

@@ -28,12 +28,30 @@ import (
 // WatchClose and stop must be called from the handler's goroutine. A
 // WatchClose while a watch runs returns that watch's gone and a stop that
 // does nothing. gone may never close: wait on it together with a deadline.
+//
+// On a streamed connection (Stream) the handler gives up the write turn
+// until stop, so that what other goroutines write (relayed pub/sub pushes)
+// reaches the client while the command blocks, as Redis delivers pushes to
+// a blocked client; the handler must write nothing before stop.
 func (c *Conn) WatchClose() (gone <-chan struct{}, stop func()) {
 	g, ok := c.rc.NetConn().(*guardConn)
 	if !ok {
 		return make(chan struct{}), func() {}
 	}
-	return g.watchClose()
+	st, nested := c.stream, g.watch != nil
+	gone, unwatch := g.watchClose()
+	if st == nil || nested {
+		return gone, unwatch
+	}
+	st.mu.Unlock()
+	held := false
+	return gone, func() {
+		unwatch()
+		if !held {
+			held = true
+			st.mu.Lock()
+		}
+	}
 }
 
 // watch is a goroutine reading a guarded connection's socket into its
