@@ -75,15 +75,15 @@ type Engine struct {
 	stats   Stats
 
 	mu      sync.Mutex
-	bound   map[string]*bound       // connection-bound locks held through this instance, by key
-	leases  map[string]*Owner       // the connection that took each lease granted through this instance
-	lost    map[lockID]lostLock     // locks found lost, until their holder hears of it
-	waiting map[string]queue        // clients waiting for each key, first come first
-	echoes  map[string]string       // the token of the last release through this instance, by key
-	granted map[string]grantedLease // leases granted through this instance, by key (listing.go)
-	// grantedSweepAt is the size of granted at which expired ones are dropped.
-	grantedSweepAt int
-	waiters        int // all of them
+	bound   map[string]*bound   // connection-bound locks held through this instance, by key
+	leases  map[string]*lease   // leases granted through this instance, by key (lease.go)
+	lost    map[lockID]lostLock // locks found lost, until their holder hears of it
+	waiting map[string]queue    // clients waiting for each key, first come first
+	echoes  map[string]string   // the token of the last release through this instance, by key
+	// leaseSweepAt is the size of leases at which expired ones are dropped.
+	leaseSweepAt int
+	spareLeases  []*lease // records of forgotten leases, for reuse (lease.go)
+	waiters      int      // all of them
 	// lostLeases counts the entries of lost with no owner (leases), which
 	// no closing connection clears.
 	lostLeases int
@@ -100,13 +100,12 @@ func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Eng
 		cfg:     cfg.withDefaults(),
 		log:     log,
 		bound:   map[string]*bound{},
-		leases:  map[string]*Owner{},
+		leases:  map[string]*lease{},
 		lost:    map[lockID]lostLock{},
 		waiting: map[string]queue{},
 		echoes:  map[string]string{},
-		granted: map[string]grantedLease{},
 
-		grantedSweepAt: minLeaseSweep,
+		leaseSweepAt: minLeaseSweep,
 	}
 	b, err := build(e)
 	if err != nil {
@@ -144,12 +143,8 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return g, err
 	}
 	e.stats.Grants.Add(1)
-	_ = e.takeLost(key, h.Token) // a new grant: an old loss of this token is moot
-	o.forgetLost(key)            // nor does o's old loss of key matter any more
 	if h.Mode == Lease {
-		e.unwatch(key, h.Token)
-		e.holdLease(o, key, h.Token, h.Legacy, g.Validity)
-		e.noteLease(key, h.Token, g.Validity)
+		e.grantLease(o, key, h, g.Validity)
 	} else if !e.watch(o, key, h.Token, h.Legacy, g.Validity) {
 		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
@@ -169,11 +164,9 @@ func (e *Engine) shaped(h Hold) Hold {
 
 // Unlock releases key held by token, from any connection.
 func (e *Engine) Unlock(ctx context.Context, key, token string) (bool, error) {
-	if err := e.takeLost(key, token); err != nil {
+	if err := e.unlocking(key, token); err != nil {
 		return false, err
 	}
-	e.unwatch(key, token)
-	e.dropLease(key, token)
 	return e.free(ctx, key, token)
 }
 
@@ -184,7 +177,6 @@ func (e *Engine) free(ctx context.Context, key, token string) (bool, error) {
 	var early *waiter
 	ok, err := e.backend.Release(ctx, key, token, e.line(key), func() { early = e.wakeHead(key) })
 	if ok {
-		e.forgetLease(key, token)
 		e.stats.Releases.Add(1)
 		e.releasedHere(key, token, early)
 	}
@@ -204,16 +196,8 @@ func (e *Engine) Renew(ctx context.Context, key, token string, ttl time.Duration
 		ttl, mode = 0, ""
 	}
 	v, err := e.backend.Extend(ctx, key, token, ttl, mode)
-	if err == nil && mode == Lease {
-		if b := e.unwatch(key, token); b != nil {
-			e.holdLease(b.owner, key, token, b.legacy, v) // its connection still took it
-		}
-	}
 	if err == nil {
-		e.touchLease(key, token, v)
-	}
-	if err == nil && (mode == Lease || e.isLease(key, token)) {
-		e.noteLease(key, token, v)
+		e.renewed(key, token, mode, v)
 	}
 	return v, err
 }

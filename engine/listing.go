@@ -28,52 +28,8 @@ type ListedWaiter struct {
 	Waited time.Duration // since it began to wait
 }
 
-// grantedLease is a lease granted through this instance, remembered until
-// it runs out so that Locks can list it, whether or not the connection
-// that took it is still open (lost.go's Owner.leases end with it).
-type grantedLease struct {
-	token string
-	until time.Time
-}
-
-// minLeaseSweep is the fewest remembered leases at which noteLease drops
-// the expired ones.
-const minLeaseSweep = 64
-
-// noteLease remembers a lease on key granted or renewed through this
-// instance for validity. Expired leases are dropped whenever the map has
-// doubled since the last sweep, so it stays within twice the live ones.
-func (e *Engine) noteLease(key, token string, validity time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := time.Now()
-	e.granted[key] = grantedLease{token: token, until: now.Add(validity)}
-	if len(e.granted) < e.grantedSweepAt {
-		return
-	}
-	for k, l := range e.granted {
-		if now.After(l.until) {
-			delete(e.granted, k)
-		}
-	}
-	e.grantedSweepAt = max(minLeaseSweep, 2*len(e.granted))
-}
-
 // forgetLease forgets key's lease if token holds it.
-func (e *Engine) forgetLease(key, token string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.granted[key].token == token {
-		delete(e.granted, key)
-	}
-}
-
-// isLease reports whether this instance remembers token's lease on key.
-func (e *Engine) isLease(key, token string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.granted[key].token == token
-}
+func (e *Engine) forgetLease(key, token string) { e.dropLease(key, token) }
 
 // mine is what this instance knows of a key it lists: the token it
 // granted (bound or lease), the connection of a bound lock, its waiters.
@@ -90,7 +46,7 @@ func (e *Engine) candidates(match func(string) bool) ([]string, map[string]mine)
 	defer e.mu.Unlock()
 	now := time.Now()
 	known := map[string]mine{}
-	for k, l := range e.granted {
+	for k, l := range e.leases {
 		if match(k) && now.Before(l.until) {
 			known[k] = mine{token: l.token}
 		}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -34,12 +33,6 @@ type lostLock struct {
 // all at once (their holders then get "not held" instead of LOCKLOST).
 const maxLostLeases = 4096
 
-// maxLeasesPerOwner bounds the leases one connection is remembered to have
-// taken, so that it can be told when one is taken from it. When it is
-// reached, the leases that have run out are forgotten; if none has, a new
-// lease is not remembered (its holder is not told of a DEL).
-const maxLeasesPerOwner = 1024
-
 // OnLost sets what runs when a lock o holds is lost or taken from it:
 // fn gets the key and the reason (LostDeleted, ...). fn runs with the
 // engine's lock held, from any goroutine: it must return at once and not
@@ -66,87 +59,19 @@ func (o *Owner) TakeLost(key string) error {
 	return nil
 }
 
-// forgetLost drops o's unreported losses of key: o was granted key again.
-func (o *Owner) forgetLost(key string) {
+// forgetLostLocked drops o's unreported losses of key: o was granted key
+// again; e.mu is held.
+func (o *Owner) forgetLostLocked(key string) {
 	if o == nil {
 		return
 	}
 	e := o.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	for id := range o.lost {
 		if id.key == key {
 			delete(o.lost, id)
 			delete(e.lost, id)
 		}
 	}
-}
-
-// holdLease remembers that o took the lease on key with token, valid for
-// validity (legacy: Hold.Legacy).
-func (e *Engine) holdLease(o *Owner, key, token string, legacy bool, validity time.Duration) {
-	if o == nil {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := time.Now()
-	if _, ok := o.leases[key]; !ok && len(o.leases) >= maxLeasesPerOwner {
-		for k, l := range o.leases {
-			if now.After(l.until) {
-				delete(o.leases, k)
-				if e.leases[k] == o {
-					delete(e.leases, k)
-				}
-			}
-		}
-		if len(o.leases) >= maxLeasesPerOwner {
-			return
-		}
-	}
-	if old := e.leases[key]; old != nil && old != o {
-		delete(old.leases, key)
-	}
-	o.leases[key] = lease{token: token, legacy: legacy, until: now.Add(validity)}
-	e.leases[key] = o
-}
-
-// touchLease records that the lease on key held by token was renewed for
-// validity.
-func (e *Engine) touchLease(key, token string, validity time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if o := e.leases[key]; o != nil && o.leases[key].token == token {
-		l := o.leases[key]
-		l.until = time.Now().Add(validity)
-		o.leases[key] = l
-	}
-}
-
-// dropLease forgets the lease on key if token is the one remembered.
-func (e *Engine) dropLease(key, token string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.dropLeaseLocked(key, token)
-}
-
-// dropLeaseLocked is dropLease with e.mu held; it returns the owner of
-// the lease it forgot.
-func (e *Engine) dropLeaseLocked(key, token string) *Owner {
-	o := e.leases[key]
-	if o == nil || o.leases[key].token != token {
-		return nil
-	}
-	delete(o.leases, key)
-	delete(e.leases, key)
-	return o
-}
-
-// lease is a lease an Owner took through this instance.
-type lease struct {
-	token  string
-	legacy bool      // Hold.Legacy
-	until  time.Time // when its last known validity ends
 }
 
 // holderLocked is the connection that took key with token through this
@@ -156,8 +81,8 @@ func (e *Engine) holderLocked(key, token string) (*Owner, bool) {
 	if b := e.bound[key]; b != nil && b.token == token {
 		return b.owner, b.legacy
 	}
-	if o := e.leases[key]; o != nil && o.leases[key].token == token {
-		return o, o.leases[key].legacy
+	if r := e.leases[key]; r != nil && r.token == token && r.owner != nil {
+		return r.owner, r.legacy
 	}
 	return nil, false
 }
@@ -176,7 +101,6 @@ func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, 
 		return e.Unlock(ctx, key, token)
 	}
 	e.unwatch(key, token)
-	e.dropLease(key, token)
 	ok, err := e.free(context.WithValue(ctx, takingKey{}, true), key, token)
 	switch {
 	case ok && holder != nil && holder != by:
@@ -256,6 +180,11 @@ func (e *Engine) loseLocked(o *Owner, key, token, reason string, err error) {
 func (e *Engine) takeLost(key, token string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.takeLostLocked(key, token)
+}
+
+// takeLostLocked is takeLost with e.mu held.
+func (e *Engine) takeLostLocked(key, token string) error {
 	id := lockID{key, token}
 	l, ok := e.lost[id]
 	if !ok {

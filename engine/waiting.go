@@ -135,12 +135,14 @@ func (e *Engine) Released(key, token string) {
 	}
 }
 
-// releasedHere records that token released key through this instance and
+// releasedHere records that token released key through this instance,
+// forgets its lease, and
 // wakes the key's first waiter — unless early, the one woken when the
 // release was sent, has moved on (its early try got the lock).
 func (e *Engine) releasedHere(key, token string, early *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.dropLeaseLocked(key, token)
 	if len(e.echoes) >= maxEchoes {
 		clear(e.echoes)
 	}

@@ -19,12 +19,14 @@ type bound struct {
 	validUntil time.Time // when the last successful renewal's validity ends
 }
 
-// watch starts renewing key for o, replacing any lock this instance kept
+// watch starts renewing key, granted to o, replacing any lock this instance kept
 // for key before (one holder per key). It refuses once the engine is
 // shutting down, whose release of bound locks may have run already.
 func (e *Engine) watch(o *Owner, key, token string, legacy bool, validity time.Duration) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	_ = e.takeLostLocked(key, token) // a new grant: an old loss of this token is moot
+	o.forgetLostLocked(key)          // nor does o's old loss of key matter any more
 	if e.closing {
 		return false
 	}
@@ -47,6 +49,11 @@ func (e *Engine) watch(o *Owner, key, token string, legacy bool, validity time.D
 func (e *Engine) unwatch(key, token string) *bound {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.unwatchLocked(key, token)
+}
+
+// unwatchLocked is unwatch with e.mu held.
+func (e *Engine) unwatchLocked(key, token string) *bound {
 	if b := e.bound[key]; b != nil && b.token == token {
 		e.dropLocked(b)
 		return b
@@ -115,14 +122,14 @@ type Owner struct {
 	once sync.Once
 	// locks, leases and lost are guarded by e.mu.
 	locks  map[string]*bound
-	leases map[string]lease  // leases o took through this instance, by key
+	leases ownerLeases       // leases o took through this instance
 	lost   map[lockID]string // o's locks found lost, until it hears of it: the reason
 	onLost func(key, reason string)
 }
 
 // NewOwner returns the owner for the client connection with the given id.
 func (e *Engine) NewOwner(id uint64) *Owner {
-	return &Owner{e: e, id: id, locks: map[string]*bound{}, leases: map[string]lease{}, lost: map[lockID]string{}}
+	return &Owner{e: e, id: id, locks: map[string]*bound{}, lost: map[lockID]string{}}
 }
 
 // Close releases every connection-bound lock o holds, or, for a key with a
@@ -146,11 +153,7 @@ func (o *Owner) close(ctx context.Context, delay bool) error {
 		for id := range o.lost {
 			delete(e.lost, id)
 		}
-		for key := range o.leases {
-			if e.leases[key] == o {
-				delete(e.leases, key)
-			}
-		}
+		e.disownLeasesLocked(o)
 		o.onLost = nil
 		e.mu.Unlock()
 		if delay {

@@ -6,14 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tidwall/redcon"
 )
 
 // Conn is one client connection: its protocol state and its reply writer.
-// Replies are buffered and flushed by redcon after each batch of commands.
+// Replies are buffered and written after each batch of commands.
 type Conn struct {
-	rc      redcon.Conn
+	rc      *wire
 	srv     *Server
 	id      uint64
 	created time.Time
@@ -24,8 +22,7 @@ type Conn struct {
 
 	closing atomic.Bool // Close was called: run no further command
 
-	stream   *stream     // set by Stream, in the handler's goroutine
-	streamed atomic.Bool // serveStream runs the connection, not redcon
+	stream *stream // set by Stream, in the handler's goroutine
 
 	// State is the Session's per-connection value.
 	State any
@@ -100,7 +97,7 @@ func (c *Conn) Close() {
 // Pipelined reports whether more commands of the client's current batch
 // (read together, a pipeline) wait behind the one being handled. Their
 // replies are flushed together once the batch is done.
-func (c *Conn) Pipelined() bool { return len(c.rc.PeekPipeline()) > 0 }
+func (c *Conn) Pipelined() bool { return c.rc.pending > 0 }
 
 // Raw writes a reply already encoded in RESP, as is.
 func (c *Conn) Raw(b []byte) { c.rc.WriteRaw(b) }

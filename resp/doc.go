@@ -1,5 +1,8 @@
-// Package resp is lockproxy's RESP server on redcon: it accepts
-// connections, enforces the per-client limits (Guard), frames replies in
+// Package resp is lockproxy's RESP server: it accepts connections and runs
+// each one's loop (server.go; redcon parses the commands, wire.go reads
+// them in batches into buffers a connection borrows only while it
+// receives, and writes each batch's replies at once), enforces the
+// per-client limits (Guard), frames replies in
 // RESP2 or RESP3 (redcon writes only RESP2, so RESP3 maps and nulls are
 // framed here), dispatches commands through one Table, and answers the
 // connection handshake that clients send (HELLO, AUTH, PING, ECHO, SELECT,

@@ -208,6 +208,13 @@ type guardConn struct {
 	pushing bool
 }
 
+// maxKeptEnds bounds the command ends a guard keeps room for between Reads.
+const maxKeptEnds = 64
+
+// ends are the offsets in the p of the last Read at which a command ends,
+// in order; the bytes after the last one begin a command not yet complete.
+func (g *guardConn) ends() []int { return g.fr.ends }
+
 // Write writes b whole before any push can be written.
 func (g *guardConn) Write(b []byte) (int, error) {
 	g.wmu.Lock()
@@ -217,6 +224,10 @@ func (g *guardConn) Write(b []byte) (int, error) {
 
 // Read returns what the client sent, as Guard describes.
 func (g *guardConn) Read(p []byte) (int, error) {
+	g.fr.ends = g.fr.ends[:0]
+	if cap(g.fr.ends) > maxKeptEnds {
+		g.fr.ends = nil // a long pipeline's: an idle connection does not keep it
+	}
 	if g.watch != nil {
 		g.watch.stop() // the handler did not
 	}
@@ -227,7 +238,11 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		m, rerr := g.peek(p[n:])
+		k := len(g.fr.ends)
 		used, ended, serr := g.scan(p[n : n+m])
+		for j := k; j < len(g.fr.ends); j++ {
+			g.fr.ends[j] += n // where in p, not in this piece
+		}
 		rest := p[n+used : n+m]
 		if serr != nil {
 			rest = nil // what follows the offending byte is never read
@@ -409,6 +424,9 @@ type framer struct {
 	firstAt  int // -1 until the first "$LEN" header has been read
 	firstLen int
 	quit     bool // a complete QUIT command has been framed
+	// ends are where the commands that ended in the last scan end, as
+	// offsets of its p; a guard's Read makes them offsets of its p (Ends).
+	ends []int
 }
 
 // headLen is how much of a command is kept to recognise QUIT: the longest
@@ -441,6 +459,7 @@ func (f *framer) scan(p []byte, lim *Limits, one bool) (used int, ended bool, er
 		f.req += k
 		if f.st == stFrame {
 			ended = true
+			f.ends = append(f.ends, i)
 			f.endCommand()
 		} else if f.req > lim.MaxRequest && f.st != stDead {
 			return start, ended, &LimitError{Err: ErrRequestTooLarge, Limit: lim.MaxRequest, Got: f.req}

@@ -38,36 +38,42 @@ var guardReplies = map[error][]string{
 // command, it must have written Redis's reply and redcon must have seen
 // exactly the commands in the bytes before it.
 func FuzzGuard(f *testing.F) {
-	seeds := []string{
-		"PING\r\n",
-		guardFrame("SET", "k", "v", "NX", "PX", "30000"),
-		guardFrame("GET", "k") + "PING\r\n" + guardFrame("DEL", "k"),
-		"SET k 'a b' \"c\\\"d\\n\"\r\n",
-		"a\"b\"\r\n\"a\"b\r\n",
-		"\r\n\n \r\n",
-		"*1\r\n$-0\r\n\r\n*1\r\n$\r\n\r\n*1\r\n$-\r\n\r\n",
-		"*0\r\n", "*-1\r\n", "*1\r\n$-1\r\n", "*1\r\n:1\r\n", "*1\r\n$1\r\nab\r\n",
-		"*1\r\n$100000000\r\n",
-		"*99999999999999999999\r\n", "*-9999999999999999999\r\n", "*1\r\n$-9999999999999999999\r\n",
-		"*1\r\n$18446744073709551617\r\nx\r\n",
-		"*00000000000000000000000000000001\r\n$1\r\nx\r\n",
-		"aaaa\r\r\nbbbbb\r\n",
-		// At and just over the limits of the first two presets.
-		guardFrame("ab", "cd") + guardFrame("a", "b", "c"),
-		guardFrame("a", "b") + guardFrame("abc"),
-		"ab c\r\nab cd\r\n",
-		guardFrame("a", "b", "c", "d") + guardFrame("a", "b", "c", "d", "e"),
-		guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 8)) +
-			guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 9)),
-		strings.Repeat("x", 16) + " " + strings.Repeat("x", 15) + "\r\n" + strings.Repeat("x", 16) + " " + strings.Repeat("x", 16) + "\r\n",
-	}
-	for i, s := range seeds {
+	for i, s := range guardFuzzSeeds {
 		for preset := range uint8(len(guardFuzzLimits)) {
 			f.Add([]byte(s), []byte{}, preset)
 			f.Add([]byte(s), []byte{byte(i), 0, 3}, preset)
 		}
 	}
-	f.Fuzz(func(t *testing.T, data, split []byte, preset uint8) {
+	f.Fuzz(fuzzGuard)
+}
+
+// guardFuzzSeeds are the inputs FuzzGuard and FuzzServerRead start from.
+var guardFuzzSeeds = []string{
+	"PING\r\n",
+	guardFrame("SET", "k", "v", "NX", "PX", "30000"),
+	guardFrame("GET", "k") + "PING\r\n" + guardFrame("DEL", "k"),
+	"SET k 'a b' \"c\\\"d\\n\"\r\n",
+	"a\"b\"\r\n\"a\"b\r\n",
+	"\r\n\n \r\n",
+	"*1\r\n$-0\r\n\r\n*1\r\n$\r\n\r\n*1\r\n$-\r\n\r\n",
+	"*0\r\n", "*-1\r\n", "*1\r\n$-1\r\n", "*1\r\n:1\r\n", "*1\r\n$1\r\nab\r\n",
+	"*1\r\n$100000000\r\n",
+	"*99999999999999999999\r\n", "*-9999999999999999999\r\n", "*1\r\n$-9999999999999999999\r\n",
+	"*1\r\n$18446744073709551617\r\nx\r\n",
+	"*00000000000000000000000000000001\r\n$1\r\nx\r\n",
+	"aaaa\r\r\nbbbbb\r\n",
+	// At and just over the limits of the first two presets.
+	guardFrame("ab", "cd") + guardFrame("a", "b", "c"),
+	guardFrame("a", "b") + guardFrame("abc"),
+	"ab c\r\nab cd\r\n",
+	guardFrame("a", "b", "c", "d") + guardFrame("a", "b", "c", "d", "e"),
+	guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 8)) +
+		guardFrame(strings.Repeat("x", 16), strings.Repeat("x", 16), strings.Repeat("x", 9)),
+	strings.Repeat("x", 16) + " " + strings.Repeat("x", 15) + "\r\n" + strings.Repeat("x", 16) + " " + strings.Repeat("x", 16) + "\r\n",
+}
+
+func fuzzGuard(t *testing.T, data, split []byte, preset uint8) {
+	{
 		lim := guardFuzzLimits[int(preset)%len(guardFuzzLimits)]
 		chunks := guardSplit(data, split)
 		got := guardRun(lim, chunks, true)
@@ -90,7 +96,7 @@ func FuzzGuard(f *testing.F) {
 		if !slices.Equal(got.cmds, want.cmds) || fmt.Sprint(got.err) != fmt.Sprint(want.err) {
 			t.Fatalf("nothing refused: got %v, %v; want %v, %v", got.cmds, got.err, want.cmds, want.err)
 		}
-	})
+	}
 }
 
 // guardSplit cuts data into pieces of split[0]+1, split[1]+1, ... bytes, round
@@ -105,4 +111,40 @@ func guardSplit(data, split []byte) [][]byte {
 		chunks, data = append(chunks, data[:n]), data[n:]
 	}
 	return chunks
+}
+
+// FuzzServerRead feeds data, cut as FuzzGuard cuts it, to the reading of
+// a server connection's loop: the guard, the loop's buffers, and redcon's
+// parser, command by command. It must neither hang nor panic, and it must
+// see each command redcon's Reader sees when fed the same bytes one at a
+// time (so that each of its reads completes at most one command), and end
+// with the same protocol error, if any; when the guard refuses a command,
+// the loop must have seen exactly the commands in the bytes before it.
+func FuzzServerRead(f *testing.F) {
+	for i, s := range guardFuzzSeeds {
+		for preset := range uint8(len(guardFuzzLimits)) {
+			f.Add([]byte(s), []byte{}, preset)
+			f.Add([]byte(s), []byte{byte(i), 0, 3}, preset)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data, split []byte, preset uint8) {
+		lim := guardFuzzLimits[int(preset)%len(guardFuzzLimits)]
+		cmds, read, err := resp.ServerRead(&guardConn{chunks: guardSplit(data, split)}, lim)
+		var got []string
+		for _, c := range cmds {
+			got = append(got, fmt.Sprintf("%q %q", c.Raw, c.Args))
+		}
+		var le *resp.LimitError
+		refused := errors.As(err, &le)
+		if refused {
+			data = data[:read]
+		}
+		want := guardRun(lim, guardSplit(data, []byte{0}), false)
+		if !slices.Equal(got, want.cmds) {
+			t.Fatalf("the loop saw %v; redcon %v", got, want.cmds)
+		}
+		if !refused && fmt.Sprint(err) != fmt.Sprint(want.err) && !errors.Is(err, resp.ErrMalformedRequest) {
+			t.Fatalf("the loop ended with %v; redcon with %v", err, want.err)
+		}
+	})
 }

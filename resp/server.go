@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -63,7 +64,6 @@ type Server struct {
 	log     *zap.Logger
 	started time.Time
 
-	srv     *redcon.Server
 	nextID  atomic.Uint64
 	clients atomic.Int64
 	handled sync.WaitGroup // Closed callbacks still running
@@ -72,6 +72,7 @@ type Server struct {
 	fullLog   rateLog                // refusals at max_clients
 	attackLog rateLog                // HTTP requests closed
 	tlsLog    rateLog                // failed TLS handshakes
+	acceptLog rateLog                // failed accepts
 
 	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
 
@@ -82,6 +83,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*Conn
+	lns   []net.Listener // Serve's listeners, closed by Close
+	shut  bool           // Close was called
 }
 
 // NewServer returns a server dispatching through table, to which it adds
@@ -98,7 +101,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	s.budget = newBudget(cfg.Limits.MaxBuffered)
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
-	s.fullLog.every, s.attackLog.every, s.tlsLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery
+	s.fullLog.every, s.attackLog.every, s.tlsLog.every, s.acceptLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery, refusalLogEvery
 	if err := table.Add(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...)...); err != nil {
 		return nil, err
 	}
@@ -106,18 +109,44 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 }
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
+// Each connection is served by a goroutine of its own (serveConn): redcon
+// parses its commands, the loop reads and writes them.
 func (s *Server) Serve(ln net.Listener) error {
-	s.mu.Lock()
-	s.srv = redcon.NewServerNetwork("tcp", ln.Addr().String(), s.serve, s.accept, s.closed)
-	s.mu.Unlock()
 	if s.cfg.TLS != nil {
 		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
 	}
-	err := s.srv.Serve(&guardListener{Listener: ln, src: &s.limits, budget: s.budget})
-	if errors.Is(err, net.ErrClosed) {
+	gl := &guardListener{Listener: ln, src: &s.limits, budget: s.budget}
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		_ = ln.Close()
 		return nil
 	}
-	return err
+	s.lns = append(s.lns, gl)
+	s.mu.Unlock()
+	var wait time.Duration
+	for {
+		nc, err := gl.Accept()
+		switch {
+		case err == nil:
+			wait = 0
+			s.open(nc.(*guardConn))
+		case errors.Is(err, net.ErrClosed) || s.isShut():
+			return nil
+		default: // out of file descriptors, say: try again, as net/http does
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			if ok, dropped := s.acceptLog.allow(); ok {
+				s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("retry_in", wait), zap.Int("not_logged_since_last", dropped))
+			}
+			time.Sleep(wait)
+		}
+	}
+}
+
+func (s *Server) isShut() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shut
 }
 
 // Close stops accepting, closes every connection and waits until their
@@ -125,12 +154,15 @@ func (s *Server) Serve(ln net.Listener) error {
 // is done.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
-	srv := s.srv
-	s.mu.Unlock()
-	if srv != nil {
-		_ = srv.Close()
+	s.shut = true
+	lns := s.lns
+	for _, c := range s.conns {
+		_ = c.rc.g.Close() // its loop's read fails, and it finishes
 	}
-	s.closeStreams()
+	s.mu.Unlock()
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
 	done := make(chan struct{})
 	go func() { s.handled.Wait(); close(done) }()
 	select {
@@ -174,39 +206,120 @@ func (s *Server) Limits() Limits { return *s.limits.Load() }
 // Clients is the number of open connections.
 func (s *Server) Clients() int { return int(s.clients.Load()) }
 
-func (s *Server) accept(rc redcon.Conn) bool {
-	if s.denied(rc.RemoteAddr()) {
-		rc.WriteError(msgDenied)
-		return false // redcon closes it, flushing the error first
+// open admits a connection that the listener accepted, or refuses it with
+// an error reply, and starts its loop.
+func (s *Server) open(g *guardConn) {
+	w := newWire(g)
+	c, refusal := s.accept(w)
+	if c == nil {
+		w.WriteError(refusal)
+		_ = w.Close()
+		return
+	}
+	go s.serveConn(c)
+}
+
+// accept makes the Conn of an admitted connection, or says why it is refused.
+func (s *Server) accept(w *wire) (*Conn, string) {
+	if s.denied(w.RemoteAddr()) {
+		return nil, msgDenied
 	}
 	if maxClients := s.maxClients.Load(); s.clients.Add(1) > maxClients {
 		s.clients.Add(-1)
-		rc.WriteError("ERR max number of clients reached")
 		if ok, dropped := s.fullLog.allow(); ok {
-			s.log.Warn("connection refused: max number of clients reached", zap.String("addr", rc.RemoteAddr()),
+			s.log.Warn("connection refused: max number of clients reached", zap.String("addr", w.RemoteAddr()),
 				zap.Int64("max_clients", maxClients), zap.Int("refused_not_logged_since_last", dropped))
 		}
-		return false // redcon closes it, flushing the error first
+		return nil, "ERR max number of clients reached"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Conn{rc: rc, srv: s, id: s.nextID.Add(1), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2}
-	c.guard, _ = rc.NetConn().(*guardConn)
+	c := &Conn{rc: w, srv: s, id: s.nextID.Add(1), created: time.Now(), ctx: ctx, cancel: cancel, proto: 2, guard: w.g}
 	c.setAuthed(s.password() == "")
-	rc.SetContext(c)
 	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		s.clients.Add(-1)
+		cancel()
+		if c.authTTL != nil {
+			c.authTTL.Stop()
+		}
+		return nil, "ERR server is shutting down"
+	}
 	s.conns[c.id] = c
 	s.mu.Unlock()
 	s.handled.Add(1)
 	s.session.Opened(c)
-	return true
+	return c, ""
 }
 
-func (s *Server) closed(rc redcon.Conn, err error) {
-	c, _ := rc.Context().(*Conn)
-	if c == nil || c.streamed.Load() {
-		return // refused in accept, or carried on by serveStream
+// serveConn is a connection's loop: it reads a batch of commands (all
+// that one read brought), serves them in order and writes their replies
+// at once, until the client leaves, a command closes the connection or a
+// read breaks a limit. A connection that streams (Conn.Stream) is served a
+// command at a time, each one's replies written before the next is read,
+// under the stream's write turn.
+func (s *Server) serveConn(c *Conn) {
+	err := s.serveCommands(c)
+	if c.stream != nil {
+		c.stream.mu.Lock() // no Write is under way, nor starts
+	}
+	c.closing.Store(true)
+	_ = c.rc.g.Close()
+	if c.stream != nil {
+		c.stream.mu.Unlock()
+	}
+	c.rc.in.release()
+	if errors.Is(err, io.EOF) {
+		err = nil
 	}
 	s.finish(c, err)
+}
+
+func (s *Server) serveCommands(c *Conn) error {
+	w := c.rc
+	var batch [][]byte
+	for {
+		var err error
+		if batch, err = w.in.next(batch[:0]); err != nil {
+			s.protocolError(c, err)
+			return err
+		}
+		for i, raw := range batch {
+			cmd, ok, perr := parseCommand(raw)
+			if perr != nil { // as redcon's server: the error, then the connection closes
+				c.turn(func() {
+					c.Error("ERR " + perr.Error())
+					_ = w.Flush()
+				})
+				return perr
+			}
+			if ok {
+				w.pending = len(batch) - 1 - i
+				s.serve(c, cmd)
+			}
+			if c.closing.Load() || w.closed {
+				c.turn(func() { _ = w.Flush() })
+				return nil
+			}
+		}
+		if c.stream == nil {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// protocolError answers input that redcon's parser rejects (the guard has
+// let it through up to the byte where redcon rejects it) with redcon's
+// error.
+func (s *Server) protocolError(c *Conn, err error) {
+	if perr := c.rc.in.rejected(err); perr != nil {
+		c.turn(func() {
+			c.Error("ERR " + perr.Error())
+			_ = c.rc.Flush()
+		})
+	}
 }
 
 // finish runs once a connection is gone: its counters, its state and the
@@ -229,14 +342,23 @@ func (s *Server) finish(c *Conn, err error) {
 	s.session.Closed(c)
 }
 
-// serve dispatches one command; a handler that called Conn.Stream hands
-// the connection to serveStream.
-func (s *Server) serve(rc redcon.Conn, cmd redcon.Command) {
-	c := rc.Context().(*Conn)
+// serve dispatches one command. Once a handler called Conn.Stream, each
+// command runs under the stream's write turn and its replies are written
+// before the next is read; the replies buffered before are written, and
+// the turn the handler kept given up, once that handler returns.
+func (s *Server) serve(c *Conn, cmd redcon.Command) {
+	st := c.stream
+	if st != nil {
+		st.mu.Lock()
+		c.rc.pending = 0 // served one at a time: none waits behind it
+	}
 	s.dispatch(c, cmd)
-	if c.stream != nil && !c.streamed.Load() {
-		c.streamed.Store(true)
-		go s.serveStream(c)
+	if st == nil {
+		st = c.stream // Stream was called: it holds the turn
+	}
+	if st != nil {
+		_ = c.rc.Flush() // a failed write shows on the next read
+		st.mu.Unlock()
 	}
 }
 

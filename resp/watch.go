@@ -109,7 +109,9 @@ func (w *watch) frame(b []byte) {
 	if !w.g.authed.Load() {
 		lim = lim.unauthenticated()
 	}
-	if _, _, err := w.fr.scan(b, &lim, false); err != nil {
+	_, _, err := w.fr.scan(b, &lim, false)
+	w.fr.ends = w.fr.ends[:0] // a watch needs no ends
+	if err != nil {
 		w.framing = false
 	}
 }
@@ -132,6 +134,7 @@ func (f *framer) clone() framer {
 	c := *f
 	c.line = bytes.Clone(f.line)
 	c.head = bytes.Clone(f.head)
+	c.ends = nil
 	return c
 }
 

@@ -442,41 +442,6 @@ func TestWatchCloseServerClose(t *testing.T) {
 	watchFor(t, s.closed, "Closed callback")
 }
 
-// TestWatchCloseUnguarded watches a connection redcon serves without Guard.
-func TestWatchCloseUnguarded(t *testing.T) {
-	result := make(chan bool, 1)
-	srv := redcon.NewServerNetwork("tcp", "127.0.0.1:0", func(rc redcon.Conn, _ redcon.Command) {
-		gone, stop := (&Conn{rc: rc}).WatchClose()
-		stop()
-		closed := false
-		select {
-		case <-gone:
-			closed = true
-		default:
-		}
-		select {
-		case result <- closed:
-		default:
-		}
-		rc.WriteString("OK")
-	}, nil, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	watchWrite(t, c, "BLOCK\r\nQUIT\r\n")
-	if watchFor(t, result, "handler") {
-		t.Error("gone closed on a connection that is not guarded")
-	}
-}
-
 // watchDeadlineConn records the read deadlines set on it.
 type watchDeadlineConn struct {
 	net.Conn

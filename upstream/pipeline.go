@@ -65,21 +65,77 @@ func (n *RedisNode) callErr(ctx context.Context, err error) error {
 // (each call within its own deadline) and stops: a release that returned
 // once a majority answered still reaches the last nodes during a drain.
 func (n *RedisNode) work() {
+	w := &worker{n: n}
+	defer w.drop()
 	for {
 		select {
 		case c := <-n.calls:
-			n.run(n.gather(c))
+			w.run(n.gather(c))
 		case <-n.done:
 			for {
 				select {
 				case c := <-n.calls:
-					n.run(n.gather(c))
+					w.run(n.gather(c))
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// worker is one pipeline worker. While its batches follow each other
+// closely, it sends them over one connection it keeps (a sticky
+// redis.Conn): a round trip is then one write and the reads of its
+// replies, where taking a connection from go-redis's pool checks it with a
+// system call first. A connection that answered within the last
+// reuseWithin is as alive as that check would find it (a node that
+// restarts is down for longer); an older one goes back to the pool, which
+// checks it before the next batch, so that a batch after a quiet spell
+// does not fail on a connection the node closed meanwhile. A connection a
+// batch found broken (or timed out on, leaving replies unread) is closed;
+// the pool's OnConnect reads the node's run id whenever it dials.
+type worker struct {
+	n        *RedisNode
+	conn     *redis.Conn // nil until the next batch takes one
+	answered time.Time   // when conn last delivered a batch's replies
+}
+
+// reuseWithin is how recently a worker's connection must have answered
+// for the next batch to use it unchecked.
+const reuseWithin = time.Millisecond
+
+// pipeline is a pipeline on the worker's connection.
+func (w *worker) pipeline() redis.Pipeliner {
+	if w.conn != nil && time.Since(w.answered) > reuseWithin {
+		w.drop()
+	}
+	if w.conn == nil {
+		w.conn = w.n.client.Conn()
+	}
+	return w.conn.Pipeline()
+}
+
+// drop gives the worker's connection back to the pool (or, if it broke,
+// closes it).
+func (w *worker) drop() {
+	if w.conn != nil {
+		_ = w.conn.Close()
+		w.conn = nil
+	}
+}
+
+// check drops the connection unless every command got a reply from the
+// node (a Redis error reply, such as NOSCRIPT, is a reply).
+func (w *worker) check(cmds []*redis.Cmd) {
+	var reply redis.Error
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.As(err, &reply) {
+			w.drop()
+			return
+		}
+	}
+	w.answered = time.Now()
 }
 
 // gather adds to first whatever else is queued, without waiting, up to
@@ -99,19 +155,20 @@ func (n *RedisNode) gather(first *call) []*call {
 
 // run sends a batch by EVALSHA in one pipeline, then re-sends by EVAL, in a
 // second pipeline, the calls the node had no script for.
-func (n *RedisNode) run(batch []*call) {
+func (w *worker) run(batch []*call) {
+	n := w.n
 	batch = live(batch)
 	if len(batch) == 0 {
 		return
 	}
 	ctx, cancel := n.batchContext(batch)
 	defer cancel()
-	batch = n.statuses(ctx, batch)
+	batch = w.statuses(ctx, batch)
 	if len(batch) == 0 {
 		return
 	}
 	var missing []*call
-	cmds := n.send(ctx, batch, false)
+	cmds := w.send(ctx, batch, false)
 	inc := n.Incarnation() // read after the replies: see RedisNode.incarnation
 	for i, cmd := range cmds {
 		if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
@@ -123,7 +180,7 @@ func (n *RedisNode) run(batch []*call) {
 	if len(missing) == 0 {
 		return
 	}
-	cmds = n.send(ctx, missing, true)
+	cmds = w.send(ctx, missing, true)
 	inc = n.Incarnation()
 	for i, cmd := range cmds {
 		missing[i].answer(cmd.Val(), typed(cmd.Err()), inc)
@@ -132,11 +189,14 @@ func (n *RedisNode) run(batch []*call) {
 
 // statuses answers the batch's status reads, each in a pipeline of its
 // own (they are rare: one a second per Redlock), and returns the others.
-func (n *RedisNode) statuses(ctx context.Context, batch []*call) []*call {
+// They go through the pool, which the worker's connection goes back to
+// first (the pool may hold no other: PoolSize defaults to Pipelines).
+func (w *worker) statuses(ctx context.Context, batch []*call) []*call {
 	kept := batch[:0]
 	for _, c := range batch {
 		if c.op.Kind == quorum.OpStatus {
-			n.status(ctx, c)
+			w.drop()
+			w.n.status(ctx, c)
 			continue
 		}
 		kept = append(kept, c)
@@ -181,8 +241,9 @@ func (n *RedisNode) batchContext(batch []*call) (context.Context, context.Cancel
 
 // send runs the batch's scripts in one pipeline, by source or by SHA1. Each
 // returned command carries its own reply or error.
-func (n *RedisNode) send(ctx context.Context, batch []*call, source bool) []*redis.Cmd {
-	pipe := n.client.Pipeline()
+func (w *worker) send(ctx context.Context, batch []*call, source bool) []*redis.Cmd {
+	n := w.n
+	pipe := w.pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
 		s, keys, args := n.command(c.op)
@@ -195,5 +256,6 @@ func (n *RedisNode) send(ctx context.Context, batch []*call, source bool) []*red
 	n.roundTrips.Add(1)
 	n.sent.Add(uint64(len(batch)))
 	_, _ = pipe.Exec(ctx) // the error is also set on each command
+	w.check(cmds)
 	return cmds
 }
