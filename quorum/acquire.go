@@ -187,7 +187,8 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release is queued for every node. A node runs what is queued for it in order (one pipeline per
 // node, the default), so an acquire started after sent lands behind the
 // release on every node — often in the same round trip. The nodes are told
-// of line's first waiter, which this instance wakes itself.
+// of line, this instance's first waiters, which this instance wakes in turn
+// itself: a node announces the release only when someone else waits.
 //
 // It reports false only when so many nodes said the token does not hold
 // the key that no majority can; answers that do not decide it give an
@@ -197,10 +198,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token}
-	if len(line) > 0 {
-		op.Next = line[0].ID
-	}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line}
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}

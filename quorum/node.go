@@ -133,10 +133,11 @@ type Op struct {
 	// the two (a call on a dropped connection may run after a later one).
 	Undo    string
 	UndoFor time.Duration
-	// Next is, for an OpRelease, the releasing instance's first waiter for
-	// Key, which that instance wakes itself: a node need not announce the
-	// release when it is the only one in line.
-	Next  string
+	// Line is, for an OpRelease, the releasing instance's first waiters for
+	// Key (at most two: the head, which that instance wakes itself, and the
+	// one its grants put in line after it, which follows the head there): a
+	// node need not announce the release when nobody else is in line.
+	Line  []engine.Waiter
 	Fence int64         // OpCommit, OpFloor
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend

@@ -286,8 +286,15 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			leave = "0"
 		}
 		line, deadlines := n.lineKeys(op.Key)
+		first, second := "", ""
+		if len(op.Line) > 0 {
+			first = op.Line[0].ID
+		}
+		if len(op.Line) > 1 {
+			second = op.Line[1].ID
+		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, op.Next, op.Undo, millis(op.UndoFor)}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor), second}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}

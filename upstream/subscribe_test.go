@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lockproxy/lockproxy/quorum"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,7 +15,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 const defaultChannel = "lockproxy:released"
@@ -41,24 +42,37 @@ func TestReleasePublishes(t *testing.T) {
 		mustRelease(t, n, key, "a", false) // already free
 		mustRelease(t, n, "never-held", "a", false)
 		releaseWhileWaited(t, other, "k")
-		// The releasing instance wakes its own first waiter: when that is the
-		// only one in line, nothing is published; with another, it is.
-		for i, line := range [][]string{{"w1"}, {"w1", "w2"}} {
+		// The releasing instance wakes its own first waiters in turn: when
+		// only they are in line, nothing is published; with anyone else in
+		// line (o, another instance's), it is.
+		for i, c := range []struct{ line, mine []string }{
+			{[]string{"w1"}, []string{"w1"}},
+			{[]string{"w1", "w2"}, []string{"w1"}}, // published
+			{[]string{"w1", "w2"}, []string{"w1", "w2"}},
+			{[]string{"w1", "o"}, []string{"w1", "w2"}},       // published
+			{[]string{"w1", "w2", "o"}, []string{"w1", "w2"}}, // published
+			{[]string{"w2"}, []string{"w1", "w2"}},
+			{[]string{"o"}, nil}, // published
+		} {
 			k := fmt.Sprint("local", i)
 			mustAcquire(t, n, k, hold("a", time.Minute))
-			for _, id := range line {
+			for _, id := range c.line {
 				if c, err := n.Acquire(ctx, k, waiting(id, id, time.Now())); err != nil || c.State != quorum.Taken {
 					t.Fatal(c, err)
 				}
 			}
-			if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: k, Token: "a", Next: "w1"}); r.Err != nil || !r.OK {
+			var mine []engine.Waiter
+			for _, id := range c.mine {
+				mine = append(mine, engine.Waiter{ID: id})
+			}
+			if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: k, Token: "a", Line: mine}); r.Err != nil || !r.OK {
 				t.Fatalf("release of %s: %+v", k, r)
 			}
 		}
 		if err := raw.Publish(ctx, defaultChannel, "end").Err(); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{defaultChannel + " 1:a" + key, "x/released 1:ak", defaultChannel + " 1:alocal1", defaultChannel + " end"} {
+		for _, want := range []string{defaultChannel + " 1:a" + key, "x/released 1:ak", defaultChannel + " 1:alocal1", defaultChannel + " 1:alocal3", defaultChannel + " 1:alocal4", defaultChannel + " 1:alocal6", defaultChannel + " end"} {
 			m, err := ps.ReceiveMessage(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -10,20 +10,21 @@
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
--- rollback must not remove a hold the same token had before; ARGV[6] the
--- releasing instance's first waiter ('' for none), which that instance
--- wakes itself: when it is the only one in line, nobody needs the message;
--- ARGV[7] an acquire attempt that may not have landed on this node yet
--- ('' for none) and ARGV[8] how long, in ms, to remember it: unless the lock
--- shows that attempt landed, the release marks it undone, so that it takes
--- nothing when it lands later (on a connection that was dropped meanwhile,
--- its order against this release is unknown).
+-- rollback must not remove a hold the same token had before; ARGV[6] and
+-- ARGV[9] the releasing instance's first and second waiters ('' for none):
+-- that instance wakes the first itself, and the second after it (the
+-- first's grant puts the second in line), so while nobody else is in line,
+-- nobody needs the message; ARGV[7] an acquire attempt that may not have
+-- landed on this node yet ('' for none) and ARGV[8] how long, in ms, to
+-- remember it: unless the lock shows that attempt landed, the release marks
+-- it undone, so that it takes nothing when it lands later (on a connection
+-- that was dropped meanwhile, its order against this release is unknown).
 -- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
--- only while someone other than ARGV[6] waits in the key's line: a waiter refused through any
--- instance holds a place on the nodes that refused it, and its own instance
--- wakes it directly. The message is '<length of token>:<token><key>', so
--- that the instance that released can tell its own release when it hears
--- of it.
+-- only while someone other than ARGV[6] and ARGV[9] waits in the key's
+-- line: a waiter refused through any instance holds a place on the nodes
+-- that refused it, and its own instance wakes it directly. The message is
+-- '<length of token>:<token><key>', so that the instance that released can
+-- tell its own release when it hears of it.
 if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
@@ -45,8 +46,13 @@ if ARGV[5] ~= '' and attempt ~= ARGV[5] then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[5])
-local waiting = redis.call('ZCARD', KEYS[2])
-if waiting > 1 or waiting == 1 and (ARGV[6] == '' or not redis.call('ZSCORE', KEYS[2], ARGV[6])) then
+local others = redis.call('ZCARD', KEYS[2])
+for _, mine in ipairs({ARGV[6], ARGV[9]}) do
+  if others > 0 and mine ~= '' and redis.call('ZSCORE', KEYS[2], mine) then
+    others = others - 1
+  end
+end
+if others > 0 then
   redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
 end
 return 1
