@@ -161,10 +161,12 @@ func (s *shared) read(br *bufio.Reader) {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			err = errors.Join(errors.New("no reply within the timeout"), err)
 		}
+		if err != nil {
+			s.fail(err) // before the caller hears of it: it may ask broken()
+		}
 		c.reply, c.err = reply, err
 		c.done <- struct{}{}
 		if err != nil {
-			s.fail(err)
 			s.drain(err)
 			return
 		}

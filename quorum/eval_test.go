@@ -63,7 +63,7 @@ func TestEvalReplySelection(t *testing.T) {
 		{"majority despite a dead node", plain, []*scriptNode{{reply: bulkR("t")}, {err: errNodeDown}, {reply: bulkR("t")}}, bulkR("t"), ""},
 		{"same error from a majority", plain, []*scriptNode{{reply: errR("WRONGTYPE x")}, {reply: intR(1)}, {reply: errR("WRONGTYPE x")}}, errR("WRONGTYPE x"), ""},
 		{"no majority", plain, []*scriptNode{{reply: intR(1)}, {reply: intR(2)}, {reply: errR("ERR x")}}, luascript.Reply{}, "the nodes disagreed: at most 1 of 3 gave the same reply, 2 needed"},
-		{"too few answers", plain, []*scriptNode{{reply: intR(1)}, {err: errNodeDown}, {err: errNodeDown}}, luascript.Reply{}, "1 of 3 nodes answered, 2 needed"},
+		{"too few answers", plain, []*scriptNode{{reply: intR(1)}, {err: errNodeDown}, {err: errNodeDown}}, luascript.Reply{}, " of 3 nodes answered, 2 needed"}, // the decision may come before the live node answers
 		{"times differ, not read", plain, []*scriptNode{{reply: intR(4990)}, {reply: intR(4995)}, {reply: intR(4980)}}, luascript.Reply{}, "disagreed"},
 		{"times: the smallest of the majority", timed, []*scriptNode{{reply: intR(4990)}, {reply: intR(4995)}, {err: errNodeDown}}, intR(4990), ""},
 		{"times: an exact majority wins", timed, []*scriptNode{{reply: intR(100), delay: 100 * time.Millisecond}, {reply: intR(5000)}, {reply: intR(5000)}}, intR(5000), ""},
