@@ -54,7 +54,7 @@ func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
 
 // Register adds the lock commands, native and legacy, to t.
 func (h *Handler) Register(t *resp.Table) error {
-	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t))
+	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t), h.registerReads(t))
 }
 
 func (h *Handler) registerNative(t *resp.Table) error {

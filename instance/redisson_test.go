@@ -129,6 +129,8 @@ type rClient struct {
 	c      *redis.Client
 	id     string
 	thread int64
+	tg     rTarget // where it connects: what is guaranteed there
+	nodes  []*redistest.Server
 }
 
 func newRClient(t *testing.T, v rVersion, addr string, n int) *rClient {
@@ -242,43 +244,61 @@ func (r *rClient) renew(ctx context.Context, name string, leaseMS int64) (bool, 
 // rTarget is where a case's two clients connect.
 type rTarget struct {
 	name  string
-	addrs func(t *testing.T) (a, b string)
+	addrs func(t *testing.T) (a, b string, nodes []*redistest.Server)
+	// quorum: lockproxy over three nodes, where the nodes run a script
+	// each on its own (docs/lock-scripts.md, "Order and drift").
+	quorum bool
+	// cross: the two clients are on two instances, whose scripts the
+	// nodes may run in different orders.
+	cross bool
 }
 
 // rTargets: one plain redis-server; lockproxy over three nodes with both
 // clients on one instance; and with each client on its own instance over
 // the same nodes.
 var rTargets = []rTarget{
-	{"redis", func(t *testing.T) (string, string) {
+	{"redis", func(t *testing.T) (string, string, []*redistest.Server) {
 		s := redistest.Start(t, redistest.Options{})
-		return s.Addr(), s.Addr()
-	}},
-	{"lockproxy", func(t *testing.T) (string, string) {
-		in := startInstance(t, testConfig(redistest.StartN(t, 3, redistest.Options{})))
-		return in.Addr(), in.Addr()
-	}},
-	{"lockproxy-two-instances", func(t *testing.T) (string, string) {
-		cfg := testConfig(redistest.StartN(t, 3, redistest.Options{}))
-		return startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()
-	}},
+		return s.Addr(), s.Addr(), []*redistest.Server{s}
+	}, false, false},
+	{"lockproxy", func(t *testing.T) (string, string, []*redistest.Server) {
+		nodes := redistest.StartN(t, 3, redistest.Options{})
+		in := startInstance(t, testConfig(nodes))
+		return in.Addr(), in.Addr(), nodes
+	}, true, false},
+	{"lockproxy-two-instances", func(t *testing.T) (string, string, []*redistest.Server) {
+		nodes := redistest.StartN(t, 3, redistest.Options{})
+		cfg := testConfig(nodes)
+		return startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr(), nodes
+	}, true, true},
 }
 
 // rCase is one replayed scenario.
 type rCase struct {
 	name string
 	run  func(t *testing.T, a, b *rClient)
+	// oneInstance: lockproxy does not promise this case through two
+	// instances (docs/lock-scripts.md, "Order and drift": a counter with
+	// no TTL, such as RSemaphore's permits, is not a safe bound there), so
+	// the two-instance target does not run it.
+	oneInstance bool
 }
 
 // TestRedissonReplay runs every case for every version on every target.
 func TestRedissonReplay(t *testing.T) {
 	for _, tg := range rTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			addrA, addrB := tg.addrs(t)
+			addrA, addrB, nodes := tg.addrs(t)
 			for _, v := range rVersions {
 				t.Run(v.name, func(t *testing.T) {
 					for i, c := range rCases {
+						if tg.cross && c.oneInstance {
+							continue // not promised across instances (rCase.oneInstance)
+						}
 						t.Run(c.name, func(t *testing.T) {
-							c.run(t, newRClient(t, v, addrA, 2*i), newRClient(t, v, addrB, 2*i+1))
+							a, b := newRClient(t, v, addrA, 2*i), newRClient(t, v, addrB, 2*i+1)
+							a.tg, b.tg, a.nodes, b.nodes = tg, tg, nodes, nodes
+							c.run(t, a, b)
 						})
 					}
 				})
@@ -288,16 +308,16 @@ func TestRedissonReplay(t *testing.T) {
 }
 
 var rCases = []rCase{
-	{"RLock/tryLock-reentrant-unlock", caseReentrant},
-	{"RLock/waiter-woken-by-unlock-message", caseWaiterWoken},
-	{"RLock/watchdog-renewal", caseWatchdog},
-	{"RLock/lease-expires", caseLeaseExpires},
-	{"RLock/forceUnlock", caseForceUnlock},
-	{"RLock/contention-one-holder", caseContention},
-	{"RFairLock/queue-order", caseFairOrder},
-	{"RReadWriteLock/readers-share-writer-excludes", caseReadWrite},
-	{"RSemaphore/permits", caseSemaphore},
-	{"RSemaphore/contention-one-permit", caseSemaphoreContention},
+	{"RLock/tryLock-reentrant-unlock", caseReentrant, false},
+	{"RLock/waiter-woken-by-unlock-message", caseWaiterWoken, false},
+	{"RLock/watchdog-renewal", caseWatchdog, false},
+	{"RLock/lease-expires", caseLeaseExpires, false},
+	{"RLock/forceUnlock", caseForceUnlock, false},
+	{"RLock/contention-one-holder", caseContention, false},
+	{"RFairLock/queue-order", caseFairOrder, false},
+	{"RReadWriteLock/readers-share-writer-excludes", caseReadWrite, false},
+	{"RSemaphore/permits", caseSemaphore, false},
+	{"RSemaphore/contention-one-permit", caseSemaphoreContention, true},
 }
 
 // rKey is a unique lock name per case (hash tags are what Redisson's
@@ -337,6 +357,54 @@ func wantTTL(t *testing.T, what string, got any, err error, max int64) int64 {
 		t.Fatalf("%s: got %#v, want a remaining time in (0, %d]", what, got, max)
 	}
 	return n
+}
+
+// documented is an outcome that docs/lock-scripts.md ("Order and drift")
+// says the nodes can give once their states drifted apart; where the
+// target allows it, a case logs it and checks the weaker guarantee.
+type documented string
+
+func (d documented) Error() string { return string(d) }
+
+// disagreed reports whether err is lockproxy's NOQUORUM for nodes whose
+// replies had no majority.
+func disagreed(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOQUORUM the nodes disagreed")
+}
+
+// unlockDrifted checks the reply to an unlock Redisson expects to be 1 (a
+// release) after a lease expired while another client retried: with the
+// nodes' states drifted apart (a quorum target only), 0 (a hold count left
+// on some nodes) or NOQUORUM may come instead; then the hold left behind
+// must end with its lease: once the key is gone from every node (read on
+// the nodes themselves, within a few leases), a fresh client (a thread of
+// other's Redisson instance) gets the lock at once and releases it.
+func unlockDrifted(t *testing.T, what string, v any, err error, name string, other *rClient) {
+	t.Helper()
+	if err == nil && v == int64(1) {
+		return
+	}
+	if !other.tg.quorum || !(disagreed(err) || err == nil && v == int64(0)) {
+		t.Fatalf("%s: got %#v (error %v), want 1", what, v, err)
+	}
+	t.Logf("%s: %#v %v: the nodes' states drifted (documented); waiting for the hold left behind to expire", what, v, err)
+	other = &rClient{t: t, v: other.v, c: other.c, id: other.id, thread: other.thread + 1000, tg: other.tg, nodes: other.nodes}
+	// An unlock that left a count sets the lease rLeaseMS again.
+	within := 3*rLeaseMS*time.Millisecond + compatWaitBound
+	ctx, cancel := context.WithTimeout(context.Background(), within+compatWaitBound)
+	defer cancel()
+	eventually(t, within, "the drifted hold expires on every node", func() bool {
+		for _, n := range other.nodes {
+			if c, err := nodeClient(t, n).Exists(ctx, name).Result(); err != nil || c != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	v, err = other.tryLock(ctx, name, rLeaseMS)
+	want(t, "a fresh client's tryLock once the drifted hold expired", v, err, nil)
+	v, err = other.unlock(ctx, name)
+	want(t, "the other client's unlock once the drifted hold expired", v, err, int64(1))
 }
 
 func caseReentrant(t *testing.T, a, b *rClient) {
@@ -497,7 +565,7 @@ func caseWatchdog(t *testing.T, a, b *rClient) {
 	ok, err = a.renew(ctx, name, rWatchdogLeaseMS)
 	want(t, "A's renewal after losing the lock", ok, err, false)
 	v, err = b.unlock(ctx, name)
-	want(t, "B unlock", v, err, int64(1))
+	unlockDrifted(t, "B unlock", v, err, name, a)
 }
 
 func caseLeaseExpires(t *testing.T, a, b *rClient) {
@@ -524,7 +592,7 @@ func caseLeaseExpires(t *testing.T, a, b *rClient) {
 	v, err = a.unlock(ctx, name)
 	want(t, "A unlock after expiry", v, err, nil)
 	v, err = b.unlock(ctx, name)
-	want(t, "B unlock", v, err, int64(1))
+	unlockDrifted(t, "B unlock", v, err, name, a)
 }
 
 func caseForceUnlock(t *testing.T, a, b *rClient) {
@@ -558,20 +626,27 @@ const rContentionRounds = 40
 
 // contend runs try and release in a and b concurrently, rContentionRounds
 // times each (bounded by compatWaitBound x 4), and fails the test if the
-// two ever hold at once or if an error or an unexpected reply occurs. It
+// two ever hold at once or if an error or an unexpected reply occurs,
+// other than a documented one (logged and counted: a documented try is not
+// a grant; after a documented release the holder stops holding). It
 // returns how many times each got it.
 func contend(t *testing.T, try func(ctx context.Context, r *rClient) (bool, error), release func(ctx context.Context, r *rClient) error, a, b *rClient) [2]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*compatWaitBound)
 	defer cancel()
 	var holders atomic.Int32
-	var got [2]int
+	var got, drifted [2]int
 	errs := make(chan error, 2)
 	for i, r := range []*rClient{a, b} {
 		go func() {
 			errs <- func() error {
 				for range rContentionRounds {
 					ok, err := try(ctx, r)
+					var d documented
+					if errors.As(err, &d) {
+						drifted[i]++
+						continue
+					}
 					if err != nil {
 						return err
 					}
@@ -584,7 +659,9 @@ func contend(t *testing.T, try func(ctx context.Context, r *rClient) (bool, erro
 					}
 					time.Sleep(time.Millisecond)
 					holders.Add(-1)
-					if err := release(ctx, r); err != nil {
+					if err := release(ctx, r); errors.As(err, &d) {
+						drifted[i]++
+					} else if err != nil {
 						return err
 					}
 				}
@@ -600,13 +677,20 @@ func contend(t *testing.T, try func(ctx context.Context, r *rClient) (bool, erro
 	if got[0]+got[1] == 0 {
 		t.Error("neither client ever got it")
 	}
+	if drifted[0]+drifted[1] > 0 {
+		t.Logf("documented outcomes of drifted nodes: A %d, B %d", drifted[0], drifted[1])
+	}
 	return got
 }
 
 func caseContention(t *testing.T, a, b *rClient) {
 	name := rKey(t)
+	var drift atomic.Bool
 	got := contend(t, func(ctx context.Context, r *rClient) (bool, error) {
 		v, err := r.tryLock(ctx, name, rLeaseMS)
+		if r.tg.cross && disagreed(err) {
+			return false, documented("tryLock: " + err.Error())
+		}
 		if err != nil {
 			return false, err
 		}
@@ -618,12 +702,21 @@ func caseContention(t *testing.T, a, b *rClient) {
 		}
 		return false, nil
 	}, func(ctx context.Context, r *rClient) error {
-		if v, err := r.unlock(ctx, name); err != nil || v != int64(1) {
-			return fmt.Errorf("unlock: %#v %v, want 1", v, err)
+		v, err := r.unlock(ctx, name)
+		switch {
+		case err == nil && v == int64(1):
+			return nil
+		case r.tg.cross && (disagreed(err) || err == nil && (v == int64(0) || v == nil)):
+			drift.Store(true)
+			return documented(fmt.Sprintf("unlock: %#v %v", v, err))
 		}
-		return nil
+		return fmt.Errorf("unlock: %#v %v, want 1", v, err)
 	}, a, b)
 	t.Logf("grants: A %d, B %d of %d tries each", got[0], got[1], rContentionRounds)
+	if drift.Load() {
+		// What a drifted unlock left behind ends with its lease.
+		unlockDrifted(t, "after the contention", nil, errors.New("NOQUORUM the nodes disagreed (an unlock above)"), name, a)
+	}
 }
 
 func caseSemaphoreContention(t *testing.T, a, b *rClient) {
@@ -641,7 +734,20 @@ func caseSemaphoreContention(t *testing.T, a, b *rClient) {
 		return err
 	}, a, b)
 	avail, err := a.c.Get(compatCtx(t), name).Result()
-	want(t, "permits at the end", avail, err, "1")
+	if err != nil || avail != "1" {
+		t.Fatalf("permits at the end: %q %v, want \"1\"", avail, err)
+	}
+	for i, n := range a.nodes {
+		p, err := nodeClient(t, n).Get(compatCtx(t), name).Int64()
+		switch {
+		case err != nil || p < 0:
+			t.Errorf("node %d: %d permits (%v)", i, p, err)
+		case p > 1:
+			t.Errorf("node %d: %d permits, more than were set", i, p)
+		case p != 1:
+			t.Logf("node %d: %d permits at the end (a minority's drift)", i, p)
+		}
+	}
 	t.Logf("acquired: A %d, B %d of %d tries each", got[0], got[1], rContentionRounds)
 }
 
@@ -676,7 +782,7 @@ func caseFairOrder(t *testing.T, a, b *rClient) {
 	name := rKey(t)
 	// A third thread of B's Redisson instance, on A's address: the queue
 	// needs two waiters.
-	c := &rClient{t: t, v: b.v, c: a.c, id: b.id, thread: b.thread + 100}
+	c := &rClient{t: t, v: b.v, c: a.c, id: b.id, thread: b.thread + 100, tg: b.tg, nodes: b.nodes}
 	v, err := a.fairLock(ctx, name)
 	want(t, "A fair tryLock", v, err, nil)
 	psB := b.subscribe(ctx, "redisson_lock__channel:{"+name+"}:"+b.lockName())

@@ -26,7 +26,7 @@ import (
 func TestSpringPubSubLockReplay(t *testing.T) {
 	for _, tg := range rTargets {
 		t.Run(tg.name, func(t *testing.T) {
-			addrA, addrB := tg.addrs(t)
+			addrA, addrB, _ := tg.addrs(t)
 			a := newSpringClient(t, addrA, "0d6a6c1e-5f1b-4c55-9c7e-a1b2c3d4e5f6")
 			b := newSpringClient(t, addrB, "7e3f0b2a-1c4d-4e6f-8a9b-f6e5d4c3b2a1")
 			springPubSubCase(t, a, b)

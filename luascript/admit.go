@@ -2,6 +2,8 @@ package luascript
 
 import (
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +22,33 @@ type Admitted struct {
 	// by concatenation (KEYS[1] .. ':x'): the script may touch keys that
 	// begin with a key of KEYS without being one.
 	DerivesKeys bool
+	// PublishFromARGV lists the indexes n (from 1, ascending, no repeats)
+	// of calls written redis.call(ARGV[n], ...): the command is taken from
+	// ARGV[n], and the check admitted it as PUBLISH (arguments checked as
+	// PUBLISH's: no key). Redisson 3.22 and later pass "publish" (or
+	// "spublish") this way. CheckARGV checks the values before a run.
+	PublishFromARGV []int
+}
+
+// publishCommands are the commands ARGV[n] may name where a script takes
+// its command from ARGV (Admitted.PublishFromARGV).
+var publishCommands = map[string]bool{"publish": true, "spublish": true}
+
+// CheckARGV checks, before the script reaches any node, that every ARGV[n]
+// the script takes a command from is there and is PUBLISH or SPUBLISH
+// (in any case).
+func (s *Admitted) CheckARGV(argv [][]byte) error {
+	for _, n := range s.PublishFromARGV {
+		if n > len(argv) {
+			return fmt.Errorf("ERR lockproxy refused this script before running it on any node: it takes a command from ARGV[%d], "+
+				"which must be PUBLISH or SPUBLISH, and only %d arguments were given (docs/lock-scripts.md)", n, len(argv))
+		}
+		if !publishCommands[strings.ToLower(string(argv[n-1]))] {
+			return fmt.Errorf("ERR lockproxy refused this script before running it on any node: it takes a command from ARGV[%d], "+
+				"which must be PUBLISH or SPUBLISH, not '%s' (docs/lock-scripts.md)", n, oneLine(string(argv[n-1])))
+		}
+	}
+	return nil
 }
 
 // AdmitError is the refusal of a script outside the catalog, with the
@@ -59,7 +88,15 @@ func Admit(src []byte) (*Admitted, error) {
 	if a.err != nil {
 		return nil, a.err
 	}
-	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives}, nil
+	if len(a.fromARGV) > 0 && a.argvChanged > 0 {
+		return nil, &AdmitError{Line: a.argvChanged, Msg: "the script takes a command from ARGV and may change ARGV (it assigns ARGV or an element, or hands ARGV to a function other than unpack)"}
+	}
+	var pub []int
+	for n := range a.fromARGV {
+		pub = append(pub, n)
+	}
+	sort.Ints(pub)
+	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives, PublishFromARGV: pub}, nil
 }
 
 // admission is the state of one check.
@@ -74,7 +111,12 @@ type admission struct {
 	derives   bool
 	readsTime bool
 	writes    bool
-	err       *AdmitError
+	// fromARGV are the n of redis.call(ARGV[n], ...); argvChanged is the
+	// line of a statement that assigns ARGV or one of its elements (0:
+	// none), which such a script may not do.
+	fromARGV    map[int]bool
+	argvChanged int
+	err         *AdmitError
 }
 
 var keyElem = &expr{kind: eIndex, obj: &expr{kind: eName, text: "KEYS"}, sub: &expr{kind: eConst, text: "1"}}
@@ -105,6 +147,9 @@ func (a *admission) refuse(line int, format string, args ...any) {
 }
 
 func (a *admission) bind(line int, name string, value *expr) {
+	if name == "ARGV" && a.argvChanged == 0 {
+		a.argvChanged = line
+	}
 	if fixed[name] || forbidden[name] {
 		a.refuse(line, "the script rebinds %s", name)
 	}
@@ -264,6 +309,11 @@ func isCallOfKEYS(e *expr, fn string) bool {
 	return e.kind == eCall && isName(e.obj, fn) && len(e.args) == 1 && isName(e.args[0], "KEYS")
 }
 
+// isCallOf reports whether e is fn(arg).
+func isCallOf(e *expr, fn, arg string) bool {
+	return e.kind == eCall && isName(e.obj, fn) && len(e.args) == 1 && isName(e.args[0], arg)
+}
+
 // multiValued reports whether e may stand for several values at the end of
 // a list.
 func multiValued(e *expr) bool { return e.kind == eCall || e.kind == eMethod || e.kind == eVararg }
@@ -291,6 +341,9 @@ func (a *admission) checkTarget(line int, t *expr) {
 	case eName:
 		return // bindBlock refused the fixed names
 	case eIndex, eField:
+		if isName(t.obj, "ARGV") && a.argvChanged == 0 {
+			a.argvChanged = line
+		}
 		if isName(t.obj, "KEYS") || isName(t.obj, "redis") {
 			a.refuse(line, "the script changes %s", t.obj.text)
 			return
@@ -313,15 +366,19 @@ func (a *admission) checkExpr(e *expr) {
 			a.refuse(e.line, "redis may be used only as redis.call(...), redis.pcall(...) or redis.%s", "error_reply/status_reply/sha1hex/log")
 		case forbidden[e.text]:
 			a.refuse(e.line, "%s is not allowed: it can run code the check cannot see", e.text)
+		case e.text == "ARGV" && a.argvChanged == 0:
+			// ARGV handed to a function (table.remove(ARGV, 1)) may
+			// change: refused below if a command comes from ARGV.
+			a.argvChanged = e.line
 		}
 		return
 	case eIndex:
-		if isName(e.obj, "KEYS") {
+		if isName(e.obj, "KEYS") || isName(e.obj, "ARGV") {
 			a.checkExpr(e.sub)
 			return
 		}
 	case eUnop:
-		if e.text == "#" && isName(e.obj, "KEYS") {
+		if e.text == "#" && (isName(e.obj, "KEYS") || isName(e.obj, "ARGV")) {
 			return
 		}
 	case eField:
@@ -336,7 +393,7 @@ func (a *admission) checkExpr(e *expr) {
 			a.checkRedisCall(e)
 			return
 		}
-		if isCallOfKEYS(e, "ipairs") || isCallOfKEYS(e, "unpack") {
+		if isCallOfKEYS(e, "ipairs") || isCallOfKEYS(e, "unpack") || isCallOf(e, "unpack", "ARGV") {
 			return
 		}
 	case eFunc:
@@ -354,8 +411,21 @@ func (a *admission) checkExpr(e *expr) {
 // command, as a string literal, and every key argument comes from KEYS.
 func (a *admission) checkRedisCall(e *expr) {
 	fn := "redis." + e.obj.text
+	if len(e.args) > 0 && e.args[0].kind == eIndex && isName(e.args[0].obj, "ARGV") {
+		n, ok := literalIndex(e.args[0].sub)
+		if !ok {
+			a.refuse(e.line, "%s must name its command with a string literal, or with ARGV[n] for a literal n (PUBLISH or SPUBLISH only)", fn)
+			return
+		}
+		if a.fromARGV == nil {
+			a.fromARGV = map[int]bool{}
+		}
+		a.fromARGV[n] = true
+		a.checkArgs(e, fn, "publish", allowed["publish"])
+		return
+	}
 	if len(e.args) == 0 || e.args[0].kind != eString {
-		a.refuse(e.line, "%s must name its command with a string literal", fn)
+		a.refuse(e.line, "%s must name its command with a string literal (or ARGV[n] for PUBLISH/SPUBLISH)", fn)
 		return
 	}
 	name := strings.ToLower(unquoteCanonical(e.args[0].text))
@@ -370,6 +440,22 @@ func (a *admission) checkRedisCall(e *expr) {
 	}
 	a.readsTime = a.readsTime || remainingTime[name]
 	a.writes = a.writes || spec.write
+	a.checkArgs(e, fn, name, spec)
+}
+
+// literalIndex is n when e is a decimal integer literal n >= 1 that fits
+// an int comfortably.
+func literalIndex(e *expr) (int, bool) {
+	if e == nil || e.kind != eConst || e.text == "" || len(e.text) > 6 || e.text[0] < '1' || e.text[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.Atoi(e.text)
+	return n, err == nil
+}
+
+// checkArgs checks the arguments of redis.call(name, args...) by spec:
+// every key argument comes from KEYS.
+func (a *admission) checkArgs(e *expr, fn, name string, spec keySpec) {
 	args := e.args[1:]
 	for i, arg := range args {
 		pos := i + 1

@@ -2,7 +2,10 @@ package luascript
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -67,6 +70,7 @@ func TestAdmitAccepts(t *testing.T) {
 		"functions":             `local function del(k) return 1 end local f = function() return redis.call('GET', KEYS[1]) end return f()`,
 		"never returns":         `while true do end`,
 		"no key command":        `return cjson.encode({1, 2})`,
+		"publish from ARGV":     `redis.call(ARGV[4], KEYS[2], ARGV[1]) return #ARGV + #unpack(ARGV)`,
 	} {
 		a, err := Admit([]byte(src))
 		if err != nil {
@@ -102,6 +106,62 @@ func TestAdmitLearnsTimeReads(t *testing.T) {
 			t.Errorf("%q: ReadsTime %v, %v; want %v", src, a != nil && a.ReadsTime, err, want)
 		}
 	}
+}
+
+// Redisson 3.22 and later: redis.call(ARGV[n], KEYS[2], ARGV[1]), with
+// "publish" or "spublish" in ARGV[n].
+func TestAdmitPublishFromARGV(t *testing.T) {
+	for src, want := range map[string][]int{
+		`redis.call(ARGV[4], KEYS[2], ARGV[1]) return 1`:                                   {4},
+		`redis.pcall(ARGV[2], KEYS[2], ARGV[1]); redis.call(ARGV[4], KEYS[1], ARGV[1])`:    {2, 4},
+		`redis.call(ARGV[3], KEYS[1], 'x') redis.call(ARGV[3], KEYS[2], 'y')`:              {3},
+		`redis.call('publish', KEYS[1], 'x') return redis.call('GET', KEYS[1])`:            nil,
+		`if redis.call('exists', KEYS[1]) == 0 then redis.call(ARGV[2], KEYS[2], 'm') end`: {2},
+	} {
+		a, err := Admit([]byte(src))
+		if err != nil {
+			t.Errorf("%q: refused: %v", src, err)
+			continue
+		}
+		if fmt.Sprint(a.PublishFromARGV) != fmt.Sprint(want) {
+			t.Errorf("%q: PublishFromARGV %v, want %v", src, a.PublishFromARGV, want)
+		}
+	}
+	a, err := Admit([]byte(`redis.call(ARGV[2], KEYS[1], ARGV[1]) return 1`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{{"m", "publish"}, {"m", "PUBLISH"}, {"m", "SPublish", "x"}} {
+		if err := a.CheckARGV(bytesOf(argv)); err != nil {
+			t.Errorf("ARGV %q: %v", argv, err)
+		}
+	}
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"m", "flushall"}, "it takes a command from ARGV[2], which must be PUBLISH or SPUBLISH, not 'flushall'"},
+		{[]string{"m", "del"}, "not 'del'"},
+		{[]string{"m", "publish "}, "not 'publish '"},
+		{[]string{"m"}, "only 1 arguments were given"},
+		{nil, "only 0 arguments were given"},
+		{[]string{"m", "pub\r\nlish"}, "not 'pub??lish'"},
+	} {
+		err := a.CheckARGV(bytesOf(c.argv))
+		if err == nil || !strings.Contains(err.Error(), c.want) ||
+			!strings.HasPrefix(err.Error(), "ERR lockproxy refused this script before running it on any node: ") ||
+			strings.ContainsAny(err.Error(), "\r\n") {
+			t.Errorf("ARGV %q: %v, want %q", c.argv, err, c.want)
+		}
+	}
+}
+
+func bytesOf(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
 }
 
 func TestAdmitRefuses(t *testing.T) {
@@ -146,7 +206,23 @@ func TestAdmitRefuses(t *testing.T) {
 		`return redis.call('SET', KEYS[1] .. loadstring('x')(), 1)`:                            "loadstring is not allowed",
 		`return redis.call("\0")`:                                                              "may not be used",
 		`return redis.call('SORT', KEYS[1], 'BY', 'x*')`:                                       "SORT may not be used",
+		`return redis.call(ARGV[1], KEYS[1])`:                                                  "", // see below: allowed shape, checked at run time
+		`return redis.call(ARGV[0+1], KEYS[1], 'm')`:                                           "or with ARGV[n] for a literal n",
+		`return redis.call(ARGV[0], KEYS[1], 'm')`:                                             "or with ARGV[n] for a literal n",
+		`return redis.call(ARGV[i], KEYS[1], 'm')`:                                             "or with ARGV[n] for a literal n",
+		`return redis.call(ARGV[1.5], KEYS[1], 'm')`:                                           "or with ARGV[n] for a literal n",
+		`return redis.call(ARGV, KEYS[1], 'm')`:                                                "must name its command with a string literal",
+		`return redis.call(KEYS[1], KEYS[1], 'm')`:                                             "must name its command with a string literal",
+		`ARGV[2] = 'flushall' return redis.call(ARGV[2], KEYS[1], 'm')`:                        "line 1: the script takes a command from ARGV and may change ARGV",
+		`local ARGV = {'flushall'} return redis.call(ARGV[1], KEYS[1], 'm')`:                   "takes a command from ARGV and may change ARGV",
+		`table.remove(ARGV, 1) return redis.call(ARGV[2], KEYS[1], 'm')`:                       "takes a command from ARGV and may change ARGV",
+		`local function f(ARGV) end return redis.call(ARGV[2], KEYS[1], 'm')`:                  "takes a command from ARGV and may change ARGV",
+		`return redis.call(ARGV[2], KEYS[1], 'm', 'x')`:                                        "", // PUBLISH's arity is Redis's to check
+		`return redis.call(ARGV[2], unpack(KEYS))`:                                             "",
 	} {
+		if want == "" {
+			continue
+		}
 		_, err := Admit([]byte(src))
 		var ae *AdmitError
 		if !errors.As(err, &ae) {
@@ -200,7 +276,8 @@ func FuzzAdmit(f *testing.F) {
 	seedFromLibraryScripts(f)
 	for _, s := range []string{pttlIfHeld, reentrantLock, reentrantUnlock, redissonReadLock,
 		`return redis.call('FLUSHALL')`, `local c = redis.call return c('x')`, `KEYS[1] = 'a'`,
-		`for _, k in ipairs(KEYS) do redis.call('DEL', k) end`, `return redis.call('DEL', unpack(KEYS))`} {
+		`for _, k in ipairs(KEYS) do redis.call('DEL', k) end`, `return redis.call('DEL', unpack(KEYS))`,
+		`redis.call(ARGV[4], KEYS[2], ARGV[1]) return 1`, `ARGV[4] = 'del' redis.call(ARGV[4], KEYS[1])`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
@@ -221,10 +298,16 @@ func FuzzAdmit(f *testing.F) {
 		}
 		for i, tk := range toks {
 			if tk.kind == tkName && (tk.text == "redis") && i+2 < len(toks) && toks[i+1].text == "." &&
+				(i == 0 || toks[i-1].text != "." && toks[i-1].text != ":") && // not a field: A.redis.call
 				(toks[i+2].text == "call" || toks[i+2].text == "pcall") {
-				name := toks[i+3] // redis.call'get' is a call too
+				at := i + 3 // redis.call'get' is a call too
+				name := toks[at]
 				if name.kind != tkString && name.text == "(" && i+4 < len(toks) {
-					name = toks[i+4]
+					at, name = i+4, toks[i+4]
+				}
+				if name.kind == tkName && name.text == "ARGV" {
+					checkFuzzARGV(t, a, toks, at, src)
+					continue
 				}
 				if name.kind != tkString {
 					t.Fatalf("admitted redis.%s not followed by a literal command name: %q", toks[i+2].text, src)
@@ -241,4 +324,27 @@ func FuzzAdmit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFuzzARGV: a call naming its command by ARGV was admitted only as
+// ARGV[<decimal literal>] recorded in PublishFromARGV, and then the script
+// neither assigns ARGV nor an element of it (simple forms).
+func checkFuzzARGV(t *testing.T, a *Admitted, toks []token, at int, src []byte) {
+	t.Helper()
+	if at+3 >= len(toks) || toks[at+1].text != "[" || toks[at+3].text != "]" {
+		t.Fatalf("admitted a command named by ARGV that is not ARGV[n]: %q", src)
+	}
+	n, err := strconv.Atoi(toks[at+2].text)
+	if err != nil || !slices.Contains(a.PublishFromARGV, n) {
+		t.Fatalf("admitted redis.call(ARGV[%s]) not recorded in %v: %q", toks[at+2].text, a.PublishFromARGV, src)
+	}
+	for j, tk := range toks {
+		if tk.kind != tkName || tk.text != "ARGV" {
+			continue
+		}
+		if j > 0 && toks[j-1].text == "local" || j+1 < len(toks) && toks[j+1].text == "=" ||
+			j+4 < len(toks) && toks[j+1].text == "[" && toks[j+3].text == "]" && toks[j+4].text == "=" {
+			t.Fatalf("admitted a script that takes a command from ARGV and assigns ARGV: %q", src)
+		}
+	}
 }

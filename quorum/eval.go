@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockproxy/lockproxy/luascript"
@@ -35,6 +36,157 @@ import (
 // (expiring with the TTLs the script set); a client-side Redlock library
 // in the same spot releases on every node, which a script caller does by
 // running its own release script.
+
+// Order on the nodes. Within one lockproxy instance, scripts that share a
+// key (any of their KEYS) reach each node in the order Eval was called,
+// one at a time: a script is not sent to a node before that node answered
+// the previous script on the same key (or that call ended at its deadline,
+// or failed). The reply still comes from the first majority: waiting for
+// every live node before replying would make a slow or paused node cost
+// every script its full time limit (the nodes' suspicion spares a
+// suspected node's wait only for the reply, not for the node's queue),
+// while the per-node order alone is what keeps the nodes' states from
+// drifting apart under one instance's concurrent clients: each node runs
+// that instance's scripts on a key in the same order. A node whose call
+// timed out may still run that script later (Redis runs what it has read),
+// and a script sent to it next then runs after it. Across instances no
+// order holds (docs/lock-scripts.md).
+
+// ErrOrderWait is a node's failure for a script that was never sent to it:
+// the node had not finished an earlier script on the same key within the
+// script's time limit.
+var ErrOrderWait = errors.New("not sent: the node had not finished an earlier script on the same key within the time limit")
+
+// keyOrder remembers, per key and node, the last script call sent there:
+// a channel closed once that call (and every call on the key before it on
+// that node) has landed.
+type keyOrder struct {
+	mu    sync.Mutex
+	tails map[string][]chan struct{}
+}
+
+// dispatch sends op to every node. An OpEval is sent to node i only once
+// the calls before it on its keys landed on node i; the others at once.
+func (r *Redlock) dispatch(ctx context.Context, op *Op, replies chan<- Reply) {
+	if op.Kind != OpEval || len(op.Keys) == 0 {
+		for i, n := range r.nodes {
+			n.Do(ctx, op, i, replies)
+		}
+		return
+	}
+	keys := uniqueKeys(op.Keys)
+	preds, landed := r.order.enter(keys, len(r.nodes))
+	for i, n := range r.nodes {
+		own := make(chan Reply, 1)
+		go func() {
+			if !waitAll(ctx, preds[i]) {
+				replies <- Reply{Tag: i, Err: ErrOrderWait}
+			} else {
+				n.Do(ctx, op, i, own)
+				replies <- <-own
+			}
+			// Landed only once the calls before it did too, so that a
+			// call that failed before being sent does not let the next
+			// one overtake them.
+			for _, p := range preds[i] {
+				<-p
+			}
+			r.order.leave(keys, i, landed[i])
+		}()
+	}
+}
+
+// waitAll waits until every channel in chs is closed, or ctx ends
+// (false).
+func waitAll(ctx context.Context, chs []chan struct{}) bool {
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+func uniqueKeys(keys []string) []string {
+	out := make([]string, 0, len(keys))
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// enter makes a new call the last on keys on each of n nodes. It returns,
+// per node, the calls it must wait for and the channel to close once it
+// landed there.
+func (o *keyOrder) enter(keys []string, n int) (preds [][]chan struct{}, landed []chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.tails == nil {
+		o.tails = map[string][]chan struct{}{}
+	}
+	preds, landed = make([][]chan struct{}, n), make([]chan struct{}, n)
+	for i := range landed {
+		landed[i] = make(chan struct{})
+	}
+	for _, k := range keys {
+		tail := o.tails[k]
+		if tail == nil {
+			tail = make([]chan struct{}, n)
+			o.tails[k] = tail
+		}
+		for i := range tail {
+			if tail[i] != nil && !contains(preds[i], tail[i]) {
+				preds[i] = append(preds[i], tail[i])
+			}
+			tail[i] = landed[i]
+		}
+	}
+	return preds, landed
+}
+
+// leave closes a call's channel on node i and forgets keys whose last
+// calls all landed.
+func (o *keyOrder) leave(keys []string, i int, landed chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	close(landed)
+	for _, k := range keys {
+		tail := o.tails[k]
+		if tail == nil || tail[i] != landed {
+			continue
+		}
+		tail[i] = nil
+		empty := true
+		for _, c := range tail {
+			empty = empty && c == nil
+		}
+		if empty {
+			delete(o.tails, k)
+		}
+	}
+}
+
+// pending is the number of keys with a call not yet landed on some node.
+func (o *keyOrder) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.tails)
+}
+
+func contains(chs []chan struct{}, ch chan struct{}) bool {
+	for _, c := range chs {
+		if c == ch {
+			return true
+		}
+	}
+	return false
+}
 
 // KillTimeout bounds a SCRIPT KILL sent to a node whose script outlived
 // the time limit. A node reads it only once the script ran past its own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,5 +133,103 @@ func TestEvalSlowMinorityKilledAfterAnswer(t *testing.T) {
 	r.Close()
 	if nodes[2].kills.Load() != 1 || nodes[0].kills.Load() != 0 {
 		t.Fatalf("kills %d %d", nodes[0].kills.Load(), nodes[2].kills.Load())
+	}
+}
+
+// orderNode runs each OpEval after a delay that depends on its first
+// argument, concurrently (as a node's several pipeline workers may), and
+// records the order in which the calls ran.
+type orderNode struct {
+	delay func(arg string) time.Duration
+	mu    sync.Mutex
+	ran   []string
+}
+
+func (n *orderNode) String() string { return "order-node" }
+
+func (n *orderNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+	go func() {
+		if op.Kind == OpKill {
+			done <- Reply{Tag: tag, OK: true}
+			return
+		}
+		select {
+		case <-time.After(n.delay(op.Args[0])):
+		case <-ctx.Done():
+			done <- Reply{Tag: tag, Err: ctx.Err()}
+			return
+		}
+		n.mu.Lock()
+		n.ran = append(n.ran, op.Args[0])
+		n.mu.Unlock()
+		done <- Reply{Tag: tag, Value: intR(1)}
+	}()
+}
+
+func (n *orderNode) order() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return strings.Join(n.ran, ",")
+}
+
+// TestEvalSameKeyInOrderOnEachNode: a script that got its majority's reply
+// while one node is slow is still run first on that node by the next
+// script on the same key; a script on another key does not wait; once all
+// landed, nothing is remembered.
+func TestEvalSameKeyInOrderOnEachNode(t *testing.T) {
+	fast := func(string) time.Duration { return 0 }
+	slow := &orderNode{delay: func(a string) time.Duration {
+		if a == "first" {
+			return time.Second // later calls would overtake it
+		}
+		return 0
+	}}
+	nodes := []*orderNode{{delay: fast}, {delay: fast}, slow}
+	r := New([]Node{nodes[0], nodes[1], nodes[2]}, Config{NodeTimeout: 5 * time.Second})
+	defer r.Close()
+	ctx := context.Background()
+	s := &luascript.Admitted{}
+	for _, c := range []struct{ key, arg string }{{"k", "first"}, {"other", "elsewhere"}, {"k", "second"}, {"k", "third"}} {
+		if _, err := r.Eval(ctx, s, []string{c.key, "shared-channel-" + c.key}, []string{c.arg}, 5*time.Second); err != nil {
+			t.Fatalf("%s: %v", c.arg, err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); r.order.pending() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := r.order.pending(); n != 0 {
+		t.Fatalf("%d keys still remembered after every call landed", n)
+	}
+	if got := slow.order(); got != "elsewhere,first,second,third" {
+		t.Fatalf("slow node ran %s, want elsewhere,first,second,third (other key at once, same key in order)", got)
+	}
+	for i, n := range nodes[:2] {
+		if got := strings.Replace(n.order(), "elsewhere,", "", 1); strings.TrimSuffix(got, ",elsewhere") != "first,second,third" {
+			t.Fatalf("node %d ran %s", i, n.order())
+		}
+	}
+}
+
+// TestEvalOrderWaitIsNotATimeout: a call held back behind a script still
+// running on its node past the time limit is never sent there; it fails
+// with ErrOrderWait, and only the busy script's node gets SCRIPT KILL for
+// the script that did time out.
+func TestEvalOrderWaitIsNotATimeout(t *testing.T) {
+	nodes := []*scriptNode{{reply: intR(1)}, {reply: intR(1)}, {hang: true}}
+	r := New([]Node{nodes[0], nodes[1], nodes[2]}, Config{NodeTimeout: 5 * time.Second})
+	ctx := context.Background()
+	s := &luascript.Admitted{}
+	if _, err := r.Eval(ctx, s, []string{"k"}, nil, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Eval(ctx, s, []string{"k"}, nil, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); r.order.pending() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Close()
+	if k := nodes[2].kills.Load(); k != 1 {
+		t.Fatalf("%d SCRIPT KILLs to the hanging node, want 1 (the second script never reached it)", k)
 	}
 }

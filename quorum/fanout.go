@@ -38,9 +38,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
 	cctx := newOpContext(r.life, timeout)
 	f.cancel = cctx.cancel
-	for i, n := range r.nodes {
-		n.Do(cctx, op, i, f.replies)
-	}
+	r.dispatch(cctx, op, f.replies)
 	if sent != nil {
 		sent()
 	}

@@ -73,6 +73,8 @@ type Redlock struct {
 	inflight map[grantID]pendingAcquire // grants whose acquires beyond the quorum are still in flight
 
 	trust *trust // nil: the restart rule is off (Config.MaxLease zero)
+
+	order keyOrder // scripts outside the catalog, one key at a time per node (eval.go)
 }
 
 type grantID struct{ key, token string }
