@@ -99,22 +99,14 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 // wait elapses (WAIT 0: no limit), or the client closes the connection or
 // sends QUIT. A wait that ends without the lock is ErrNotAcquired.
 func (h *Handler) waitLock(c *resp.Conn, a lockArgs, hold engine.Hold) (engine.Grant, error) {
-	ctx, cancel := context.WithCancel(c.Context())
-	defer cancel()
+	ctx := c.Context()
 	if a.wait > 0 {
 		var cancelWait context.CancelFunc
 		ctx, cancelWait = context.WithTimeout(ctx, a.wait)
 		defer cancelWait()
 	}
-	gone, stop := c.WatchClose()
-	defer stop()
-	go func() {
-		select {
-		case <-gone:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel := c.UntilClose(ctx)
+	defer cancel()
 	g, err := h.engine.LockWait(ctx, owner(c), a.key, hold)
 	if err != nil && ctx.Err() != nil {
 		return g, engine.ErrNotAcquired // the wait ended, not the backend

@@ -73,19 +73,14 @@ func (l *Lists) bpop(left bool) func(c *resp.Conn, args [][]byte) {
 // timeout (0: none) passes or the client leaves. It returns the winning
 // pop, nil for none, and leaves the clean-up running.
 func (l *Lists) block(c *resp.Conn, left bool, keys []string, timeout time.Duration) (*nodePop, error) {
-	ctx, cancel := context.WithCancel(c.Context())
+	ctx := c.Context()
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(c.Context(), timeout)
+		var cancelTimeout context.CancelFunc
+		ctx, cancelTimeout = context.WithTimeout(ctx, timeout)
+		defer cancelTimeout()
 	}
-	gone, stop := c.WatchClose()
-	defer stop()
-	go func() {
-		select {
-		case <-gone:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, cancel := c.UntilClose(ctx)
+	defer cancel()
 	// The nodes time out a second after lockproxy would, so that a call
 	// never outlives the client's wait by long even if its cancel is lost.
 	nodeTimeout := 0.0

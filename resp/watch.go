@@ -2,9 +2,11 @@ package resp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,6 +53,27 @@ func (c *Conn) WatchClose() (gone <-chan struct{}, stop func()) {
 			held = true
 			st.mu.Lock()
 		}
+	}
+}
+
+// UntilClose is ctx, ended also when the client closes the connection or
+// sends QUIT (WatchClose): what a blocking command waits under. cancel
+// ends ctx and the watch; it must be called, from the handler's goroutine,
+// and may be called more than once.
+func (c *Conn) UntilClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	gone, stop := c.WatchClose()
+	go func() {
+		select {
+		case <-gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		cancel()
+		once.Do(stop)
 	}
 }
 
