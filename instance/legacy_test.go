@@ -109,11 +109,7 @@ func runScenario(t *testing.T, addr string, proto int, steps []string, key, sha 
 		name, cmd, _ := strings.Cut(strings.TrimPrefix(step, "~"), ": ")
 		c := conns[name]
 		if c == nil {
-			c = dialRaw(t, addr)
-			if proto == 3 {
-				c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-				c.reply()
-			}
+			c = dialProto(t, addr, proto)
 			conns[name] = c
 		}
 		sent := time.Now()

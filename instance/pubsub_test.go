@@ -67,11 +67,7 @@ func runPubSub(t *testing.T, addr string, proto int, key string) []string {
 		n, _ := strconv.Atoi(count)
 		c := conns[name]
 		if c == nil {
-			c = dialRaw(t, addr)
-			if proto == 3 {
-				c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-				c.reply()
-			}
+			c = dialProto(t, addr, proto)
 			conns[name] = c
 		}
 		if cmd != "" {

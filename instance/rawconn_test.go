@@ -28,6 +28,17 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 	return &rawConn{t: t, c: c, rd: bufio.NewReader(c)}
 }
 
+// dialProto is dialRaw, switched to RESP3 with HELLO 3 when proto is 3.
+func dialProto(t *testing.T, addr string, proto int) *rawConn {
+	t.Helper()
+	c := dialRaw(t, addr)
+	if proto == 3 {
+		c.send("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+		c.reply()
+	}
+	return c
+}
+
 // do sends one command as a multibulk and returns the reply.
 func (r *rawConn) do(args ...string) string {
 	r.t.Helper()
