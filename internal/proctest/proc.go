@@ -1,13 +1,16 @@
 package proctest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // ErrNotRunning is returned by Kill, Pause and Resume when the process is
@@ -108,7 +111,53 @@ func (p *Proc) Stop() error {
 
 // Pause stops the process with SIGSTOP: it keeps its connections but
 // answers nothing until Resume.
-func (p *Proc) Pause() error { return p.signal(syscall.SIGSTOP) }
+//
+// It returns once every thread of the process has stopped: kill(2) only
+// queues SIGSTOP, and a thread already running on another CPU can serve a
+// request in between (a paused ZooKeeper answered "ruok" once).
+func (p *Proc) Pause() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pid := 0
+	if p.run != nil {
+		pid = p.run.cmd.Process.Pid
+	}
+	p.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for pid != 0 && !stopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("proctest: process %d not stopped 5s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// stopped reports whether every thread of process pid is stopped (state T
+// in /proc/PID/task/*/stat), or the process is gone.
+func stopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return true
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false
+		}
+		if st := b[i+2]; st != 'T' && st != 't' && st != 'Z' && st != 'X' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused process with SIGCONT.
 func (p *Proc) Resume() error { return p.signal(syscall.SIGCONT) }
