@@ -1,18 +1,14 @@
 package upstream
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -101,7 +97,12 @@ func (n *ListNode) BPop(ctx context.Context, left bool, keys []string, timeout f
 	if left {
 		cmd = "BLPOP"
 	}
-	args := append(append([]string{cmd}, keys...), strconv.FormatFloat(timeout, 'f', -1, 64))
+	args := make([]any, 0, len(keys)+2)
+	args = append(args, cmd)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, strconv.FormatFloat(timeout, 'f', -1, 64))
 	var c *blockConn
 	var answer chan blockAnswer
 	for fresh := false; ; fresh = true {
@@ -185,61 +186,85 @@ func (n *ListNode) release(c *blockConn, err error) {
 	}
 }
 
-// blockConn is one connection for blocked calls, speaking RESP2.
+// blockConn is one connection for blocked calls: a go-redis client of
+// its own with a single connection, configured as the node's other
+// connections (TLS, AUTH, database). A pop is sent without a deadline: it
+// waits as long as its node-side timeout says (go-redis's BLPop would round
+// that timeout to whole seconds, so the command is sent with Do). The net.Conn its
+// dialer made is kept so that a call blocked in a read can be cut off:
+// closing the client does not interrupt a read in flight.
 type blockConn struct {
-	nc        net.Conn
-	rd        *bufio.Reader
+	client    *redis.Client
 	id        int64 // CLIENT ID; 0 when the node does not say (miniredis)
+	mu        sync.Mutex
+	nc        net.Conn // the connection's socket, once dialled
 	closeOnce sync.Once
 }
 
 func dialBlock(ctx context.Context, o RedisOptions) (*blockConn, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
-	defer cancel()
-	d := net.Dialer{}
-	nc, err := d.DialContext(ctx, "tcp", o.Addr)
-	if err != nil {
-		return nil, err
-	}
-	if o.TLSConfig != nil {
-		tc := tls.Client(nc, o.TLSConfig)
+	c := &blockConn{}
+	co := o.clientOptions()
+	co.PoolSize, co.MaxIdleConns = 1, 1
+	co.ReadTimeout = -1 // deadlines come from the context only: a pop has none (its node-side timeout ends it)
+	tlsConfig := co.TLSConfig
+	co.TLSConfig = nil // the dialer below does the handshake: a Dialer replaces go-redis's own
+	co.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: o.DialTimeout}
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.nc = nc
+		c.mu.Unlock()
+		if tlsConfig == nil {
+			return nc, nil
+		}
+		tc := tls.Client(nc, tlsConfig)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, err
 		}
-		nc = tc
+		return tc, nil
 	}
-	c := &blockConn{nc: nc, rd: bufio.NewReader(nc)}
-	dl, _ := ctx.Deadline()
-	_ = nc.SetDeadline(dl)
-	if o.Password != "" {
-		if _, err := c.do("AUTH", o.Password); err != nil {
-			c.close()
-			return nil, err
-		}
-	}
-	if v, err := c.do("CLIENT", "ID"); err == nil {
-		c.id, _ = v.(int64)
-	} else if !isReplyError(err) {
+	c.client = redis.NewClient(co)
+	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	id, err := c.client.ClientID(ctx).Result()
+	switch {
+	case err == nil:
+		c.id = id
+	case !isReplyError(err):
 		c.close()
 		return nil, err
 	}
-	_ = nc.SetDeadline(time.Time{})
 	return c, nil
 }
 
-func (c *blockConn) close() { c.closeOnce.Do(func() { _ = c.nc.Close() }) }
+// close cuts the connection, a read in flight included: the node then
+// drops the blocked client itself.
+func (c *blockConn) close() {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		nc := c.nc
+		c.mu.Unlock()
+		if nc != nil {
+			_ = nc.Close()
+		}
+		_ = c.client.Close()
+	})
+}
 
 // pop sends a blocking pop and reads its reply: [key, value] or a null.
-func (c *blockConn) pop(args []string) (Popped, error) {
-	v, err := c.do(args...)
+func (c *blockConn) pop(args []any) (Popped, error) {
+	v, err := c.client.Do(context.Background(), args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return Popped{}, nil
+	}
 	if err != nil {
 		return Popped{}, err
 	}
 	arr, ok := v.([]any)
-	if v == nil {
-		return Popped{}, nil
-	}
 	if !ok || len(arr) != 2 {
 		return Popped{}, fmt.Errorf("upstream: unexpected reply to %s: %v", args[0], v)
 	}
@@ -248,81 +273,8 @@ func (c *blockConn) pop(args []string) (Popped, error) {
 	return Popped{Key: k, Value: val, OK: true}, nil
 }
 
-// replyError is an error reply of the node.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-
+// isReplyError tells an error reply of the node from a failed connection.
 func isReplyError(err error) bool {
-	var re replyError
-	return errors.As(err, &re)
-}
-
-// do sends one command and reads its reply: string, int64, nil or []any.
-func (c *blockConn) do(args ...string) (any, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c.nc, b.String()); err != nil {
-		return nil, err
-	}
-	return readValue(c.rd, 0)
-}
-
-// maxPopBulk bounds one string of a blocking pop's reply read from a node
-// (a signal list's element): 64 MiB.
-const maxPopBulk = 64 << 20
-
-// readValue reads one RESP2 reply; depth bounds nesting.
-func readValue(rd *bufio.Reader, depth int) (any, error) {
-	if depth > 2 {
-		return nil, errors.New("upstream: reply nested too deep")
-	}
-	line, err := rd.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return nil, errors.New("upstream: empty reply line")
-	}
-	switch line[0] {
-	case '+':
-		return line[1:], nil
-	case '-':
-		return nil, replyError(line[1:])
-	case ':':
-		return strconv.ParseInt(line[1:], 10, 64)
-	case '$':
-		size, err := strconv.Atoi(line[1:])
-		if err != nil || size < 0 {
-			return nil, err
-		}
-		if size > maxPopBulk {
-			return nil, fmt.Errorf("upstream: a bulk of %d bytes in a pop's reply, more than %d", size, maxPopBulk)
-		}
-		buf := make([]byte, size+2)
-		if _, err := io.ReadFull(rd, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:size]), nil
-	case '*':
-		count, err := strconv.Atoi(line[1:])
-		if err != nil || count < 0 {
-			return nil, err
-		}
-		if count > 2 {
-			return nil, fmt.Errorf("upstream: array of %d in a pop's reply", count)
-		}
-		out := make([]any, count)
-		for i := range out {
-			if out[i], err = readValue(rd, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("upstream: unexpected reply %q", line)
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
 }
