@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/proctest"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
@@ -96,7 +97,7 @@ func startPassthroughProxy(ctx context.Context, o options, dir, data string, nod
 		}
 		return &proxy{addr: in.Addr(), desc: "in-process", stop: stop}, nil
 	}
-	bin, err := buildProxy(ctx, dir)
+	bin, err := proctest.BuildLockproxy(ctx, dir)
 	if err != nil {
 		return nil, err
 	}

@@ -18,11 +18,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/proctest"
 )
 
 // Bounds of the lockproxy's lifecycle.
 const (
-	buildTimeout = 5 * time.Minute
 	readyTimeout = 30 * time.Second
 	stopTimeout  = 15 * time.Second
 )
@@ -69,7 +69,7 @@ func (l *launcher) start(ctx context.Context, s suite, servers []string) (px *pr
 
 func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []string) (*proxy, error) {
 	if l.bin == "" {
-		bin, err := buildProxy(ctx, l.dir)
+		bin, err := proctest.BuildLockproxy(ctx, l.dir)
 		if err != nil {
 			return nil, err
 		}
@@ -127,18 +127,6 @@ func startInProcess(s suite, servers []string) (*proxy, error) {
 		return in.Shutdown(ctx)
 	}
 	return &proxy{addr: in.Addr(), desc: "in-process", stop: stop}, nil
-}
-
-// buildProxy builds ./cmd/lockproxy into dir.
-func buildProxy(ctx context.Context, dir string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
-	defer cancel()
-	bin := filepath.Join(dir, "lockproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockproxy/lockproxy/cmd/lockproxy")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build lockproxy: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // subprocess is a lockproxy process this run started.

@@ -19,7 +19,6 @@ import (
 
 // Bounds of an instance's lifecycle.
 const (
-	buildTimeout = 5 * time.Minute
 	readyTimeout = 30 * time.Second
 )
 
@@ -30,18 +29,6 @@ type instance struct {
 	port int
 	log  string
 	proctest.Proc
-}
-
-// build compiles ./cmd/lockproxy into dir.
-func build(ctx context.Context, dir string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
-	defer cancel()
-	bin := filepath.Join(dir, "lockproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockproxy/lockproxy/cmd/lockproxy")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build lockproxy: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // startInstance starts lockproxy on a free loopback port with the backend

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/internal/proctest"
 )
 
 // config is one invocation's settings.
@@ -141,7 +143,7 @@ func runAll(ctx context.Context, cfg config, w io.Writer) (results []result, err
 		}
 		err = errors.Join(err, os.RemoveAll(dir))
 	}()
-	bin, err := build(ctx, dir)
+	bin, err := proctest.BuildLockproxy(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
