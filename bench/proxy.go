@@ -53,21 +53,26 @@ const maxLease = 10 * time.Second
 // start runs lockproxy with the backend of s over servers, and waits until
 // it grants.
 func (l *launcher) start(ctx context.Context, s suite, servers []string) (px *proxy, err error) {
+	return l.startLease(ctx, s, servers, maxLease)
+}
+
+// startLease is start with lease as redlock.max_lease_ms.
+func (l *launcher) startLease(ctx context.Context, s suite, servers []string, lease time.Duration) (px *proxy, err error) {
 	if l.inprocess {
-		px, err = startInProcess(s, servers)
+		px, err = startInProcess(s, servers, lease)
 	} else {
-		px, err = l.startSubprocess(ctx, s, servers)
+		px, err = l.startSubprocess(ctx, s, servers, lease)
 	}
 	if err != nil || s.backend != "redlock" {
 		return px, err
 	}
-	if err := awaitGrant(ctx, px.addr); err != nil {
+	if err := awaitGrant(ctx, px.addr, lease); err != nil {
 		return nil, errors.Join(err, px.stop())
 	}
 	return px, nil
 }
 
-func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []string) (*proxy, error) {
+func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []string, lease time.Duration) (*proxy, error) {
 	if l.bin == "" {
 		bin, err := proctest.BuildLockproxy(ctx, l.dir)
 		if err != nil {
@@ -78,7 +83,7 @@ func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []strin
 	args := s.proxyArgs(servers)
 	if s.backend == "redlock" {
 		conf := filepath.Join(l.dir, "lockproxy.toml")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n", maxLease.Milliseconds()), 0o644); err != nil {
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n", lease.Milliseconds()), 0o644); err != nil {
 			return nil, err
 		}
 		args = append(args, "--config", conf)
@@ -87,11 +92,11 @@ func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []strin
 }
 
 // awaitGrant waits until lockproxy at addr grants a lock: until its nodes
-// are older than maxLease.
-func awaitGrant(ctx context.Context, addr string) error {
+// are older than lease, its max_lease_ms.
+func awaitGrant(ctx context.Context, addr string, lease time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, maxLease+readyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, lease+readyTimeout)
 	defer cancel()
 	key := fmt.Sprintf("bench:ready:%d", time.Now().UnixNano())
 	for {
@@ -101,13 +106,13 @@ func awaitGrant(ctx context.Context, addr string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("lockproxy at %s granted nothing within %v: %w", addr, maxLease+readyTimeout, err)
+			return fmt.Errorf("lockproxy at %s granted nothing within %v: %w", addr, lease+readyTimeout, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-func startInProcess(s suite, servers []string) (*proxy, error) {
+func startInProcess(s suite, servers []string, lease time.Duration) (*proxy, error) {
 	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Backend = s.backend
@@ -115,7 +120,7 @@ func startInProcess(s suite, servers []string) (*proxy, error) {
 		cfg.ZooKeeper.Servers = servers
 	} else {
 		cfg.Redlock.Nodes = servers
-		cfg.Redlock.MaxLeaseMS = int(maxLease.Milliseconds())
+		cfg.Redlock.MaxLeaseMS = int(lease.Milliseconds())
 	}
 	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +26,7 @@ const (
 	rssLockConns  = 16               // connections that send the LOCKs
 	rssBatch      = 500              // LOCKs pipelined per round trip on one connection
 	rssDialers    = 64               // goroutines opening the idle connections
-	rssLockTTL    = maxLease         // the longest lease lockproxy grants here
+	rssLockTTL    = time.Minute      // the leases' PX, and max_lease_ms of the case's lockproxy
 	rssCaseBound  = 90 * time.Second // bound of each case
 	rssSettleTime = 200 * time.Millisecond
 	rssFileMargin = 200 // open files besides the idle connections, per process
@@ -46,23 +45,19 @@ type rssFigures struct {
 	nofile       string        // lockproxy's open-file limit, soft/hard
 }
 
-// runRSS starts three redis-servers and measures the RSS of a fresh
-// lockproxy subprocess over them in each case, so that neither case keeps
-// the other's memory: with rssIdleConns idle connections (each answered
-// one PING), and with rssHeldLocks leases taken over rssLockConns
-// pipelined connections.
-func runRSS(ctx context.Context, o options, l *launcher, dir string, w io.Writer) (r *rssFigures, err error) {
-	if l.inprocess {
-		fmt.Fprintln(w, "rss: not measured: it needs lockproxy as a subprocess (-inprocess)")
-		return nil, nil
-	}
-	nodes, err := startCluster(filepath.Join(dir, "rss"), nodeCount)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, nodes.stop()) }()
+// runRSS measures the RSS of a fresh lockproxy subprocess over nodes in
+// each case, so that neither case keeps the other's memory: with
+// rssIdleConns idle connections (each answered one PING), and with
+// rssHeldLocks leases taken over rssLockConns pipelined connections.
+//
+// The leases are a minute long (rssLockTTL), not maxLease: taking 100,000
+// takes longer than 10 s at today's throughput, and the first would expire
+// before the last is taken. The case's lockproxy has max_lease_ms a
+// minute, so its restart rule counts the nodes once they are a minute
+// old: run starts them first thing, and the other cases run meanwhile.
+func runRSS(ctx context.Context, l *launcher, nodes cluster, w io.Writer) (r *rssFigures, err error) {
 	r = &rssFigures{}
-	err = withProxy(ctx, l, nodes, func(px *proxy) {
+	err = withProxy(ctx, l, nodes, maxLease, func(px *proxy) {
 		r.desc = px.desc
 		r.start, _ = vmRSS(px.pid)
 		r.nofile = procNofile(px.pid)
@@ -71,7 +66,7 @@ func runRSS(ctx context.Context, o options, l *launcher, dir string, w io.Writer
 	if err != nil {
 		return nil, err
 	}
-	err = withProxy(ctx, l, nodes, func(px *proxy) {
+	err = withProxy(ctx, l, nodes, rssLockTTL, func(px *proxy) {
 		start := time.Now()
 		r.heldLocks, r.heldLocksErr = heldLocksRSS(ctx, px)
 		r.lockTime = time.Since(start)
@@ -83,9 +78,10 @@ func runRSS(ctx context.Context, o options, l *launcher, dir string, w io.Writer
 	return r, nil
 }
 
-// withProxy runs f with a lockproxy subprocess over nodes, then stops it.
-func withProxy(ctx context.Context, l *launcher, nodes cluster, f func(px *proxy)) error {
-	px, err := l.start(ctx, suites[0], nodes.addrs())
+// withProxy runs f with a lockproxy subprocess over nodes, lease its
+// max_lease_ms, then stops it.
+func withProxy(ctx context.Context, l *launcher, nodes cluster, lease time.Duration, f func(px *proxy)) error {
+	px, err := l.startLease(ctx, suites[0], nodes.addrs(), lease)
 	if err != nil {
 		return err
 	}

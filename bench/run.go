@@ -36,6 +36,15 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 	defer stopProfile()
 	writeMachine(w)
 	l := &launcher{inprocess: o.inprocess, procs: o.procs, dir: dir}
+	var rssNodes cluster // started now, so that they are old enough when the RSS cases run (runRSS)
+	if o.rss && o.inprocess {
+		fmt.Fprintln(w, "rss: not measured: it needs lockproxy as a subprocess (-inprocess)")
+	} else if o.rss {
+		if rssNodes, err = startCluster(filepath.Join(dir, "rss"), nodeCount); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, rssNodes.stop()) }()
+	}
 	f := figures{uncontended: map[string][]outcome{}, contended: map[string][]contendOutcome{}, inprocess: o.inprocess}
 	for i, s := range o.suites {
 		if ctx.Err() != nil || !o.hasCases() {
@@ -54,9 +63,9 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
-	if o.rss && ctx.Err() == nil {
+	if rssNodes != nil && ctx.Err() == nil {
 		fmt.Fprintln(w)
-		if f.rss, err = runRSS(ctx, o, l, dir, w); err != nil {
+		if f.rss, err = runRSS(ctx, l, rssNodes, w); err != nil {
 			return err
 		}
 	}
