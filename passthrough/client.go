@@ -13,9 +13,7 @@ import (
 //
 //   - ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, HELP:
 //     lockproxy, about the client's connection to lockproxy. Its ids are
-//     lockproxy's, its name is the one LOCKINFO shows. REPLY too (lockproxy
-//     does not implement it, and must not forward it: the data Redis would
-//     stop answering commands lockproxy waits for).
+//     lockproxy's, its name is the one LOCKINFO shows.
 //   - TRACKING, CACHING, TRACKINGINFO, GETREDIR, NO-TOUCH: the data Redis,
 //     on the client's own connection, since they concern the keys the
 //     client reads there. In RESP3, TRACKING ON makes that connection a
@@ -27,12 +25,21 @@ import (
 //   - UNBLOCK: the id is lockproxy's; a client blocked in a forwarded
 //     command (BLPOP, …) is unblocked on the data Redis. A client waiting
 //     in LOCK … WAIT is not unblocked (0).
+//   - REPLY: lockproxy, which owns what the client reads; forwarded
+//     commands' replies are written or dropped as it says when each came
+//     (Router.flush). Not on a relayed connection, whose upstream replies
+//     lockproxy does not tell apart from messages.
 //   - PAUSE, UNPAUSE: the data Redis, for all its clients; lock commands
 //     are not paused.
 var (
 	clientOwn    = set("tracking", "caching", "trackinginfo", "getredir", "no-touch")
 	clientServer = set("pause", "unpause", "unblock")
 )
+
+// isClientReply reports whether CLIENT args is CLIENT REPLY.
+func isClientReply(args [][]byte) bool {
+	return len(args) > 1 && strings.EqualFold(string(args[1]), "reply")
+}
 
 // clientDest is where CLIENT args goes.
 func clientDest(args [][]byte) destination {

@@ -398,5 +398,11 @@ func (r *Router) routeRelayed(c *resp.Conn, st *client, name string, args [][]by
 		c.Error("ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
 		return true
 	}
+	if name == "client" && isClientReply(args) {
+		// What the data Redis sends here is relayed as it comes, replies
+		// and messages alike: lockproxy cannot tell which to hold back.
+		c.Error("ERR lockproxy does not support CLIENT REPLY on a connection in pub/sub, MONITOR or RESP3 tracking mode")
+		return true
+	}
 	return r.dispatch(c, st, name, args, dest)
 }

@@ -60,9 +60,10 @@ type client struct {
 // queued is a command of a client's pipeline sent on a shared connection,
 // whose reply is written to the client in turn.
 type queued struct {
-	s   *shared // nil when the send failed: err says why
-	c   *call
-	err error
+	s     *shared // nil when the send failed: err says why
+	c     *call
+	err   error
+	quiet bool // its reply is dropped (CLIENT REPLY OFF or SKIP when it came)
 }
 
 // maxQueued bounds the commands of one client's pipeline in flight at once
@@ -130,6 +131,10 @@ func (r *Router) dispatch(c *resp.Conn, st *client, name string, args [][]byte, 
 			return false
 		}
 		st.dirty = true
+		if name == "client" && isClientReply(args) {
+			c.Error("ERR lockproxy: CLIENT REPLY cannot join a transaction of the data Redis")
+			return true
+		}
 		c.Error("ERR lockproxy: '" + name + "' is a lock operation and cannot join a transaction of the data Redis")
 	case mixed:
 		st.dirty = st.dirty || st.multi
@@ -229,7 +234,7 @@ func (r *Router) shareable(st *client, name string) bool {
 // replies in order.
 func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 	r.stats.Forwarded.Add(1)
-	var q queued
+	q := queued{quiet: !c.Replying()}
 	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err == nil {
 		q.c = getCall(time.Now().Add(r.cfg.Timeout))
 		if q.err = q.s.send(q.c, args); q.err != nil {
@@ -242,9 +247,15 @@ func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 
 // flush waits for the replies of the client's queued commands and writes
 // them in order. Every reply the client gets from elsewhere is written
-// after a flush, so no reply overtakes an earlier command's.
+// after a flush, so no reply overtakes an earlier command's. Each reply is
+// written, or dropped, as CLIENT REPLY said when its command came.
 func (r *Router) flush(c *resp.Conn, st *client) {
+	if len(st.queued) == 0 {
+		return
+	}
+	defer c.SetReplying(c.Replying())
 	for i, q := range st.queued {
+		c.SetReplying(!q.quiet)
 		reply, err := q.reply()
 		if err != nil {
 			r.stats.Failed.Add(1)

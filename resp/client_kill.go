@@ -33,6 +33,8 @@ func clientHelp(c *Conn) {
 		"      Kill connections by client id.",
 		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)]",
 		"    Return information about client connections.",
+		"REPLY (ON|OFF|SKIP)",
+		"    Control the replies sent to the current connection.",
 		"SETINFO <option> <value>",
 		"    Set client meta attr. Options are:",
 		"    * LIB-NAME: the client lib name.",

@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,10 @@ type Conn struct {
 	closing atomic.Bool // Close was called: run no further command
 
 	stream *stream // set by Stream, in the handler's goroutine
+
+	// CLIENT REPLY, read and changed by the connection's goroutine only.
+	replyOff bool // OFF: no command's replies are written until ON
+	skipNext bool // SKIP: the next command's replies are not written
 
 	// State is the Session's per-connection value.
 	State any
@@ -98,6 +103,49 @@ func (c *Conn) Close() {
 // (read together, a pipeline) wait behind the one being handled. Their
 // replies are flushed together once the batch is done.
 func (c *Conn) Pipelined() bool { return c.rc.pending > 0 }
+
+// Replying reports whether the replies written now reach the client: not
+// while CLIENT REPLY OFF holds, nor for the command after CLIENT REPLY SKIP.
+// A command whose reply is written later, while another command is served
+// (passthrough's pipelined replies), keeps what Replying said when it was
+// served, and writes its reply under SetReplying.
+func (c *Conn) Replying() bool { return !c.rc.quiet }
+
+// SetReplying makes the replies written next reach the client or not, and
+// returns the previous setting, which the caller restores.
+func (c *Conn) SetReplying(on bool) (was bool) {
+	was = !c.rc.quiet
+	c.rc.quiet = !on
+	return was
+}
+
+// beginReplies applies CLIENT REPLY to the command about to be served.
+func (c *Conn) beginReplies() {
+	c.rc.quiet = c.replyOff || c.skipNext
+	c.skipNext = false
+}
+
+// clientReply is CLIENT REPLY ON|OFF|SKIP, as Redis 7.0 does it: ON
+// replies OK, OFF and SKIP reply nothing, SKIP while OFF does nothing.
+func (c *Conn) clientReply(args [][]byte) {
+	if len(args) != 3 {
+		c.Error("ERR wrong number of arguments for 'client|reply' command")
+		return
+	}
+	switch strings.ToUpper(string(args[2])) {
+	case "ON":
+		c.replyOff, c.skipNext = false, false
+		c.rc.quiet = false
+		c.OK()
+	case "OFF":
+		c.replyOff = true
+		c.rc.quiet = true
+	case "SKIP":
+		c.skipNext = !c.replyOff
+	default:
+		c.Error("ERR syntax error")
+	}
+}
 
 // Raw writes a reply already encoded in RESP, as is.
 func (c *Conn) Raw(b []byte) { c.rc.WriteRaw(b) }

@@ -188,13 +188,14 @@ func (s *Server) reset(c *Conn, _ [][]byte) {
 	s.unsubscribeAll(c)
 	c.mu.Lock()
 	c.proto, c.db, c.name, c.libName, c.libVer = 2, 0, "", "", ""
+	c.replyOff, c.skipNext, c.rc.quiet = false, false, false // +RESET is written, as by Redis
 	c.setAuthed(s.password() == "")
 	c.user = ""
 	c.mu.Unlock()
 	c.Simple("RESET")
 }
 
-// client is CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|LIST|NO-EVICT|NO-TOUCH|KILL|HELP.
+// client is CLIENT SETNAME|GETNAME|ID|SETINFO|INFO|LIST|NO-EVICT|NO-TOUCH|KILL|REPLY|HELP.
 func (s *Server) client(c *Conn, args [][]byte) {
 	sub := strings.ToUpper(string(args[1]))
 	switch {
@@ -224,6 +225,8 @@ func (s *Server) client(c *Conn, args [][]byte) {
 		c.BulkString(s.clientList())
 	case (sub == "NO-EVICT" || sub == "NO-TOUCH") && len(args) == 3:
 		c.OK()
+	case sub == "REPLY":
+		c.clientReply(args)
 	case sub == "KILL" && len(args) >= 3:
 		s.clientKill(c, args)
 	case sub == "HELP" && len(args) == 2:

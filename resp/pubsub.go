@@ -151,6 +151,8 @@ func (c *Conn) subTable(pattern bool) map[string]struct{} {
 // confirm writes a (un)subscription confirmation: [kind, name, count], a
 // push in RESP3; a nil name is a null.
 func (c *Conn) confirm(kind string, name *string, n int) {
+	// Written under CLIENT REPLY OFF too, as Redis 7.0 writes it.
+	defer c.SetReplying(c.SetReplying(true))
 	head := "*3\r\n"
 	if c.Proto() == 3 {
 		head = ">3\r\n"

@@ -352,7 +352,9 @@ func (s *Server) serve(c *Conn, cmd redcon.Command) {
 		st.mu.Lock()
 		c.rc.pending = 0 // served one at a time: none waits behind it
 	}
+	c.beginReplies()
 	s.dispatch(c, cmd)
+	c.rc.quiet = false // what is written between commands is no command's reply
 	if st == nil {
 		st = c.stream // Stream was called: it holds the turn
 	}

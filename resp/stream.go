@@ -41,7 +41,11 @@ func (c *Conn) Write(b []byte) bool {
 	if c.closing.Load() {
 		return false
 	}
+	// What is written here (relayed messages) is not a command's reply:
+	// CLIENT REPLY OFF does not hold it back, as Redis delivers messages.
+	was := c.SetReplying(true)
 	c.rc.WriteRaw(b)
+	c.SetReplying(was)
 	return c.rc.Flush() == nil
 }
 

@@ -46,6 +46,7 @@ type wire struct {
 	outP   *[]byte
 	err    error // the write that failed; later replies are dropped
 	closed bool  // Close was called
+	quiet  bool  // replies written now are dropped (CLIENT REPLY OFF or SKIP)
 }
 
 func newWire(g *guardConn) *wire {
@@ -68,14 +69,54 @@ func (w *wire) buf() []byte {
 	return w.out
 }
 
-func (w *wire) WriteString(s string)     { w.out = redcon.AppendString(w.buf(), s) }
-func (w *wire) WriteError(msg string)    { w.out = redcon.AppendError(w.buf(), msg) }
-func (w *wire) WriteBulk(b []byte)       { w.out = redcon.AppendBulk(w.buf(), b) }
-func (w *wire) WriteBulkString(s string) { w.out = redcon.AppendBulkString(w.buf(), s) }
-func (w *wire) WriteInt64(n int64)       { w.out = redcon.AppendInt(w.buf(), n) }
-func (w *wire) WriteArray(n int)         { w.out = redcon.AppendArray(w.buf(), n) }
-func (w *wire) WriteNull()               { w.out = redcon.AppendNull(w.buf()) }
-func (w *wire) WriteRaw(b []byte)        { w.out = append(w.buf(), b...) }
+// The Write methods buffer one reply, or drop it while quiet.
+func (w *wire) WriteString(s string) {
+	if !w.quiet {
+		w.out = redcon.AppendString(w.buf(), s)
+	}
+}
+
+func (w *wire) WriteError(msg string) {
+	if !w.quiet {
+		w.out = redcon.AppendError(w.buf(), msg)
+	}
+}
+
+func (w *wire) WriteBulk(b []byte) {
+	if !w.quiet {
+		w.out = redcon.AppendBulk(w.buf(), b)
+	}
+}
+
+func (w *wire) WriteBulkString(s string) {
+	if !w.quiet {
+		w.out = redcon.AppendBulkString(w.buf(), s)
+	}
+}
+
+func (w *wire) WriteInt64(n int64) {
+	if !w.quiet {
+		w.out = redcon.AppendInt(w.buf(), n)
+	}
+}
+
+func (w *wire) WriteArray(n int) {
+	if !w.quiet {
+		w.out = redcon.AppendArray(w.buf(), n)
+	}
+}
+
+func (w *wire) WriteNull() {
+	if !w.quiet {
+		w.out = redcon.AppendNull(w.buf())
+	}
+}
+
+func (w *wire) WriteRaw(b []byte) {
+	if !w.quiet {
+		w.out = append(w.buf(), b...)
+	}
+}
 
 // Flush writes the buffered replies in one Write and gives their buffer
 // back. After a failed write, replies are dropped and Flush returns the
