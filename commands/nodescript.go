@@ -69,7 +69,7 @@ func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][
 	if err := s.CheckARGV(argv); err != nil {
 		return argError(err.Error())
 	}
-	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), publishArgs(s, toStrings(argv)), h.run.TimeLimit)
+	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), toStrings(argv), h.run.TimeLimit)
 	var ee *luascript.EvalError
 	if errors.As(err, &ee) && ee.TimedOut > 0 {
 		h.log.Warn("a script run on the nodes outlived scripts.time_limit_ms; SCRIPT KILL sent to the nodes still running it",
@@ -87,22 +87,6 @@ func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][
 func (h *Handler) noRunner() error {
 	return argError("ERR this script is not in lockproxy's catalog (docs/lock-scripts.md); scripts outside it run only on the redlock backend " +
 		"(backend = \"redlock\" or \"embedded\"), and this instance uses the " + h.run.Backend + " backend")
-}
-
-// publishArgs sends PUBLISH where a script takes its publish command from
-// ARGV[n] and the client passed SPUBLISH (CheckARGV allowed both). On a
-// Redis that is not a cluster, SPUBLISH reaches only SSUBSCRIBE
-// subscribers, and lockproxy listens to the nodes with SUBSCRIBE (package
-// pubsub): sent as PUBLISH, the message reaches lockproxy's subscribers.
-// The script's reply is unchanged (the scripts that do this ignore
-// PUBLISH's count, and a node has no shard subscribers of its own).
-func publishArgs(s *luascript.Admitted, argv []string) []string {
-	for _, n := range s.PublishFromARGV {
-		if strings.EqualFold(argv[n-1], "spublish") {
-			argv[n-1] = "publish"
-		}
-	}
-	return argv
 }
 
 func toStrings(bs [][]byte) []string {
