@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -281,4 +282,46 @@ func (h *Hub) Deliver(channel string, payload []byte) int {
 		d.s.Deliver(d.pattern, channel, payload)
 	}
 	return len(out)
+}
+
+// Names lists, sorted, the channels (kind Channel) or shard channels
+// (Shard) that at least one of this process's subscribers listens to and
+// that match the glob pattern; every one when all. (PUBSUB CHANNELS and
+// SHARDCHANNELS: what one Redis reports of its own clients.)
+func (h *Hub) Names(kind Kind, pattern string, all bool) []string {
+	h.mu.Lock()
+	var out []string
+	for name, t := range h.topics[kind] {
+		if len(t.subs) > 0 && (all || Match(pattern, name)) {
+			out = append(out, name)
+		}
+	}
+	h.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// NumSub is the number of this process's subscribers of a channel or a
+// shard channel (PUBSUB NUMSUB and SHARDNUMSUB).
+func (h *Hub) NumSub(kind Kind, name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[kind][name]; t != nil {
+		return len(t.subs)
+	}
+	return 0
+}
+
+// NumPat is the number of distinct patterns this process's subscribers
+// listen to (PUBSUB NUMPAT).
+func (h *Hub) NumPat() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, t := range h.topics[Pattern] {
+		if len(t.subs) > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -31,6 +31,7 @@ func (s *Server) pubsubCommands() []Command {
 		{Name: "ssubscribe", Arity: -2, Handler: s.subscribe},
 		{Name: "sunsubscribe", Arity: -1, Handler: s.unsubscribe},
 		{Name: "spublish", Arity: 3, Handler: s.publish},
+		{Name: "pubsub", Arity: -2, Handler: s.pubsubInfo},
 	}
 }
 
@@ -247,5 +248,77 @@ func subscribedPing(c *Conn, args [][]byte) {
 		c.Bulk(args[1])
 	} else {
 		c.BulkString("")
+	}
+}
+
+// pubsubHelp is Redis 7.0's PUBSUB HELP, line for line.
+var pubsubHelp = []string{
+	"PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"CHANNELS [<pattern>]",
+	"    Return the currently active channels matching a <pattern> (default: '*').",
+	"NUMPAT",
+	"    Return number of subscriptions to patterns.",
+	"NUMSUB [<channel> ...]",
+	"    Return the number of subscribers for the specified channels, excluding",
+	"    pattern subscriptions(default: no channels).",
+	"SHARDCHANNELS [<pattern>]",
+	"    Return the currently active shard level channels matching a <pattern> (default: '*').",
+	"SHARDNUMSUB [<shardchannel> ...]",
+	"    Return the number of subscribers for the specified shard level channel(s)",
+	"HELP",
+	"    Prints this help.",
+}
+
+// pubsubInfo is PUBSUB CHANNELS|NUMSUB|NUMPAT|SHARDCHANNELS|SHARDNUMSUB|HELP
+// with Redis 7.0's replies and errors. The counts are this instance's
+// own subscribers — the clients of the server the client talks to, as one
+// Redis counts its clients — not those of other instances sharing the nodes.
+func (s *Server) pubsubInfo(c *Conn, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	switch {
+	case sub == "help" || sub == "numpat":
+		if len(args) != 2 {
+			c.Error("ERR wrong number of arguments for 'pubsub|" + sub + "' command")
+			return
+		}
+		if sub == "numpat" {
+			c.Int(int64(s.hub.NumPat()))
+			return
+		}
+		c.Array(len(pubsubHelp))
+		for _, l := range pubsubHelp {
+			c.Simple(l)
+		}
+	case sub == "channels" || sub == "shardchannels":
+		if len(args) > 3 {
+			c.Error("ERR unknown subcommand or wrong number of arguments for '" + clip(args[1]) + "'. Try PUBSUB HELP.")
+			return
+		}
+		kind := pubsub.Channel
+		if sub == "shardchannels" {
+			kind = pubsub.Shard
+		}
+		var names []string
+		if len(args) == 3 {
+			names = s.hub.Names(kind, string(args[2]), false)
+		} else {
+			names = s.hub.Names(kind, "", true)
+		}
+		c.Array(len(names))
+		for _, n := range names {
+			c.BulkString(n)
+		}
+	case sub == "numsub" || sub == "shardnumsub":
+		kind := pubsub.Channel
+		if sub == "shardnumsub" {
+			kind = pubsub.Shard
+		}
+		c.Array(2 * (len(args) - 2))
+		for _, a := range args[2:] {
+			c.Bulk(a)
+			c.Int(int64(s.hub.NumSub(kind, string(a))))
+		}
+	default:
+		c.Error("ERR unknown subcommand '" + clip(args[1]) + "'. Try PUBSUB HELP.")
 	}
 }
