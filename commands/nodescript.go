@@ -55,19 +55,29 @@ func (s Scripts) withDefaults() Scripts {
 
 // runOnNodes runs s on every node and replies with the majority's reply.
 func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) error {
+	r, err := h.evalOnNodes(c, s, keys, argv)
+	if err != nil {
+		return err
+	}
+	writeReply(c, r)
+	return nil
+}
+
+// evalOnNodes runs s on every node and returns the majority's reply.
+func (h *Handler) evalOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) (luascript.Reply, error) {
 	if h.run.Runner == nil {
-		return h.noRunner()
+		return luascript.Reply{}, h.noRunner()
 	}
 	for _, k := range keys {
 		if _, err := h.limits.key(k); err != nil {
-			return err
+			return luascript.Reply{}, err
 		}
 		if err := h.run.reserved(string(k), s.DerivesKeys); err != nil {
-			return err
+			return luascript.Reply{}, err
 		}
 	}
 	if err := s.CheckARGV(argv); err != nil {
-		return argError(err.Error())
+		return luascript.Reply{}, argError(err.Error())
 	}
 	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), toStrings(argv), h.run.TimeLimit)
 	var ee *luascript.EvalError
@@ -76,10 +86,9 @@ func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][
 			zap.String("sha", s.SHA), zap.Int("nodes", ee.TimedOut), zap.Duration("limit", ee.Limit))
 	}
 	if err != nil {
-		return err
+		return luascript.Reply{}, err
 	}
-	writeReply(c, r)
-	return nil
+	return r, nil
 }
 
 // noRunner refuses a script outside the catalog on a backend that cannot
