@@ -19,8 +19,9 @@ const hashLock = `redis.call('HSET', KEYS[1], ARGV[1], 1) redis.call('PEXPIRE', 
 
 // TestGetForeignTypeMatchesRedis: GET of a key a lock script made a hash
 // answers WRONGTYPE, in RESP2 and RESP3, on one redis-server and through
-// lockproxy over three nodes (where the script ran on every node); GET of
-// a lock taken with SET NX answers its token, and of a free key null.
+// lockproxy over three nodes (where the script ran on every node), and so
+// does SET … NX GET; GET of a lock taken with SET NX answers its token,
+// and of a free key null.
 func TestGetForeignTypeMatchesRedis(t *testing.T) {
 	scriptTargets(t, nil, func(t *testing.T, addr string, _ []*redistest.Server) {
 		ctx := compatCtx(t)
@@ -37,6 +38,15 @@ func TestGetForeignTypeMatchesRedis(t *testing.T) {
 			for _, tc := range [][2]string{{key, "-" + wrongType}, {own, "tok"}, {key + ":free", "(nil)"}} {
 				if got := r.do("GET", tc[0]); got != tc[1] {
 					t.Errorf("RESP%d GET %s: %q, want %q", proto, tc[0], got, tc[1])
+				}
+			}
+			for _, tc := range [][]string{
+				{"-" + wrongType, "SET", key, "v", "NX", "GET"},
+				{"(nil)", "SET", key, "v", "NX", "PX", "10000"},
+				{"tok", "SET", own, "v", "NX", "GET"},
+			} {
+				if got := r.do(tc[1:]...); got != tc[0] {
+					t.Errorf("RESP%d %v: %q, want %q", proto, tc[1:], got, tc[0])
 				}
 			}
 			if got := r.do("PING"); got != "+PONG" {
