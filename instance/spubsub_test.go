@@ -221,3 +221,51 @@ func TestShardPubSubReservedChannel(t *testing.T) {
 	}
 	_ = ctx
 }
+
+// TestShardPubSubNoQuorum: with two nodes of three paused, SPUBLISH and a
+// first SSUBSCRIBE (which dials the nodes' shard connections) are errors
+// that say so, and the connection stays usable and out of subscribed
+// mode; resumed, SSUBSCRIBE and SPUBLISH work again.
+func TestShardPubSubNoQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg := testConfig(nodes)
+	cfg.Redlock.NodeTimeoutMS = 500
+	in := startInstance(t, cfg)
+	key := uniqueKey(t)
+	for _, n := range nodes[1:] {
+		pause(t, n)
+	}
+	c := newClient(t, in.Addr(), 2)
+	if err := c.SPublish(ctx, key, "x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM published on 1 of 3 nodes") {
+		t.Fatalf("SPUBLISH without a majority: %v", err)
+	}
+	raw := dialRaw(t, in.Addr())
+	if r := raw.do("SSUBSCRIBE", key); !strings.HasPrefix(r, "-NOQUORUM subscribed on ") {
+		t.Fatalf("SSUBSCRIBE without a majority: %q", r)
+	}
+	if r := raw.do("PING"); r != "+PONG" {
+		t.Fatalf("PING after the refused SSUBSCRIBE (not in subscribed mode): %q", r)
+	}
+	for _, n := range nodes[1:] {
+		resume(t, n)
+	}
+	// The nodes' connections notice and come back by themselves (bounded
+	// by the ping interval and the node timeout); retry until then.
+	sub := newClient(t, in.Addr(), 3)
+	var ps *redis.PubSub
+	eventually(t, 30*time.Second, "SSUBSCRIBE confirmed once the nodes are back", func() bool {
+		ps = sub.SSubscribe(ctx, key)
+		if _, err := ps.Receive(ctx); err == nil {
+			return true
+		}
+		ps.Close()
+		return false
+	})
+	defer ps.Close()
+	if n, err := c.SPublish(ctx, key, "back").Result(); err != nil || n != 1 {
+		t.Fatalf("SPUBLISH once the nodes are back: %d %v", n, err)
+	}
+	expectMessages(ctx, t, ps, key+" back")
+}
