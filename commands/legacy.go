@@ -106,7 +106,13 @@ func (h *Handler) setnx(c *resp.Conn, args [][]byte) {
 	h.fail(c, key, err)
 }
 
-// get is GET key: the holder's token, or null when free.
+// errWrongType is Redis's error for a command on a key of another type.
+const errWrongType = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+// get is GET key: the holder's token, or null when free. A key a majority
+// of the nodes hold with a value of another type (a client library's lock
+// hash, written by a script) gets Redis's WRONGTYPE: that is what GET
+// would answer on each of those nodes.
 func (h *Handler) get(c *resp.Conn, args [][]byte) {
 	key, err := h.limits.key(args[1])
 	if err != nil {
@@ -120,6 +126,8 @@ func (h *Handler) get(c *resp.Conn, args [][]byte) {
 	switch {
 	case err != nil:
 		c.Error(replyError(key, err))
+	case held && hd.Type != "":
+		c.Error(errWrongType)
 	case held:
 		c.BulkString(hd.Token)
 	default:

@@ -55,26 +55,7 @@ func (s Scripts) withDefaults() Scripts {
 
 // runOnNodes runs s on every node and replies with the majority's reply.
 func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) error {
-	if h.run.Runner == nil {
-		return h.noRunner()
-	}
-	for _, k := range keys {
-		if _, err := h.limits.key(k); err != nil {
-			return err
-		}
-		if err := h.run.reserved(string(k), s.DerivesKeys); err != nil {
-			return err
-		}
-	}
-	if err := s.CheckARGV(argv); err != nil {
-		return argError(err.Error())
-	}
-	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), publishArgs(s, toStrings(argv)), h.run.TimeLimit)
-	var ee *luascript.EvalError
-	if errors.As(err, &ee) && ee.TimedOut > 0 {
-		h.log.Warn("a script run on the nodes outlived scripts.time_limit_ms; SCRIPT KILL sent to the nodes still running it",
-			zap.String("sha", s.SHA), zap.Int("nodes", ee.TimedOut), zap.Duration("limit", ee.Limit))
-	}
+	r, err := h.evalOnNodes(c, s, keys, argv)
 	if err != nil {
 		return err
 	}
@@ -82,27 +63,39 @@ func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][
 	return nil
 }
 
+// evalOnNodes runs s on every node and returns the majority's reply.
+func (h *Handler) evalOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) (luascript.Reply, error) {
+	if h.run.Runner == nil {
+		return luascript.Reply{}, h.noRunner()
+	}
+	for _, k := range keys {
+		if _, err := h.limits.key(k); err != nil {
+			return luascript.Reply{}, err
+		}
+		if err := h.run.reserved(string(k), s.DerivesKeys); err != nil {
+			return luascript.Reply{}, err
+		}
+	}
+	if err := s.CheckARGV(argv); err != nil {
+		return luascript.Reply{}, argError(err.Error())
+	}
+	r, err := h.run.Runner.Eval(c.Context(), s, toStrings(keys), toStrings(argv), h.run.TimeLimit)
+	var ee *luascript.EvalError
+	if errors.As(err, &ee) && ee.TimedOut > 0 {
+		h.log.Warn("a script run on the nodes outlived scripts.time_limit_ms; SCRIPT KILL sent to the nodes still running it",
+			zap.String("sha", s.SHA), zap.Int("nodes", ee.TimedOut), zap.Duration("limit", ee.Limit))
+	}
+	if err != nil {
+		return luascript.Reply{}, err
+	}
+	return r, nil
+}
+
 // noRunner refuses a script outside the catalog on a backend that cannot
 // run scripts.
 func (h *Handler) noRunner() error {
 	return argError("ERR this script is not in lockproxy's catalog (docs/lock-scripts.md); scripts outside it run only on the redlock backend " +
 		"(backend = \"redlock\" or \"embedded\"), and this instance uses the " + h.run.Backend + " backend")
-}
-
-// publishArgs sends PUBLISH where a script takes its publish command from
-// ARGV[n] and the client passed SPUBLISH (CheckARGV allowed both). On a
-// Redis that is not a cluster, SPUBLISH reaches only SSUBSCRIBE
-// subscribers, and lockproxy listens to the nodes with SUBSCRIBE (package
-// pubsub): sent as PUBLISH, the message reaches lockproxy's subscribers.
-// The script's reply is unchanged (the scripts that do this ignore
-// PUBLISH's count, and a node has no shard subscribers of its own).
-func publishArgs(s *luascript.Admitted, argv []string) []string {
-	for _, n := range s.PublishFromARGV {
-		if strings.EqualFold(argv[n-1], "spublish") {
-			argv[n-1] = "publish"
-		}
-	}
-	return argv
 }
 
 func toStrings(bs [][]byte) []string {

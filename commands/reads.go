@@ -1,7 +1,9 @@
 package commands
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/lockproxy/lockproxy/luascript"
@@ -22,7 +24,7 @@ import (
 var readCommands = map[string]int{
 	"hget": 3, "hexists": 3, "hgetall": 2, "hlen": 2, "hkeys": 2, "hvals": 2, "hmget": -3, "hstrlen": 3,
 	"lrange": 4, "lindex": 3,
-	"zrange": -4, "zscore": 3, "zrank": -3, "zrevrank": -3, "zcard": 2, "zcount": 4, "zmscore": -3,
+	"zrange": -4, "zscore": 3, "zrank": 3, "zrevrank": 3, "zcard": 2, "zcount": 4, "zmscore": -3,
 	"scard": 2, "sismember": 3, "smembers": 2, "smismember": -3,
 	"strlen": 2, "getrange": 4,
 }
@@ -58,8 +60,99 @@ func (h *Handler) read(name string, s *luascript.Admitted) func(c *resp.Conn, ar
 				"this instance uses the " + h.run.Backend + " backend")
 			return
 		}
-		if err := h.runOnNodes(c, s, args[1:2], args[2:]); err != nil {
+		r, err := h.evalOnNodes(c, s, args[1:2], args[2:])
+		if err != nil {
 			c.Error(replyError("", err))
+			return
+		}
+		if c.Proto() == 3 {
+			writeReply3(c, resp3Shape(name, args), r)
+			return
+		}
+		writeReply(c, r)
+	}
+}
+
+// shape is how Redis 7.0 replies a read command under RESP3 where a
+// script (which speaks RESP2 to the node) gets a flat array or a string.
+type shape int
+
+const (
+	asIs      shape = iota
+	asMap           // HGETALL: a map of field → value
+	asSet           // SMEMBERS: a set
+	asDouble        // ZSCORE: a double (or null)
+	asDoubles       // ZMSCORE: an array of doubles and nulls
+	asPairs         // ZRANGE … WITHSCORES: an array of [member, double score]
+)
+
+// resp3Shape is the RESP3 shape of name's reply for args.
+func resp3Shape(name string, args [][]byte) shape {
+	switch name {
+	case "hgetall":
+		return asMap
+	case "smembers":
+		return asSet
+	case "zscore":
+		return asDouble
+	case "zmscore":
+		return asDoubles
+	case "zrange":
+		for _, a := range args[4:] {
+			if strings.EqualFold(string(a), "withscores") {
+				return asPairs
+			}
 		}
 	}
+	return asIs
+}
+
+// writeReply3 writes r in the RESP3 shape sh; a reply of another kind (an
+// error, a null) is written as it is.
+func writeReply3(c *resp.Conn, sh shape, r luascript.Reply) {
+	switch {
+	case sh == asMap && r.Kind == luascript.Array && len(r.Array)%2 == 0:
+		c.Map(len(r.Array) / 2)
+		for _, e := range r.Array {
+			writeReply(c, e)
+		}
+	case sh == asSet && r.Kind == luascript.Array:
+		c.Raw([]byte("~" + strconv.Itoa(len(r.Array)) + "\r\n"))
+		for _, e := range r.Array {
+			writeReply(c, e)
+		}
+	case sh == asDouble:
+		writeDouble(c, r)
+	case sh == asDoubles && r.Kind == luascript.Array:
+		c.Array(len(r.Array))
+		for _, e := range r.Array {
+			writeDouble(c, e)
+		}
+	case sh == asPairs && r.Kind == luascript.Array && len(r.Array)%2 == 0:
+		c.Array(len(r.Array) / 2)
+		for i := 0; i < len(r.Array); i += 2 {
+			c.Array(2)
+			writeReply(c, r.Array[i])
+			writeDouble(c, r.Array[i+1])
+		}
+	default:
+		writeReply(c, r)
+	}
+}
+
+// writeDouble writes a score the node formatted as Redis formats doubles
+// (%.17g, or inf and -inf) as a RESP3 double, which Redis formats the same
+// way; anything else as it is.
+func writeDouble(c *resp.Conn, r luascript.Reply) {
+	if r.Kind != luascript.Bulk || !isScore(r.Str) {
+		writeReply(c, r)
+		return
+	}
+	c.Raw([]byte("," + r.Str + "\r\n"))
+}
+
+// isScore reports whether s reads as a double (inf, -inf and nan included).
+func isScore(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil || errors.Is(err, strconv.ErrRange)
 }

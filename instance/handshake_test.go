@@ -41,7 +41,7 @@ func TestHandshake(t *testing.T) {
 		{[]string{"READONLY"}, "+OK"},
 		{[]string{"COMMAND"}, "[]"},
 		{[]string{"COMMAND", "DOCS"}, "[]"},
-		{[]string{"COMMAND", "COUNT"}, ":72"}, // POST and Host: count, as in Redis; ACL, LOCKPROXY, TYPE, WAIT, WAITAOF, pub/sub, the seven list commands and the 23 reads of lock keys (commands/reads.go) too
+		{[]string{"COMMAND", "COUNT"}, ":76"}, // POST and Host: count, as in Redis; ACL, LOCKPROXY, TYPE, WAIT, WAITAOF, pub/sub (sharded and PUBSUB too), the seven list commands and the 23 reads of lock keys (commands/reads.go) too
 		{[]string{"INFO", "locks"}, "# Locks\r\nlocks_granted:0…"},
 		{[]string{"LOCKINFO", "nobody"}, "(nil)"}, // RESP3 null
 		{[]string{"LOCK", "bound-key"}, "[…"},

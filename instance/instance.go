@@ -225,8 +225,12 @@ func (in *Instance) subscribe(ev engine.Events) {
 		taken = t.Taken // the engine: a DEL through another instance
 	}
 	dedup := pubsub.NewDedup(len(in.nodes), 0, 0)
+	var shards *pubsub.Dedup // nil: shard channels stay in this process (miniredis has none)
+	if in.cfg.BackendName() != "embedded" {
+		shards = pubsub.NewDedup(len(in.nodes), 0, 0)
+	}
 	remote := &nodePubSub{timeout: in.nodeCallTimeout(), reserved: upstream.ReleasedChannel(in.cfg.Redlock.KeyPrefix)}
-	in.hub = pubsub.NewRemote(remote, dedup)
+	in.hub = pubsub.NewRemote(remote, dedup, shards)
 	for i, opts := range in.nodes {
 		s := upstream.SubscribeHandlers(opts, upstream.Handlers{
 			Released: ev.Released, Taken: taken,
@@ -236,6 +240,17 @@ func (in *Instance) subscribe(ev engine.Events) {
 					dedup.Up(i)
 				} else {
 					dedup.Down(i)
+				}
+			},
+			ShardMessage: func(channel string, payload []byte) { in.hub.FromNodeShard(i, channel, payload) },
+			ShardUp: func(up bool) {
+				if shards == nil { // embedded: the hub never joins shard channels on the nodes
+					return
+				}
+				if up {
+					shards.Up(i)
+				} else {
+					shards.Down(i)
 				}
 			},
 		}, in.log)

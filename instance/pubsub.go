@@ -22,7 +22,11 @@ import (
 //     through at least one node. Fewer within the timeout is an error, and
 //     the nodes that did subscribe are unsubscribed; a node down now
 //     subscribes when it comes back. UNSUBSCRIBE waits likewise (each).
-//   - PUBLISH goes to every node at once. Its reply is the largest count
+//   - SSUBSCRIBE and SUNSUBSCRIBE likewise, on each node's second pub/sub
+//     connection, the one for shard channels (dialled on the first
+//     SSUBSCRIBE); the embedded backend's nodes (miniredis) have no shard
+//     channels, and there the hub keeps them in this process.
+//   - PUBLISH (and SPUBLISH, counting SSUBSCRIBE receivers) goes to every node at once. Its reply is the largest count
 //     of receivers any node gave: the instances (and direct clients of the
 //     node) listening there, each counted once per matching channel or
 //     pattern, not this instance's clients. Zero means no instance
@@ -50,14 +54,17 @@ func (r *nodePubSub) errReserved(channel string) error {
 	return nil
 }
 
-func (r *nodePubSub) Subscribe(ctx context.Context, name string, pattern bool) error {
-	if err := r.errReserved(name); err != nil && !pattern {
+func (r *nodePubSub) Subscribe(ctx context.Context, name string, kind pubsub.Kind) error {
+	if err := r.errReserved(name); err != nil && kind != pubsub.Pattern {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	ok := r.each(ctx, func(s *upstream.Subscription) (<-chan struct{}, error) {
-		return s.Join(ctx, name, pattern) // a node down subscribes when back
+		if kind == pubsub.Shard {
+			return s.JoinShard(ctx, name)
+		}
+		return s.Join(ctx, name, kind == pubsub.Pattern) // a node down subscribes when back
 	})
 	if ok >= r.majority() {
 		return nil
@@ -65,17 +72,21 @@ func (r *nodePubSub) Subscribe(ctx context.Context, name string, pattern bool) e
 	return fmt.Errorf("%w subscribed on %d of %d nodes, fewer than a majority", errNoQuorum, ok, len(r.subs))
 }
 
-func (r *nodePubSub) Unsubscribe(name string, pattern bool) {
+func (r *nodePubSub) Unsubscribe(name string, kind pubsub.Kind) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	r.each(ctx, func(s *upstream.Subscription) (<-chan struct{}, error) {
-		return s.Leave(ctx, name, pattern) // a broken connection forgets it anyway
+		if kind == pubsub.Shard {
+			return s.LeaveShard(ctx, name)
+		}
+		return s.Leave(ctx, name, kind == pubsub.Pattern) // a broken connection forgets it anyway
 	})
 }
 
 // each runs call on every node at once and waits, until ctx ends, for the
 // confirmation of each node that is connected; it returns how many
-// confirmed. Waiting for all of them, not just a majority, keeps the
+// confirmed; a node whose release notifications are not subscribed now
+// counts as down (its shard connection too). Waiting for all of them, not just a majority, keeps the
 // nodes' subscriptions alike, so that a message and a pmessage of one
 // PUBLISH arrive in Redis's order and a PUBLISH after UNSUBSCRIBE counts
 // no one; a node that stopped answering costs up to r.timeout until its
@@ -107,7 +118,7 @@ func (r *nodePubSub) each(ctx context.Context, call func(*upstream.Subscription)
 	return ok
 }
 
-func (r *nodePubSub) Publish(ctx context.Context, channel string, payload []byte) (int64, error) {
+func (r *nodePubSub) Publish(ctx context.Context, kind pubsub.Kind, channel string, payload []byte) (int64, error) {
 	if err := r.errReserved(channel); err != nil {
 		return 0, err
 	}
@@ -120,8 +131,13 @@ func (r *nodePubSub) Publish(ctx context.Context, channel string, payload []byte
 	answers := make(chan answer, len(r.subs))
 	for _, s := range r.subs {
 		go func() {
-			n, err := s.Publish(ctx, channel, payload)
-			answers <- answer{n, err}
+			var a answer
+			if kind == pubsub.Shard {
+				a.n, a.err = s.SPublish(ctx, channel, payload)
+			} else {
+				a.n, a.err = s.Publish(ctx, channel, payload)
+			}
+			answers <- a
 		}()
 	}
 	var most int64

@@ -58,9 +58,15 @@ func TestPubSubRepliesMatchRedis(t *testing.T) {
 // runPubSub runs pubsubSteps against addr and returns every frame read,
 // labelled with its step.
 func runPubSub(t *testing.T, addr string, proto int, key string) []string {
+	return runSteps(t, addr, proto, key, pubsubSteps)
+}
+
+// runSteps runs steps (as pubsubSteps) against addr and returns every
+// frame read, labelled with its step.
+func runSteps(t *testing.T, addr string, proto int, key string, steps []string) []string {
 	conns := map[string]*rawConn{}
 	var out []string
-	for _, step := range pubsubSteps {
+	for _, step := range steps {
 		head, cmd, _ := strings.Cut(step, ":")
 		cmd = strings.TrimSpace(cmd)
 		name, count, _ := strings.Cut(head, " ")

@@ -74,7 +74,7 @@ var allowed = map[string]keySpec{
 	"zremrangebyscore": writeOne, "zremrangebylex": writeOne, "zpopmin": writeOne, "zpopmax": writeOne,
 	"zrandmember": readOne, "zscan": readOne, "zrangestore": writeTwo,
 	// messages and time
-	"publish": noKeys, "time": noKeys,
+	"publish": noKeys, "spublish": noKeys, "time": noKeys,
 }
 
 // remainingTime are the commands whose reply is a key's remaining time (or

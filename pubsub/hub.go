@@ -2,30 +2,48 @@ package pubsub
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
-// Subscriber receives the messages of its channels and patterns. Deliver
-// is called from any goroutine and must not block.
+// Kind is what a subscription names.
+type Kind int
+
+const (
+	Channel Kind = iota // a channel (SUBSCRIBE, PUBLISH)
+	Pattern             // a glob pattern of channels (PSUBSCRIBE)
+	Shard               // a shard channel (SSUBSCRIBE, SPUBLISH)
+)
+
+// kinds is the number of Kinds.
+const kinds = 3
+
+// Subscriber receives the messages of its channels, patterns and shard
+// channels. Its methods are called from any goroutine and must not block.
 type Subscriber interface {
-	// Deliver hands over one message; pattern is "" for a channel
-	// subscription.
+	// Deliver hands over one message of a channel or pattern
+	// subscription; pattern is "" for a channel subscription.
 	Deliver(pattern, channel string, payload []byte)
+	// DeliverShard hands over one message of a shard channel. On a Redis
+	// that is not a cluster, shard channels are a namespace of their own:
+	// SPUBLISH reaches SSUBSCRIBE subscribers only, PUBLISH never does.
+	DeliverShard(channel string, payload []byte)
 }
 
 // Remote carries subscriptions and messages through the nodes that every
 // instance shares. Messages it receives go to Hub.FromNode.
 type Remote interface {
-	// Subscribe starts receiving a channel (pattern false) or a glob
-	// pattern and returns once enough nodes confirmed it (the Remote says
+	// Subscribe starts receiving a channel, a glob pattern or a shard
+	// channel and returns once enough nodes confirmed it (the Remote says
 	// how many), or an error.
-	Subscribe(ctx context.Context, name string, pattern bool) error
+	Subscribe(ctx context.Context, name string, kind Kind) error
 	// Unsubscribe stops receiving it, without waiting.
-	Unsubscribe(name string, pattern bool)
-	// Publish sends a message through the nodes, to every instance this
-	// one included, and returns the receivers it counts (the Remote
-	// documents which), or an error when it cannot say it went out.
-	Publish(ctx context.Context, channel string, payload []byte) (int64, error)
+	Unsubscribe(name string, kind Kind)
+	// Publish sends a message through the nodes (kind Channel: PUBLISH;
+	// Shard: SPUBLISH), to every instance this one included, and returns
+	// the receivers it counts (the Remote documents which), or an error
+	// when it cannot say it went out.
+	Publish(ctx context.Context, kind Kind, channel string, payload []byte) (int64, error)
 }
 
 // topic is one channel or pattern this instance's clients listen to.
@@ -39,52 +57,62 @@ type topic struct {
 // Hub is the instance's table of subscriptions.
 type Hub struct {
 	remote Remote // nil: this process only
-	dedup  *Dedup // nil without remote
+	dedup  *Dedup // channel and pattern messages; nil without remote
+	shards *Dedup // shard channel messages; nil without remote
 
-	mu       sync.Mutex
-	channels map[string]*topic
-	patterns map[string]*topic
+	mu     sync.Mutex
+	topics [kinds]map[string]*topic // by Kind
 }
 
 // New returns an empty hub for this process only.
 func New() *Hub {
-	return &Hub{channels: map[string]*topic{}, patterns: map[string]*topic{}}
-}
-
-// NewRemote returns an empty hub that subscribes and publishes through r,
-// whose messages from nodes numbered 0..nodes-1 it deduplicates with d.
-func NewRemote(r Remote, d *Dedup) *Hub {
-	h := New()
-	h.remote, h.dedup = r, d
+	h := &Hub{}
+	for k := range h.topics {
+		h.topics[k] = map[string]*topic{}
+	}
 	return h
 }
 
-func (h *Hub) table(pattern bool) map[string]*topic {
-	if pattern {
-		return h.patterns
-	}
-	return h.channels
+// NewRemote returns an empty hub that subscribes and publishes through r,
+// whose messages from nodes numbered 0..nodes-1 it deduplicates with d
+// (channels and patterns) and shards (shard channels, which the nodes send
+// on connections of their own).
+func NewRemote(r Remote, d, shards *Dedup) *Hub {
+	h := New()
+	h.remote, h.dedup, h.shards = r, d, shards
+	return h
 }
 
-// Subscribe adds s to name (a channel, or a glob pattern). The first
+func (h *Hub) table(kind Kind) map[string]*topic { return h.topics[kind] }
+
+// remoteFor is the remote that carries kind; nil: this process only. A hub
+// made with no shards Dedup keeps shard channels in this process.
+func (h *Hub) remoteFor(kind Kind) Remote {
+	if kind == Shard && h.shards == nil {
+		return nil
+	}
+	return h.remote
+}
+
+// Subscribe adds s to name (a channel, a glob pattern or a shard channel). The first
 // subscriber of a name subscribes it on the remote; until the remote
 // confirmed, others wait for it. On error s is not subscribed.
-func (h *Hub) Subscribe(ctx context.Context, s Subscriber, name string, pattern bool) error {
+func (h *Hub) Subscribe(ctx context.Context, s Subscriber, name string, kind Kind) error {
 	for {
 		h.mu.Lock()
-		tab := h.table(pattern)
+		tab := h.table(kind)
 		t := tab[name]
 		if t == nil {
 			t = &topic{subs: map[Subscriber]struct{}{}}
 			tab[name] = t
 		}
-		if t.remote || h.remote == nil {
+		if t.remote || h.remoteFor(kind) == nil {
 			t.subs[s] = struct{}{}
 			h.mu.Unlock()
 			return nil
 		}
 		h.mu.Unlock()
-		done, err := h.join(ctx, t, s, name, pattern)
+		done, err := h.join(ctx, t, s, name, kind)
 		if done {
 			return err
 		}
@@ -93,21 +121,21 @@ func (h *Hub) Subscribe(ctx context.Context, s Subscriber, name string, pattern 
 
 // join subscribes t on the remote unless another subscriber did meanwhile,
 // then adds s. It returns false when t was removed meanwhile.
-func (h *Hub) join(ctx context.Context, t *topic, s Subscriber, name string, pattern bool) (bool, error) {
+func (h *Hub) join(ctx context.Context, t *topic, s Subscriber, name string, kind Kind) (bool, error) {
 	t.op.Lock()
 	defer t.op.Unlock()
 	if t.dead {
 		return false, nil
 	}
 	if !t.remote {
-		if err := h.remote.Subscribe(ctx, name, pattern); err != nil {
+		if err := h.remote.Subscribe(ctx, name, kind); err != nil {
 			h.mu.Lock()
 			if len(t.subs) == 0 {
 				t.dead = true
-				delete(h.table(pattern), name)
+				delete(h.table(kind), name)
 			}
 			h.mu.Unlock()
-			h.remote.Unsubscribe(name, pattern) // the nodes that did confirm
+			h.remote.Unsubscribe(name, kind) // the nodes that did confirm
 			return true, err
 		}
 	}
@@ -120,9 +148,9 @@ func (h *Hub) join(ctx context.Context, t *topic, s Subscriber, name string, pat
 
 // Unsubscribe removes s from name; the last subscriber's leaving
 // unsubscribes it on the remote.
-func (h *Hub) Unsubscribe(s Subscriber, name string, pattern bool) {
+func (h *Hub) Unsubscribe(s Subscriber, name string, kind Kind) {
 	h.mu.Lock()
-	t := h.table(pattern)[name]
+	t := h.table(kind)[name]
 	if t == nil {
 		h.mu.Unlock()
 		return
@@ -141,10 +169,10 @@ func (h *Hub) Unsubscribe(s Subscriber, name string, pattern bool) {
 		return
 	}
 	t.dead = true
-	delete(h.table(pattern), name)
+	delete(h.table(kind), name)
 	h.mu.Unlock()
 	if t.remote {
-		h.remote.Unsubscribe(name, pattern)
+		h.remote.Unsubscribe(name, kind)
 	}
 }
 
@@ -153,9 +181,45 @@ func (h *Hub) Unsubscribe(s Subscriber, name string, pattern bool) {
 // matching subscription. With one, the remote's count and error.
 func (h *Hub) Publish(ctx context.Context, channel string, payload []byte) (int64, error) {
 	if h.remote != nil {
-		return h.remote.Publish(ctx, channel, payload)
+		return h.remote.Publish(ctx, Channel, channel, payload)
 	}
 	return int64(h.Deliver(channel, payload)), nil
+}
+
+// SPublish sends payload on shard channel as Publish does: it reaches
+// SSUBSCRIBE subscribers only, and counts them.
+func (h *Hub) SPublish(ctx context.Context, channel string, payload []byte) (int64, error) {
+	if r := h.remoteFor(Shard); r != nil {
+		return r.Publish(ctx, Shard, channel, payload)
+	}
+	return int64(h.DeliverShard(channel, payload)), nil
+}
+
+// FromNodeShard hands over a message node sent on a shard channel this
+// instance subscribed: the first copy from any node goes to the channel's
+// subscribers, the others are dropped (Dedup).
+func (h *Hub) FromNodeShard(node int, channel string, payload []byte) {
+	if h.shards != nil && !h.shards.First(node, "", channel, payload) {
+		return
+	}
+	h.DeliverShard(channel, payload)
+}
+
+// DeliverShard hands a message to this process's subscribers of shard
+// channel and returns how many deliveries it made.
+func (h *Hub) DeliverShard(channel string, payload []byte) int {
+	var out []Subscriber
+	h.mu.Lock()
+	if t := h.topics[Shard][channel]; t != nil {
+		for s := range t.subs {
+			out = append(out, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range out {
+		s.DeliverShard(channel, payload)
+	}
+	return len(out)
 }
 
 // FromNode hands over a message node sent: on a channel this instance
@@ -169,7 +233,7 @@ func (h *Hub) Publish(ctx context.Context, channel string, payload []byte) (int6
 func (h *Hub) FromNode(node int, pattern, channel string, payload []byte) {
 	if pattern != "" {
 		h.mu.Lock()
-		t, p := h.channels[channel], h.patterns[pattern]
+		t, p := h.topics[Channel][channel], h.topics[Pattern][pattern]
 		covered := t != nil && t.remote
 		var out []Subscriber
 		if p != nil && !covered {
@@ -201,12 +265,12 @@ func (h *Hub) Deliver(channel string, payload []byte) int {
 	}
 	var out []delivery
 	h.mu.Lock()
-	if t := h.channels[channel]; t != nil {
+	if t := h.topics[Channel][channel]; t != nil {
 		for s := range t.subs {
 			out = append(out, delivery{s, ""})
 		}
 	}
-	for p, t := range h.patterns {
+	for p, t := range h.topics[Pattern] {
 		if Match(p, channel) {
 			for s := range t.subs {
 				out = append(out, delivery{s, p})
@@ -218,4 +282,46 @@ func (h *Hub) Deliver(channel string, payload []byte) int {
 		d.s.Deliver(d.pattern, channel, payload)
 	}
 	return len(out)
+}
+
+// Names lists, sorted, the channels (kind Channel) or shard channels
+// (Shard) that at least one of this process's subscribers listens to and
+// that match the glob pattern; every one when all. (PUBSUB CHANNELS and
+// SHARDCHANNELS: what one Redis reports of its own clients.)
+func (h *Hub) Names(kind Kind, pattern string, all bool) []string {
+	h.mu.Lock()
+	var out []string
+	for name, t := range h.topics[kind] {
+		if len(t.subs) > 0 && (all || Match(pattern, name)) {
+			out = append(out, name)
+		}
+	}
+	h.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// NumSub is the number of this process's subscribers of a channel or a
+// shard channel (PUBSUB NUMSUB and SHARDNUMSUB).
+func (h *Hub) NumSub(kind Kind, name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[kind][name]; t != nil {
+		return len(t.subs)
+	}
+	return 0
+}
+
+// NumPat is the number of distinct patterns this process's subscribers
+// listen to (PUBSUB NUMPAT).
+func (h *Hub) NumPat() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, t := range h.topics[Pattern] {
+		if len(t.subs) > 0 {
+			n++
+		}
+	}
+	return n
 }

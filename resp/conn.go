@@ -41,7 +41,7 @@ type Conn struct {
 	libName string
 	libVer  string
 	lastCmd string
-	subs    [2]map[string]struct{} // subscribed channels, then patterns
+	subs    [3]map[string]struct{} // subscribed channels, patterns and shard channels (by pubsub.Kind)
 }
 
 // setAuthed records whether c has authenticated. Until it has, the guard

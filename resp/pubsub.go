@@ -8,7 +8,11 @@ import (
 )
 
 // Pub/sub without a data Redis: SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE,
-// PUNSUBSCRIBE and PUBLISH, with Redis's replies in RESP2 and RESP3. The
+// PUNSUBSCRIBE and PUBLISH, and the shard channels' SSUBSCRIBE, SUNSUBSCRIBE
+// and SPUBLISH as Redis 7.0 serves them when it is not a cluster (a
+// namespace of their own: SPUBLISH reaches SSUBSCRIBE subscribers only,
+// PUBLISH never does, and confirmations count shard channels apart from
+// channels and patterns), with Redis's replies in RESP2 and RESP3. The
 // hub (pubsub/) carries them through the nodes on the redlock and embedded
 // backends; a SUBSCRIBE the nodes could not confirm gets the hub's error
 // instead of its confirmation, and leaves the connection as it was. A
@@ -24,7 +28,22 @@ func (s *Server) pubsubCommands() []Command {
 		{Name: "unsubscribe", Arity: -1, Handler: s.unsubscribe},
 		{Name: "punsubscribe", Arity: -1, Handler: s.unsubscribe},
 		{Name: "publish", Arity: 3, Handler: s.publish},
+		{Name: "ssubscribe", Arity: -2, Handler: s.subscribe},
+		{Name: "sunsubscribe", Arity: -1, Handler: s.unsubscribe},
+		{Name: "spublish", Arity: 3, Handler: s.publish},
+		{Name: "pubsub", Arity: -2, Handler: s.pubsubInfo},
 	}
+}
+
+// kindOf is the kind of subscription a (un)subscribe or publish command names.
+func kindOf(cmd []byte) pubsub.Kind {
+	return commandKind[strings.ToLower(string(cmd))]
+}
+
+var commandKind = map[string]pubsub.Kind{
+	"subscribe": pubsub.Channel, "unsubscribe": pubsub.Channel, "publish": pubsub.Channel,
+	"psubscribe": pubsub.Pattern, "punsubscribe": pubsub.Pattern,
+	"ssubscribe": pubsub.Shard, "sunsubscribe": pubsub.Shard, "spublish": pubsub.Shard,
 }
 
 // subscribedOK are the commands a RESP2 connection in subscribed mode may send.
@@ -40,32 +59,43 @@ func (c *Conn) refusedSubscribed(name string) string {
 	return "ERR Can't execute '" + name + "': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
 }
 
-// Subscriptions counts the channels and patterns c subscribed through
-// the lock service.
+// Subscriptions counts the channels, patterns and shard channels c
+// subscribed through the lock service.
 func (c *Conn) Subscriptions() int { return c.subscriptions() }
 
-// subscriptions counts c's channels and patterns.
+// subscriptions counts c's channels, patterns and shard channels: any
+// puts a RESP2 connection in subscribed mode.
 func (c *Conn) subscriptions() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.subs[0]) + len(c.subs[1])
+	return len(c.subs[0]) + len(c.subs[1]) + len(c.subs[2])
 }
 
-// subscribe is SUBSCRIBE channel ... and PSUBSCRIBE pattern ...: one
-// confirmation per name, with c's count of subscriptions after it.
+// counted is the count a confirmation of kind carries, as Redis 7.0 counts:
+// shard channels apart from channels and patterns; c.mu is held.
+func (c *Conn) counted(kind pubsub.Kind) int {
+	if kind == pubsub.Shard {
+		return len(c.subs[pubsub.Shard])
+	}
+	return len(c.subs[pubsub.Channel]) + len(c.subs[pubsub.Pattern])
+}
+
+// subscribe is SUBSCRIBE channel ..., PSUBSCRIBE pattern ... and
+// SSUBSCRIBE shardchannel ...: one confirmation per name, with c's count of
+// subscriptions after it.
 func (s *Server) subscribe(c *Conn, args [][]byte) {
-	pattern := len(args[0]) == len("psubscribe")
-	kind := strings.ToLower(string(args[0]))
+	kind := kindOf(args[0])
+	cmd := strings.ToLower(string(args[0]))
 	for _, a := range args[1:] {
 		name := string(a)
 		c.mu.Lock()
-		tab := c.subTable(pattern)
+		tab := c.subTable(kind)
 		_, had := tab[name]
 		tab[name] = struct{}{}
-		n := len(c.subs[0]) + len(c.subs[1])
+		n := c.counted(kind)
 		c.mu.Unlock()
 		if !had {
-			if err := s.hub.Subscribe(c.Context(), c, name, pattern); err != nil {
+			if err := s.hub.Subscribe(c.Context(), c, name, kind); err != nil {
 				c.mu.Lock()
 				delete(tab, name)
 				c.mu.Unlock()
@@ -73,43 +103,46 @@ func (s *Server) subscribe(c *Conn, args [][]byte) {
 				continue
 			}
 		}
-		c.confirm(kind, &name, n)
+		c.confirm(cmd, &name, n)
 	}
 }
 
-// unsubscribe is UNSUBSCRIBE [channel ...] and PUNSUBSCRIBE [pattern ...]:
-// without names, from every one of the kind; with none to leave, one
-// confirmation naming nothing.
+// unsubscribe is UNSUBSCRIBE [channel ...], PUNSUBSCRIBE [pattern ...] and
+// SUNSUBSCRIBE [shardchannel ...]: without names, from every one of the
+// kind; with none to leave, one confirmation naming nothing.
 func (s *Server) unsubscribe(c *Conn, args [][]byte) {
-	pattern := len(args[0]) == len("punsubscribe")
-	kind := strings.ToLower(string(args[0]))
+	kind := kindOf(args[0])
+	cmd := strings.ToLower(string(args[0]))
 	names := make([]string, 0, len(args)-1)
 	for _, a := range args[1:] {
 		names = append(names, string(a))
 	}
 	if len(names) == 0 {
 		c.mu.Lock()
-		for name := range c.subTable(pattern) {
+		for name := range c.subTable(kind) {
 			names = append(names, name)
 		}
 		c.mu.Unlock()
 		sort.Strings(names)
 	}
 	if len(names) == 0 {
-		c.confirm(kind, nil, c.subscriptions())
+		c.mu.Lock()
+		n := c.counted(kind)
+		c.mu.Unlock()
+		c.confirm(cmd, nil, n)
 		return
 	}
 	for _, name := range names {
 		c.mu.Lock()
-		tab := c.subTable(pattern)
+		tab := c.subTable(kind)
 		_, had := tab[name]
 		delete(tab, name)
-		n := len(c.subs[0]) + len(c.subs[1])
+		n := c.counted(kind)
 		c.mu.Unlock()
 		if had {
-			s.hub.Unsubscribe(c, name, pattern)
+			s.hub.Unsubscribe(c, name, kind)
 		}
-		c.confirm(kind, &name, n)
+		c.confirm(cmd, &name, n)
 	}
 }
 
@@ -117,18 +150,23 @@ func (s *Server) unsubscribe(c *Conn, args [][]byte) {
 func (s *Server) unsubscribeAll(c *Conn) {
 	c.mu.Lock()
 	subs := c.subs
-	c.subs = [2]map[string]struct{}{}
+	c.subs = [3]map[string]struct{}{}
 	c.mu.Unlock()
 	for i, tab := range subs {
 		for name := range tab {
-			s.hub.Unsubscribe(c, name, i == 1)
+			s.hub.Unsubscribe(c, name, pubsub.Kind(i))
 		}
 	}
 }
 
-// publish is PUBLISH channel message: the number of receivers.
+// publish is PUBLISH channel message and SPUBLISH shardchannel message:
+// the number of receivers.
 func (s *Server) publish(c *Conn, args [][]byte) {
-	n, err := s.hub.Publish(c.Context(), string(args[1]), args[2])
+	publish := s.hub.Publish
+	if kindOf(args[0]) == pubsub.Shard {
+		publish = s.hub.SPublish
+	}
+	n, err := publish(c.Context(), string(args[1]), args[2])
 	if err != nil {
 		c.Error(err.Error())
 		return
@@ -136,12 +174,9 @@ func (s *Server) publish(c *Conn, args [][]byte) {
 	c.Int(n)
 }
 
-// subTable is c's table of channels (pattern false) or patterns; c.mu is held.
-func (c *Conn) subTable(pattern bool) map[string]struct{} {
-	i := 0
-	if pattern {
-		i = 1
-	}
+// subTable is c's table of channels, patterns or shard channels; c.mu is held.
+func (c *Conn) subTable(kind pubsub.Kind) map[string]struct{} {
+	i := kind
 	if c.subs[i] == nil {
 		c.subs[i] = map[string]struct{}{}
 	}
@@ -191,6 +226,22 @@ func (c *Conn) Deliver(pattern, channel string, payload []byte) {
 	g.push(frame)
 }
 
+// DeliverShard queues a message of a shard channel for the client:
+// [smessage, channel, payload], a push in RESP3.
+func (c *Conn) DeliverShard(channel string, payload []byte) {
+	g, ok := c.rc.NetConn().(*guardConn)
+	if !ok || c.closing.Load() {
+		return
+	}
+	frame := pushFrame([]string{"smessage", channel, string(payload)})
+	if c.Proto() == 3 {
+		frame[0] = '>'
+	} else {
+		frame[0] = '*'
+	}
+	g.push(frame)
+}
+
 // subscribedPing is PING in RESP2 subscribed mode: [pong, message].
 func subscribedPing(c *Conn, args [][]byte) {
 	c.Array(2)
@@ -199,5 +250,77 @@ func subscribedPing(c *Conn, args [][]byte) {
 		c.Bulk(args[1])
 	} else {
 		c.BulkString("")
+	}
+}
+
+// pubsubHelp is Redis 7.0's PUBSUB HELP, line for line.
+var pubsubHelp = []string{
+	"PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+	"CHANNELS [<pattern>]",
+	"    Return the currently active channels matching a <pattern> (default: '*').",
+	"NUMPAT",
+	"    Return number of subscriptions to patterns.",
+	"NUMSUB [<channel> ...]",
+	"    Return the number of subscribers for the specified channels, excluding",
+	"    pattern subscriptions(default: no channels).",
+	"SHARDCHANNELS [<pattern>]",
+	"    Return the currently active shard level channels matching a <pattern> (default: '*').",
+	"SHARDNUMSUB [<shardchannel> ...]",
+	"    Return the number of subscribers for the specified shard level channel(s)",
+	"HELP",
+	"    Prints this help.",
+}
+
+// pubsubInfo is PUBSUB CHANNELS|NUMSUB|NUMPAT|SHARDCHANNELS|SHARDNUMSUB|HELP
+// with Redis 7.0's replies and errors. The counts are this instance's
+// own subscribers — the clients of the server the client talks to, as one
+// Redis counts its clients — not those of other instances sharing the nodes.
+func (s *Server) pubsubInfo(c *Conn, args [][]byte) {
+	sub := strings.ToLower(string(args[1]))
+	switch {
+	case sub == "help" || sub == "numpat":
+		if len(args) != 2 {
+			c.Error("ERR wrong number of arguments for 'pubsub|" + sub + "' command")
+			return
+		}
+		if sub == "numpat" {
+			c.Int(int64(s.hub.NumPat()))
+			return
+		}
+		c.Array(len(pubsubHelp))
+		for _, l := range pubsubHelp {
+			c.Simple(l)
+		}
+	case sub == "channels" || sub == "shardchannels":
+		if len(args) > 3 {
+			c.Error("ERR unknown subcommand or wrong number of arguments for '" + clip(args[1]) + "'. Try PUBSUB HELP.")
+			return
+		}
+		kind := pubsub.Channel
+		if sub == "shardchannels" {
+			kind = pubsub.Shard
+		}
+		var names []string
+		if len(args) == 3 {
+			names = s.hub.Names(kind, string(args[2]), false)
+		} else {
+			names = s.hub.Names(kind, "", true)
+		}
+		c.Array(len(names))
+		for _, n := range names {
+			c.BulkString(n)
+		}
+	case sub == "numsub" || sub == "shardnumsub":
+		kind := pubsub.Channel
+		if sub == "shardnumsub" {
+			kind = pubsub.Shard
+		}
+		c.Array(2 * (len(args) - 2))
+		for _, a := range args[2:] {
+			c.Bulk(a)
+			c.Int(int64(s.hub.NumSub(kind, string(a))))
+		}
+	default:
+		c.Error("ERR unknown subcommand '" + clip(args[1]) + "'. Try PUBSUB HELP.")
 	}
 }

@@ -14,7 +14,9 @@
 // engine's Events.Released). Notifications are a hint
 // to wake waiters sooner: they can be lost, and expiries send none. The
 // same per-node connection carries the channels and patterns clients
-// subscribe through lockproxy (Subscription.Join, Leave, Publish), and
+// subscribe through lockproxy (Subscription.Join, Leave, Publish); their
+// shard channels go on a second connection, dialled on the first
+// JoinShard (LeaveShard, SPublish), and
 // ListNode runs the list commands of lock scripts' signal lists, BLPOP on
 // connections of its own.
 //

@@ -9,8 +9,11 @@ import (
 // Clients' channels and patterns on a node (Join, Leave, Publish): they
 // share the Subscription's one connection with the release notifications,
 // so an instance holds one pub/sub connection per node however many
-// clients subscribe. go-redis remembers what was joined and subscribes it
-// again on every new connection.
+// clients subscribe. Clients' shard channels (JoinShard, LeaveShard,
+// SPublish) have a second connection, dialled on the first JoinShard (a
+// shard channel's message looks like a channel's in go-redis). go-redis
+// remembers what was joined and subscribes it again on every new
+// connection.
 
 // joinKey names a channel or a pattern in Subscription's tables.
 func joinKey(name string, pattern bool) string {
@@ -19,6 +22,9 @@ func joinKey(name string, pattern bool) string {
 	}
 	return "c" + name
 }
+
+// shardKey names a shard channel in Subscription's tables.
+func shardKey(name string) string { return "s" + name }
 
 // Join subscribes the node to a channel (pattern false) or a glob pattern
 // and returns a channel closed once the node confirmed it. If the node is
@@ -31,9 +37,40 @@ func (s *Subscription) Join(ctx context.Context, name string, pattern bool) (<-c
 	s.waiting[k] = append(s.waiting[k], done)
 	s.mu.Unlock()
 	if pattern {
-		return done, s.ps.PSubscribe(ctx, name)
+		return done, s.main.ps.PSubscribe(ctx, name)
 	}
-	return done, s.ps.Subscribe(ctx, name)
+	return done, s.main.ps.Subscribe(ctx, name)
+}
+
+// JoinShard subscribes the node to a shard channel (SSUBSCRIBE) as Join
+// does, on the Subscription's shard connection, which it dials the first
+// time. Messages go to the ShardMessage handler; the release channel's
+// never do (nobody publishes there as a shard channel, and callers should
+// refuse it).
+func (s *Subscription) JoinShard(ctx context.Context, name string) (<-chan struct{}, error) {
+	k := shardKey(name)
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.waiting[k] = append(s.waiting[k], done)
+	s.mu.Unlock()
+	s.startShard()
+	return done, s.shard.ps.SSubscribe(ctx, name)
+}
+
+// LeaveShard unsubscribes the node from what JoinShard added, as Leave.
+func (s *Subscription) LeaveShard(ctx context.Context, name string) (<-chan struct{}, error) {
+	k := shardKey(name)
+	done := make(chan struct{})
+	s.mu.Lock()
+	delete(s.waiting, k)
+	if name == s.channel {
+		s.mu.Unlock()
+		close(done)
+		return done, nil
+	}
+	s.waiting["u"+k] = append(s.waiting["u"+k], done)
+	s.mu.Unlock()
+	return done, s.shard.ps.SUnsubscribe(ctx, name)
 }
 
 // Leave unsubscribes the node from what Join added and returns a channel
@@ -56,9 +93,9 @@ func (s *Subscription) Leave(ctx context.Context, name string, pattern bool) (<-
 	s.waiting["u"+k] = append(s.waiting["u"+k], done)
 	s.mu.Unlock()
 	if pattern {
-		return done, s.ps.PUnsubscribe(ctx, name)
+		return done, s.main.ps.PUnsubscribe(ctx, name)
 	}
-	return done, s.ps.Unsubscribe(ctx, name)
+	return done, s.main.ps.Unsubscribe(ctx, name)
 }
 
 // Connected reports whether the node confirmed the subscription on the
@@ -68,7 +105,7 @@ func (s *Subscription) Connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
-	case <-s.up:
+	case <-s.main.up:
 		return true
 	default:
 		return false
@@ -85,6 +122,12 @@ func ReleasedChannel(prefix string) string {
 // count of receivers.
 func (s *Subscription) Publish(ctx context.Context, channel string, payload []byte) (int64, error) {
 	return s.client.Publish(ctx, channel, payload).Result()
+}
+
+// SPublish publishes payload on shard channel on the node and returns the
+// node's count of receivers (its SSUBSCRIBE subscribers).
+func (s *Subscription) SPublish(ctx context.Context, channel string, payload []byte) (int64, error) {
+	return s.client.SPublish(ctx, channel, payload).Result()
 }
 
 // confirmed wakes the Joins waiting for the node to confirm k.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // TestJoinLeave: a joined channel and pattern are confirmed, their
@@ -111,4 +113,88 @@ func TestBPopCancelLeavesNoBlockedClient(t *testing.T) {
 			t.Fatalf("pop: %+v %v %v", p, late, err)
 		}
 	})
+}
+
+// TestJoinShard: a joined shard channel is confirmed on the second
+// connection; its SPUBLISH messages reach ShardMessage and its PUBLISH
+// ones nothing (nor does SPUBLISH reach a channel joined with Join);
+// ShardUp reports the connection; after LeaveShard the node counts no
+// shard subscriber, and Close ends both connections.
+func TestJoinShard(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx, raw := testCtx(t), rawClient(t, srv.Addr())
+	msgs := make(chan string, 10)
+	ups := make(chan bool, 10)
+	s := SubscribeHandlers(RedisOptions{Addr: srv.Addr()}, Handlers{
+		Released: func(key, token string) { msgs <- "released " + key },
+		Message: func(pattern, channel string, payload []byte) {
+			msgs <- strings.TrimSpace("message " + pattern + " " + channel + " " + string(payload))
+		},
+		ShardMessage: func(channel string, payload []byte) { msgs <- "smessage " + channel + " " + string(payload) },
+		ShardUp:      func(up bool) { ups <- up },
+	}, nil)
+	if err := s.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := raw.PubSubShardNumSub(ctx, defaultChannel).Result(); err != nil || n[defaultChannel] != 0 {
+		t.Fatalf("before any JoinShard: %v %v, want no shard connection", n, err)
+	}
+	done, err := s.JoinShard(ctx, "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Join(ctx, "plain", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("shard channel not confirmed")
+	}
+	select {
+	case up := <-ups:
+		if !up {
+			t.Fatal("ShardUp(false) first")
+		}
+	case <-ctx.Done():
+		t.Fatal("no ShardUp")
+	}
+	for _, p := range []struct{ cmd, ch, msg string }{
+		{"publish", "sh", "not-shard"}, {"spublish", "plain", "not-plain"},
+		{"spublish", defaultChannel, "1:tk"}, {"spublish", "sh", "m"},
+	} {
+		if err := raw.Do(ctx, p.cmd, p.ch, p.msg).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case got := <-msgs:
+		if got != "smessage sh m" {
+			t.Fatalf("got %q, want the shard channel's message only", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("no shard message")
+	}
+	done, err = s.LeaveShard(ctx, "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if n, err := raw.SPublish(ctx, "sh", "gone").Result(); err != nil || n != 0 {
+		t.Fatalf("SPUBLISH after LeaveShard: %d receivers, %v", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The node drops the closed connection soon after; bounded by ctx.
+	for {
+		n, err := raw.PubSubShardNumSub(ctx, defaultChannel).Result()
+		if err == nil && n[defaultChannel] == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after Close: %v %v, want the shard connection gone", n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

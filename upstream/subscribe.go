@@ -36,23 +36,44 @@ type Subscription struct {
 	addr      string
 	channel   string
 	client    *redis.Client
-	ps        *redis.PubSub
+	main      *line // SUBSCRIBE and PSUBSCRIBE: release notifications, clients' channels and patterns
+	shard     *line // SSUBSCRIBE: clients' shard channels; its connection is dialled on the first JoinShard
 	onRelease func(key, token string)
 	onTaken   func(key, token string)                       // may be nil
 	onMessage func(pattern, channel string, payload []byte) // may be nil
-	onUp      func(up bool)                                 // may be nil
+	onShard   func(channel string, payload []byte)          // may be nil
 	log       *zap.Logger
 	pingAfter time.Duration
 	pongWait  time.Duration
 
+	ctx       context.Context // ends at Close
 	stop      context.CancelFunc
-	stopped   chan struct{} // closed when the receiving goroutine has ended
+	stopped   chan struct{} // closed when the main line's goroutine has ended
+	shardOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 
 	mu      sync.Mutex
-	up      chan struct{}              // closed while the current connection is subscribed
+	closed  bool                       // Close began: no shard line starts any more
+	lines   sync.WaitGroup             // the shard line's goroutine; Add under mu while !closed
 	waiting map[string][]chan struct{} // joinKey -> closed when the node confirms it
+}
+
+// line is one pub/sub connection of a Subscription to its node, with the
+// goroutine that receives on it. The release channel is its anchor: the
+// node's confirmation of it (SUBSCRIBE on the main line, SSUBSCRIBE on the
+// shard line, where nobody publishes on it) tells a new connection is
+// subscribed. go-redis keeps one connection per PubSub and cannot tell a
+// shard channel's message from a channel's (both are a *redis.Message), so
+// shard channels have a connection of their own.
+type line struct {
+	s     *Subscription
+	ps    *redis.PubSub
+	shard bool
+	onUp  func(up bool) // may be nil
+	what  string        // for the log
+
+	up chan struct{} // closed while the current connection is subscribed; under s.mu
 }
 
 // Subscribe listens on the node at o.Addr for release notifications and
@@ -116,6 +137,12 @@ type Handlers struct {
 	// too, by then or just after), with false when a connection failed.
 	// May be nil.
 	Up func(up bool)
+	// ShardMessage receives what the node sends on the shard channels
+	// added with JoinShard. May be nil.
+	ShardMessage func(channel string, payload []byte)
+	// ShardUp is Up for the connection that carries the shard channels
+	// (dialled on the first JoinShard). May be nil.
+	ShardUp func(up bool)
 }
 
 // SubscribeHandlers is Subscribe with every handler: release
@@ -136,21 +163,42 @@ func subscribeHandlers(o RedisOptions, hs Handlers, log *zap.Logger, pingAfter t
 		addr:      o.Addr,
 		channel:   releasedChannel(o.Prefix),
 		client:    client,
-		ps:        client.Subscribe(ctx), // no channel yet: does not dial
 		onRelease: hs.Released,
 		onTaken:   hs.Taken,
 		onMessage: hs.Message,
-		onUp:      hs.Up,
+		onShard:   hs.ShardMessage,
 		waiting:   map[string][]chan struct{}{},
 		log:       log.With(zap.String("node", o.Addr), zap.String("channel", releasedChannel(o.Prefix))),
 		pingAfter: pingAfter,
 		pongWait:  o.Timeout,
+		ctx:       ctx,
 		stop:      stop,
 		stopped:   make(chan struct{}),
-		up:        make(chan struct{}),
 	}
-	go s.run(ctx)
+	// No channel yet: neither dials.
+	s.main = &line{s: s, ps: client.Subscribe(ctx), onUp: hs.Up, what: "release notifications", up: make(chan struct{})}
+	s.shard = &line{s: s, ps: client.SSubscribe(ctx), shard: true, onUp: hs.ShardUp, what: "shard channels", up: make(chan struct{})}
+	go func() {
+		defer close(s.stopped)
+		s.main.run(ctx)
+	}()
 	return s
+}
+
+// startShard starts the shard line's goroutine, once, unless Close began.
+func (s *Subscription) startShard() {
+	s.shardOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return
+		}
+		s.lines.Add(1)
+		go func() {
+			defer s.lines.Done()
+			s.shard.run(s.ctx)
+		}()
+	})
 }
 
 // Ready blocks until the subscription is established or ctx ends (for tests
@@ -160,7 +208,7 @@ func subscribeHandlers(o RedisOptions, hs Handlers, log *zap.Logger, pingAfter t
 // It returns ErrClosed once the subscription is closed.
 func (s *Subscription) Ready(ctx context.Context) error {
 	s.mu.Lock()
-	up := s.up
+	up := s.main.up
 	s.mu.Unlock()
 	select {
 	case <-up:
@@ -177,10 +225,15 @@ func (s *Subscription) Ready(ctx context.Context) error {
 // Calling it again returns the first result.
 func (s *Subscription) Close() error {
 	s.closeOnce.Do(func() {
-		s.stop()            // aborts a dial or a backoff wait
-		err := s.ps.Close() // aborts a blocked read
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.stop()                 // aborts a dial or a backoff wait
+		err := s.main.ps.Close() // aborts a blocked read
+		serr := s.shard.ps.Close()
 		<-s.stopped
-		s.closeErr = errors.Join(err, s.client.Close())
+		s.lines.Wait()
+		s.closeErr = errors.Join(err, serr, s.client.Close())
 	})
 	return s.closeErr
 }
@@ -195,25 +248,29 @@ type health struct {
 
 // run receives until Close. After a failure go-redis dials again and
 // subscribes on the next receive; run only waits in between.
-func (s *Subscription) run(ctx context.Context) {
-	defer close(s.stopped)
-	defer s.setUp(false) // Ready reports ErrClosed from now on
+func (l *line) run(ctx context.Context) {
+	defer l.setUp(false) // Ready reports ErrClosed from now on
 	h := &health{lostAt: time.Now(), backoff: minBackoff}
-	err := s.ps.Subscribe(ctx, s.channel) // kept for resubscribing even if it fails
+	var err error // the anchor is kept for resubscribing even if it fails
+	if l.shard {
+		err = l.ps.SSubscribe(ctx, l.s.channel)
+	} else {
+		err = l.ps.Subscribe(ctx, l.s.channel)
+	}
 	for {
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			s.failed(h, err)
+			l.failed(h, err)
 			if !sleep(ctx, h.backoff) {
 				return
 			}
 			h.backoff = min(2*h.backoff, maxBackoff)
 		}
 		var msg any
-		if msg, err = s.receive(ctx, h); err == nil {
-			s.handle(h, msg)
+		if msg, err = l.receive(ctx, h); err == nil {
+			l.handle(h, msg)
 		}
 	}
 }
@@ -223,26 +280,46 @@ func (s *Subscription) run(ctx context.Context) {
 // with a deadline, which go-redis treats as a broken connection: it dials
 // again and resubscribes. (A plain read timeout it would keep the connection
 // for.)
-func (s *Subscription) receive(ctx context.Context, h *health) (any, error) {
+func (l *line) receive(ctx context.Context, h *health) (any, error) {
 	if h.pinged.IsZero() {
-		msg, err := s.ps.ReceiveTimeout(ctx, s.pingAfter)
+		msg, err := l.ps.ReceiveTimeout(ctx, l.s.pingAfter)
 		if !isTimeout(err) {
 			return msg, err
 		}
 		h.pinged = time.Now()
-		if err := s.ps.Ping(ctx); err != nil {
+		if err := l.ps.Ping(ctx); err != nil {
 			return nil, err
 		}
 	}
-	dctx, cancel := context.WithDeadline(ctx, h.pinged.Add(s.pongWait))
+	dctx, cancel := context.WithDeadline(ctx, h.pinged.Add(l.s.pongWait))
 	defer cancel()
-	return s.ps.Receive(dctx)
+	return l.ps.Receive(dctx)
 }
 
 // handle acts on one message from the node. Anything at all shows the
 // connection lives.
-func (s *Subscription) handle(h *health, msg any) {
+func (l *line) handle(h *health, msg any) {
 	h.pinged = time.Time{}
+	s := l.s
+	if l.shard {
+		switch m := msg.(type) {
+		case *redis.Message:
+			if m.Channel != s.channel && s.onShard != nil {
+				s.onShard(m.Channel, []byte(m.Payload))
+			}
+		case *redis.Subscription:
+			if m.Kind == "ssubscribe" && m.Channel == s.channel {
+				l.subscribed(h)
+			}
+			switch m.Kind {
+			case "ssubscribe":
+				s.confirmed(shardKey(m.Channel))
+			case "sunsubscribe":
+				s.confirmed("u" + shardKey(m.Channel))
+			}
+		}
+		return
+	}
 	switch m := msg.(type) {
 	case *redis.Message:
 		if m.Channel != s.channel {
@@ -261,7 +338,7 @@ func (s *Subscription) handle(h *health, msg any) {
 		}
 	case *redis.Subscription:
 		if m.Kind == "subscribe" && m.Channel == s.channel {
-			s.subscribed(h)
+			l.subscribed(h)
 		}
 		switch m.Kind {
 		case "subscribe", "psubscribe":
@@ -273,27 +350,27 @@ func (s *Subscription) handle(h *health, msg any) {
 }
 
 // subscribed records that the node confirmed the subscription.
-func (s *Subscription) subscribed(h *health) {
+func (l *line) subscribed(h *health) {
 	switch {
 	case h.fails > 0:
-		s.log.Info("release notifications: subscribed again",
+		l.s.log.Info(l.what+": subscribed again",
 			zap.Duration("outage", time.Since(h.lostAt)), zap.Int("failed_attempts", h.fails))
 	case !h.lostAt.IsZero():
-		s.log.Debug("release notifications: subscribed")
+		l.s.log.Debug(l.what + ": subscribed")
 	}
 	*h = health{backoff: minBackoff}
-	s.setUp(true)
-	if s.onUp != nil {
-		s.onUp(true)
+	l.setUp(true)
+	if l.onUp != nil {
+		l.onUp(true)
 	}
 }
 
 // failed records a failed receive: the first of an outage at info level,
 // the next ones at debug.
-func (s *Subscription) failed(h *health, err error) {
-	s.setUp(false)
-	if s.onUp != nil {
-		s.onUp(false)
+func (l *line) failed(h *health, err error) {
+	l.setUp(false)
+	if l.onUp != nil {
+		l.onUp(false)
 	}
 	h.pinged = time.Time{}
 	if h.lostAt.IsZero() {
@@ -301,24 +378,24 @@ func (s *Subscription) failed(h *health, err error) {
 	}
 	h.fails++
 	if h.fails == 1 {
-		s.log.Info("release notifications: connection failed; reconnecting", zap.Error(err))
+		l.s.log.Info(l.what+": connection failed; reconnecting", zap.Error(err))
 		return
 	}
-	s.log.Debug("release notifications: reconnect failed", zap.Error(err), zap.Int("attempt", h.fails))
+	l.s.log.Debug(l.what+": reconnect failed", zap.Error(err), zap.Int("attempt", h.fails))
 }
 
 // setUp marks the current connection subscribed or not, for Ready.
-func (s *Subscription) setUp(up bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (l *line) setUp(up bool) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
 	select {
-	case <-s.up:
+	case <-l.up:
 		if !up {
-			s.up = make(chan struct{})
+			l.up = make(chan struct{})
 		}
 	default:
 		if up {
-			close(s.up)
+			close(l.up)
 		}
 	}
 }

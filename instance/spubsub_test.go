@@ -1,0 +1,271 @@
+package instance_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Sharded pub/sub without a data Redis, as Redis 7.0 serves it when it is
+// not a cluster: shard channels are a namespace of their own (SPUBLISH
+// reaches SSUBSCRIBE subscribers only, PUBLISH and patterns never touch
+// them), confirmations count shard channels apart from channels and
+// patterns, and any of them puts a RESP2 connection in subscribed mode.
+
+// shardSteps is a session as pubsubSteps. Every message read is followed
+// by a step whose reply would come out wrong if a message had been
+// delivered to a subscriber Redis does not deliver it to.
+var shardSteps = []string{
+	"a 1: SSUBSCRIBE", "c 1: SPUBLISH K", "c 1: SPUBLISH K a b", "a 1: SUNSUBSCRIBE",
+	"a 2: SSUBSCRIBE K K:2", "a 1: SSUBSCRIBE K",
+	"a 1: GET K", "a 1: PING", "a 1: PING hi",
+	"b 1: SUBSCRIBE K",
+	"c 1: SPUBLISH K hello", "a 1:",
+	"c 1: PUBLISH K plain", "b 1:",
+	"a 1: SUBSCRIBE K:3", "a 1: PSUBSCRIBE K:*",
+	"c 1: SPUBLISH K:2 two", "a 1:",
+	"c 1: PUBLISH K:2 p", "a 1:",
+	"c 1: SPUBLISH K:3 none", "c 1: SPUBLISH other none",
+	"a 1: SUNSUBSCRIBE K", "c 1: SPUBLISH K gone", "a 1: SUNSUBSCRIBE", "a 1: SUNSUBSCRIBE", "a 1: SUNSUBSCRIBE K",
+	"a 1: UNSUBSCRIBE", "a 1: PUNSUBSCRIBE", "a 1: GET K",
+	"a 1: SSUBSCRIBE K", "a 1: UNSUBSCRIBE", "a 1: PUNSUBSCRIBE", "a 1: GET K", "a 1: PING",
+	"a 1: RESET", "c 1: SPUBLISH K after-reset", "a 1: GET K",
+	"b 1: UNSUBSCRIBE", "c 1: PUBLISH K x",
+}
+
+// TestShardPubSubRepliesMatchRedis runs shardSteps on a plain redis-server
+// and on lockproxy (embedded, and redlock over three nodes), in RESP2 and
+// RESP3, and compares every frame byte for byte.
+func TestShardPubSubRepliesMatchRedis(t *testing.T) {
+	plain := redistest.Start(t, redistest.Options{})
+	check := func(t *testing.T, cfg instance.Config) {
+		in := startInstance(t, cfg)
+		for _, proto := range []int{2, 3} {
+			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+				key := uniqueKey(t)
+				want := runSteps(t, plain.Addr(), proto, key, shardSteps)
+				got := runSteps(t, in.Addr(), proto, key, shardSteps)
+				if testing.Verbose() {
+					t.Logf("redis:\n%s", strings.Join(want, "\n"))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("frame %d: lockproxy %q, redis %q", i, got[i], want[i])
+					}
+				}
+			})
+		}
+	}
+	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
+	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
+}
+
+// spublishScript stands in for an unlock script run on every node by
+// quorum that announces on a shard channel.
+const spublishScript = "return redis.call('spublish', KEYS[1], ARGV[1])"
+
+// shardAcross checks, for a SSUBSCRIBE subscriber on subAddr and a
+// SUBSCRIBE one of the same channel: an SPUBLISH made on pubAddr, a
+// script's spublish on each of scriptNodes, and a script with its publish
+// command in ARGV (Redisson 3.22+) run through pubAddr with "spublish",
+// and a script's literal spublish run through pubAddr, reach the shard
+// subscriber once each, in order; the channel subscriber
+// gets only the PUBLISH.
+func shardAcross(t *testing.T, pubAddr, subAddr string, scriptNodes []string, proto int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := uniqueKey(t)
+	subc := newClient(t, subAddr, proto)
+	ssub := subc.SSubscribe(ctx, key)
+	defer ssub.Close()
+	sub := subc.Subscribe(ctx, key)
+	defer sub.Close()
+	for _, s := range []*redis.PubSub{ssub, sub} {
+		if _, err := s.Receive(ctx); err != nil { // the confirmation
+			t.Fatal(err)
+		}
+	}
+	pub := newClient(t, pubAddr, proto)
+	if n, err := pub.SPublish(ctx, key, "m1").Result(); err != nil || n != 1 {
+		t.Fatalf("SPUBLISH: %d %v, want 1 receiver", n, err)
+	}
+	for _, c := range nodeClients(t, scriptNodes...) {
+		if err := c.Eval(ctx, spublishScript, []string{key}, "unlocked").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Eval(ctx, publishFromARGV, []string{key}, "0", "spublish").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Eval(ctx, spublishScript, []string{key}, "literal").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, key, "plain").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.SPublish(ctx, key, "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectMessages(ctx, t, ssub, key+" m1", key+" unlocked", key+" 0", key+" literal", key+" end")
+	expectMessages(ctx, t, sub, key+" plain")
+	// The same payload again is a new message, delivered again.
+	if err := pub.SPublish(ctx, key, "m1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectMessages(ctx, t, ssub, key+" m1")
+}
+
+// TestShardPubSubAcrossInstances runs shardAcross on one redis-server (the
+// check's reference) and on two lockproxy instances over the same three
+// nodes, publishing through A and subscribing through B, in RESP2 and RESP3.
+func TestShardPubSubAcrossInstances(t *testing.T) {
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+			t.Run("redis", func(t *testing.T) {
+				r := redistest.Start(t, redistest.Options{})
+				shardAcross(t, r.Addr(), r.Addr(), []string{r.Addr()}, proto)
+			})
+			t.Run("lockproxy", func(t *testing.T) {
+				nodes := redistest.StartN(t, 3, redistest.Options{})
+				a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
+				shardAcross(t, a.Addr(), b.Addr(), addrsOf(nodes), proto)
+			})
+		})
+	}
+}
+
+// TestShardPubSubNodeKilledAndBack: with a node killed, shard messages
+// still arrive from the others; restarted, the node is subscribed again
+// (on its shard connection) and carries them alone while the other two
+// are paused; with all three back, each message arrives once.
+func TestShardPubSubNodeKilledAndBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
+	key := uniqueKey(t)
+	sub := newClient(t, b.Addr(), 3).SSubscribe(ctx, key)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pub := newClient(t, a.Addr(), 2)
+	direct := nodeClients(t, addrsOf(nodes)...)
+
+	if err := nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.SPublish(ctx, key, "while-killed").Err(); err != nil {
+		t.Fatalf("SPUBLISH with one node of three killed: %v", err)
+	}
+	for _, c := range direct[1:] {
+		if err := c.Eval(ctx, spublishScript, []string{key}, "script-while-killed").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectMessages(ctx, t, sub, key+" while-killed", key+" script-while-killed")
+
+	if err := nodes[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// B subscribes again on the restarted node by itself.
+	eventually(t, 30*time.Second, "B subscribed again on the restarted node", func() bool {
+		n, err := direct[0].PubSubShardNumSub(ctx, key).Result()
+		return err == nil && n[key] >= 1
+	})
+	for _, n := range nodes[1:] {
+		if err := n.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Resume() })
+	}
+	if err := direct[0].SPublish(ctx, key, "through-the-restarted-node").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectMessages(ctx, t, sub, key+" through-the-restarted-node")
+	for _, n := range nodes[1:] {
+		if err := n.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// All three again: once.
+	for _, m := range []string{"after", "end"} {
+		if err := pub.SPublish(ctx, key, m).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectMessages(ctx, t, sub, key+" after", key+" end")
+}
+
+// TestShardPubSubReservedChannel: lockproxy's release channel is refused
+// to SSUBSCRIBE and SPUBLISH as it is to SUBSCRIBE and PUBLISH.
+func TestShardPubSubReservedChannel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	in := startInstance(t, testConfig(nodes))
+	c := dialProto(t, in.Addr(), 2)
+	for _, cmd := range [][]string{{"SSUBSCRIBE", "lockproxy:released"}, {"SPUBLISH", "lockproxy:released", "1:ak"}} {
+		if r := c.do(cmd...); !strings.HasPrefix(r, "-ERR channel 'lockproxy:released' is reserved") {
+			t.Fatalf("%v: %q", cmd, r)
+		}
+	}
+	if r := c.do("GET", "k"); r != "(nil)" && !strings.HasPrefix(r, "$") {
+		t.Fatalf("connection after the refusals: %q", r)
+	}
+	_ = ctx
+}
+
+// TestShardPubSubNoQuorum: with two nodes of three paused, SPUBLISH and a
+// first SSUBSCRIBE (which dials the nodes' shard connections) are errors
+// that say so, and the connection stays usable and out of subscribed
+// mode; resumed, SSUBSCRIBE and SPUBLISH work again.
+func TestShardPubSubNoQuorum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg := testConfig(nodes)
+	cfg.Redlock.NodeTimeoutMS = 500
+	in := startInstance(t, cfg)
+	key := uniqueKey(t)
+	for _, n := range nodes[1:] {
+		pause(t, n)
+	}
+	c := newClient(t, in.Addr(), 2)
+	if err := c.SPublish(ctx, key, "x").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM published on 1 of 3 nodes") {
+		t.Fatalf("SPUBLISH without a majority: %v", err)
+	}
+	raw := dialRaw(t, in.Addr())
+	if r := raw.do("SSUBSCRIBE", key); !strings.HasPrefix(r, "-NOQUORUM subscribed on ") {
+		t.Fatalf("SSUBSCRIBE without a majority: %q", r)
+	}
+	if r := raw.do("PING"); r != "+PONG" {
+		t.Fatalf("PING after the refused SSUBSCRIBE (not in subscribed mode): %q", r)
+	}
+	for _, n := range nodes[1:] {
+		resume(t, n)
+	}
+	// The nodes' connections notice and come back by themselves (bounded
+	// by the ping interval and the node timeout); retry until then.
+	sub := newClient(t, in.Addr(), 3)
+	var ps *redis.PubSub
+	eventually(t, 30*time.Second, "SSUBSCRIBE confirmed once the nodes are back", func() bool {
+		ps = sub.SSubscribe(ctx, key)
+		if _, err := ps.Receive(ctx); err == nil {
+			return true
+		}
+		ps.Close()
+		return false
+	})
+	defer ps.Close()
+	if n, err := c.SPublish(ctx, key, "back").Result(); err != nil || n != 1 {
+		t.Fatalf("SPUBLISH once the nodes are back: %d %v", n, err)
+	}
+	expectMessages(ctx, t, ps, key+" back")
+}
