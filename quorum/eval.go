@@ -68,6 +68,10 @@ type keyOrder struct {
 // dispatch sends op to every node. An OpEval is sent to node i only once
 // the calls before it on its keys landed on node i; the others at once.
 func (r *Redlock) dispatch(ctx context.Context, op *Op, replies chan<- Reply) {
+	if op.Kind == OpEval && op.turn != nil {
+		r.dispatchTurn(ctx, op, replies)
+		return
+	}
 	if op.Kind != OpEval || len(op.Keys) == 0 {
 		for i, n := range r.nodes {
 			n.Do(ctx, op, i, replies)
@@ -201,6 +205,13 @@ const KillTimeout = 15 * time.Second
 // until the script ends).
 func (r *Redlock) Eval(ctx context.Context, s *luascript.Admitted, keys, args []string, limit time.Duration) (luascript.Reply, error) {
 	op := &Op{Kind: OpEval, Script: s, Keys: keys, Args: args}
+	if s.Writes && len(keys) > 0 {
+		t, err := r.enterTurn(ctx, keys, limit)
+		if err != nil {
+			return luascript.Reply{}, err
+		}
+		op.Turn, op.turn = t.token, t
+	}
 	sel := newSelection(r.quorum, len(r.nodes), s.ReadsTime)
 	f, err := r.fanout(ctx, limit, op, nil, sel.add)
 	r.bg.Go(func() { r.killSlow(f, sel.timedOut) })
