@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/luascript"
@@ -148,7 +149,21 @@ type turn struct {
 	gates  []chan bool   // node i: send the script there (true) or not; decided once
 	gated  chan struct{} // closed once every gate is decided
 	cancel context.CancelFunc
-	backs  sync.WaitGroup // the nodes' parts until each gave the turn back
+	// backs counts the nodes whose part is over (the script landed or was
+	// not sent, and the turn was given back there); once a majority's
+	// parts are over, leave lets the instance's next script on the keys
+	// take its turn (a node still running this one refuses it the turn
+	// until then, and is asked again).
+	backs atomic.Int32
+	leave func()
+	once  sync.Once
+}
+
+// partDone counts node's part as over.
+func (t *turn) partDone() {
+	if int(t.backs.Add(1)) == t.r.quorum {
+		t.once.Do(t.leave)
+	}
 }
 
 // newToken is a turn's token: random, so that no other attempt of any
@@ -247,8 +262,10 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 	}
 	// Held: the nodes that gave the turn get the script; the others are
 	// decided in the background.
+	decided := make([]bool, n)
 	var pending []int // refused: asked again
 	for _, rep := range answered {
+		decided[rep.Tag] = true
 		switch {
 		case rep.Err != nil:
 			t.gates[rep.Tag] <- false
@@ -258,7 +275,17 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 			pending = append(pending, rep.Tag)
 		}
 	}
-	r.bg.Go(func() { t.decideRest(replies, n-len(answered), pending) })
+	// A suspected node that has not answered yet is not waited for: it
+	// does not get the script (it failed its recent calls), and its turn,
+	// if it comes, is given back.
+	suspects := r.health.suspected()
+	for i := range n {
+		if !decided[i] && suspects&(1<<i) != 0 {
+			decided[i] = true
+			t.gates[i] <- false
+		}
+	}
+	r.bg.Go(func() { t.decideRest(replies, n-len(answered), pending, decided) })
 	return t, nil
 }
 
@@ -283,15 +310,18 @@ func (e *turnRefusedError) Error() string {
 	return s
 }
 
-// back waits for the attempt's remaining answers (bounded by its
-// context) and gives the turn back on every node.
+// back gives the turn of a failed attempt back on every node, and again
+// on each node whose answer, still to come, says it gave the turn.
 func (t *turn) back(replies chan Reply, left int) {
+	t.giveBack(nil)
 	for range left {
 		rep := <-replies
 		t.r.health.note(rep.Tag, rep.Err)
+		if rep.Err == nil && rep.OK { // landed after the give-back was sent
+			t.giveBack(&rep.Tag)
+		}
 	}
 	t.cancel()
-	t.giveBack(nil)
 }
 
 // giveBack sends OpTurnBack to every node (only to node i if i is not
@@ -314,35 +344,50 @@ func (t *turn) giveBack(only *int) {
 }
 
 // decideRest decides the gates of the nodes that had not given the turn
-// when the majority did: their answers still to come (left on replies)
-// and the nodes in pending, which refused. A node that gives
-// the turn before t.valid gets the script; one that refused is asked
-// again, alone, until then; one that failed does not.
-func (t *turn) decideRest(replies chan Reply, left int, pending []int) {
+// when the majority did: those still to answer (left answers on replies,
+// of which those of decided nodes, the suspects, are not waited for) and
+// those in pending, which refused. A node that gives the turn before
+// t.valid gets the script; one that refused is asked again, alone, until
+// then; one that failed does not get it.
+func (t *turn) decideRest(replies chan Reply, left int, pending []int, decided []bool) {
 	r := t.r
-	retry := map[int]bool{}
+	var wg sync.WaitGroup
+	ask := func(i int) { wg.Go(func() { t.gates[i] <- t.retry(i) }) }
 	for _, i := range pending {
-		retry[i] = true
+		ask(i)
 	}
-	for range left {
+	waiting := 0
+	for i, d := range decided {
+		if !d {
+			waiting++
+			decided[i] = false
+		}
+	}
+	read := 0
+	for ; waiting > 0 && read < left; read++ {
 		rep := <-replies
 		r.health.note(rep.Tag, rep.Err)
+		if decided[rep.Tag] {
+			continue // a suspect's late answer: the node's part gives its turn back
+		}
+		decided[rep.Tag] = true
+		waiting--
 		switch {
 		case rep.Err == nil && rep.OK && r.counts(rep) && time.Now().Before(t.valid):
 			t.gates[rep.Tag] <- true
 		case rep.Err == nil && !rep.OK:
-			retry[rep.Tag] = true
+			ask(rep.Tag)
 		default:
 			t.gates[rep.Tag] <- false
 		}
 	}
-	t.cancel()
-	var wg sync.WaitGroup
-	for i := range retry {
-		wg.Go(func() { t.gates[i] <- t.retry(i) })
-	}
 	wg.Wait()
 	close(t.gated)
+	for ; read < left; read++ {
+		rep := <-replies
+		r.health.note(rep.Tag, rep.Err)
+	}
+	t.cancel()
 }
 
 // retry asks node i again, alone, for the turn, after refusals, while
@@ -392,11 +437,7 @@ func (r *Redlock) enterTurn(ctx context.Context, keys []string, limit time.Durat
 		leave()
 		return nil, err
 	}
-	t.backs.Add(len(r.nodes))
-	r.bg.Go(func() {
-		t.backs.Wait()
-		leave()
-	})
+	t.leave = leave
 	return t, nil
 }
 
@@ -412,7 +453,7 @@ func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies chan<- Reply
 	for i, n := range r.nodes {
 		own := make(chan Reply, 1)
 		go func() {
-			defer t.backs.Done()
+			defer t.partDone()
 			var send bool
 			select {
 			case send = <-t.gates[i]:

@@ -148,3 +148,40 @@ func TestGuardKeepsShebang(t *testing.T) {
 		t.Fatalf("the guard must not shift the body's lines: %q", Guard("return 1"))
 	}
 }
+
+// TestGuardRefusesLateScript: a script whose turn expired before it
+// reached the node (its instance paused between taking the turn and
+// sending the script) is refused there, after another token took the turn
+// and ran its own script, and while nobody holds the turn: it never runs
+// after the script that came in the next turn.
+func TestGuardRefusesLateScript(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		ctx := testCtx(t)
+		n := newNode(t, RedisOptions{Addr: addr})
+		raw := rawClient(t, addr)
+		appendS := admitted(t, `return redis.call('APPEND', KEYS[1], ARGV[1])`)
+		done := make(chan quorum.Reply, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpTurn, Keys: []string{"k"}, Token: "late", TTL: 50 * time.Millisecond}, 0, done)
+		if r := <-done; r.Err != nil || !r.OK {
+			t.Fatalf("take: %+v", r)
+		}
+		eventually(t, 10*time.Second, "the late turn expires", func() bool { return raw.Exists(ctx, "lockproxy:turn:k").Val() == 0 })
+		if r := guardedOn(ctx, n, appendS, []string{"k"}, []string{"late"}, "late"); !errors.Is(r.Err, quorum.ErrTurnLost) {
+			t.Fatalf("late script, nobody's turn: %+v", r)
+		}
+		turnOp(ctx, n, quorum.OpTurn, []string{"k"}, "next")
+		if r := guardedOn(ctx, n, appendS, []string{"k"}, []string{"next"}, "next"); r.Err != nil || r.Value.Int != 4 {
+			t.Fatalf("next turn's script: %+v", r)
+		}
+		if r := guardedOn(ctx, n, appendS, []string{"k"}, []string{"late"}, "late"); !errors.Is(r.Err, quorum.ErrTurnLost) {
+			t.Fatalf("late script, another's turn: %+v", r)
+		}
+		turnOp(ctx, n, quorum.OpTurnBack, []string{"k"}, "next")
+		if r := guardedOn(ctx, n, appendS, []string{"k"}, []string{"late"}, "late"); !errors.Is(r.Err, quorum.ErrTurnLost) {
+			t.Fatalf("late script after the next turn: %+v", r)
+		}
+		if v := raw.Get(ctx, "k").Val(); v != "next" {
+			t.Fatalf("k holds %q, want only the next turn's write", v)
+		}
+	})
+}
