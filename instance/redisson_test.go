@@ -246,7 +246,7 @@ type rTarget struct {
 	name  string
 	addrs func(t *testing.T) (a, b string, nodes []*redistest.Server)
 	// quorum: lockproxy over three nodes, where the nodes run a script
-	// each on its own (docs/lock-scripts.md, "Order and drift").
+	// each on its own (docs/lock-scripts.md, "Order on the nodes").
 	quorum bool
 }
 
@@ -348,7 +348,7 @@ func wantTTL(t *testing.T, what string, got any, err error, max int64) int64 {
 	return n
 }
 
-// documented is an outcome that docs/lock-scripts.md ("Order and drift")
+// documented is an outcome that docs/lock-scripts.md ("Order on the nodes")
 // says the nodes can give once their states drifted apart; where the
 // target allows it, a case logs it and checks the weaker guarantee.
 type documented string

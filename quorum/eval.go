@@ -49,8 +49,9 @@ import (
 // drifting apart under one instance's concurrent clients: each node runs
 // that instance's scripts on a key in the same order. A node whose call
 // timed out may still run that script later (Redis runs what it has read),
-// and a script sent to it next then runs after it. Across instances no
-// order holds (docs/lock-scripts.md).
+// and a script sent to it next then runs after it. Across instances, a
+// script that writes runs on a node only in its turn (turn.go), which
+// orders the scripts on a key alike on every node.
 
 // ErrOrderWait is a node's failure for a script that was never sent to it:
 // the node had not finished an earlier script on the same key within the
