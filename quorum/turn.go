@@ -357,10 +357,9 @@ func (t *turn) decideRest(replies chan Reply, left int, pending []int, decided [
 		ask(i)
 	}
 	waiting := 0
-	for i, d := range decided {
+	for _, d := range decided {
 		if !d {
 			waiting++
-			decided[i] = false
 		}
 	}
 	read := 0
@@ -402,7 +401,13 @@ func (t *turn) retry(i int) bool {
 		if time.Until(t.valid) < wait+r.timeout(0) {
 			return false
 		}
-		time.Sleep(wait)
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-r.life.Done(): // closed: no more asking
+			timer.Stop()
+			return false
+		}
 		ctx, cancel := context.WithTimeout(r.life, r.timeout(0))
 		done := make(chan Reply, 1)
 		ttl := time.Until(t.valid) + r.drift(time.Until(t.valid)) + TurnMargin
