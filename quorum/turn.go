@@ -398,7 +398,7 @@ func (t *turn) retry(i int) bool {
 	for {
 		wait := backoff/2 + rand.N(backoff)
 		backoff = min(2*backoff, TurnBackoffMax)
-		if time.Until(t.valid) < wait+r.timeout(0) {
+		if time.Until(t.valid) <= wait {
 			return false
 		}
 		timer := time.NewTimer(wait)
@@ -408,7 +408,8 @@ func (t *turn) retry(i int) bool {
 			timer.Stop()
 			return false
 		}
-		ctx, cancel := context.WithTimeout(r.life, r.timeout(0))
+		// An answer after t.valid is of no use: the call ends there.
+		ctx, cancel := context.WithDeadline(r.life, minTime(t.valid, time.Now().Add(r.timeout(0))))
 		done := make(chan Reply, 1)
 		ttl := time.Until(t.valid) + r.drift(time.Until(t.valid)) + TurnMargin
 		r.nodes[i].Do(ctx, &Op{Kind: OpTurn, Keys: t.keys, Token: t.token, TTL: ttl}, i, done)

@@ -89,7 +89,7 @@ func TestTurnExpiredScriptRefused(t *testing.T) {
 	// B takes the turn once A's expired; A's script is still on its way.
 	time.Sleep(limit / 2)
 	started := time.Now()
-	v, err := rb.Eval(ctx, s, []string{"k"}, []string{"b"}, stall)
+	v, err := rb.Eval(ctx, s, []string{"k"}, []string{"b"}, 5*time.Second)
 	if err != nil || v.Int != 1 {
 		t.Fatalf("B: %+v %v", v, err)
 	}
