@@ -63,11 +63,20 @@ type EvalError struct {
 	Agreeing      int // the largest number of nodes that gave one reply
 	TimedOut      int // nodes that did not finish within the time limit
 	Limit         time.Duration
-	Err           error // the nodes' failures, joined
+	// Turn, when not empty, says that the script did not run, because the
+	// turn on its keys could not be taken on a majority of nodes within
+	// the time limit, and why (quorum/turn.go).
+	Turn string
+	Err  error // the nodes' failures, joined
 }
 
 func (e *EvalError) Error() string {
 	var b strings.Builder
+	if e.Turn != "" {
+		fmt.Fprintf(&b, "could not take the turn on the script's keys on a majority of nodes (%d of %d) within the script time limit (%d ms); "+
+			"the script ran on no node; %s", e.Needed, e.Nodes, e.Limit.Milliseconds(), e.Turn)
+		return b.String()
+	}
 	if e.Answered < e.Needed {
 		fmt.Fprintf(&b, "%d of %d nodes answered, %d needed", e.Answered, e.Nodes, e.Needed)
 	} else {

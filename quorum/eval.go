@@ -49,8 +49,9 @@ import (
 // drifting apart under one instance's concurrent clients: each node runs
 // that instance's scripts on a key in the same order. A node whose call
 // timed out may still run that script later (Redis runs what it has read),
-// and a script sent to it next then runs after it. Across instances no
-// order holds (docs/lock-scripts.md).
+// and a script sent to it next then runs after it. Across instances, a
+// script that writes runs on a node only in its turn (turn.go), which
+// orders the scripts on a key alike on every node.
 
 // ErrOrderWait is a node's failure for a script that was never sent to it:
 // the node had not finished an earlier script on the same key within the
@@ -68,6 +69,10 @@ type keyOrder struct {
 // dispatch sends op to every node. An OpEval is sent to node i only once
 // the calls before it on its keys landed on node i; the others at once.
 func (r *Redlock) dispatch(ctx context.Context, op *Op, replies chan<- Reply) {
+	if op.Kind == OpEval && op.turn != nil {
+		r.dispatchTurn(ctx, op, replies)
+		return
+	}
 	if op.Kind != OpEval || len(op.Keys) == 0 {
 		for i, n := range r.nodes {
 			n.Do(ctx, op, i, replies)
@@ -201,6 +206,13 @@ const KillTimeout = 15 * time.Second
 // until the script ends).
 func (r *Redlock) Eval(ctx context.Context, s *luascript.Admitted, keys, args []string, limit time.Duration) (luascript.Reply, error) {
 	op := &Op{Kind: OpEval, Script: s, Keys: keys, Args: args}
+	if s.Writes && len(keys) > 0 {
+		t, err := r.enterTurn(ctx, keys, limit)
+		if err != nil {
+			return luascript.Reply{}, err
+		}
+		op.Turn, op.turn = t.token, t
+	}
 	sel := newSelection(r.quorum, len(r.nodes), s.ReadsTime)
 	f, err := r.fanout(ctx, limit, op, nil, sel.add)
 	r.bg.Go(func() { r.killSlow(f, sel.timedOut) })

@@ -87,6 +87,13 @@ const (
 	// outside the pipeline a running script holds up (see Redlock.Eval).
 	// Reply: OK (a script was killed).
 	OpKill
+	// OpTurn takes the turn on Keys for Token (quorum/turn.go): on the
+	// node, every key's turn becomes Token's for TTL, or none does
+	// because another token holds one. Reply: OK (taken).
+	OpTurn
+	// OpTurnBack gives back the turn on Keys: each key's turn that Token
+	// still holds is deleted. Reply: none but Err.
+	OpTurnBack
 )
 
 // Status is what a node says of itself: enough to tell that it restarted
@@ -141,9 +148,16 @@ type Op struct {
 	Fence int64         // OpCommit, OpFloor
 	TTL   time.Duration // OpExtend
 	Mode  engine.Mode   // OpExtend
-	// Script, Keys and Args are OpEval's script and its KEYS and ARGV.
+	// Script, Keys and Args are OpEval's script and its KEYS and ARGV;
+	// Keys are also the keys of OpTurn and OpTurnBack.
 	Script     *luascript.Admitted
 	Keys, Args []string
+	// Turn is, for an OpEval, the token of the turn taken on Keys
+	// (quorum/turn.go): the node runs the script only while every key's
+	// turn holds it, and otherwise answers with a failure that wraps
+	// ErrTurnLost. Empty: the script runs unguarded.
+	Turn string
+	turn *turn // the Redlock's side of Turn
 }
 
 // Reply is one node's answer to an Op.

@@ -74,7 +74,8 @@ type Redlock struct {
 
 	trust *trust // nil: the restart rule is off (Config.MaxLease zero)
 
-	order keyOrder // scripts outside the catalog, one key at a time per node (eval.go)
+	order keyOrder  // scripts outside the catalog, one key at a time per node (eval.go)
+	turns turnQueue // scripts that write, one turn at a time per key (turn.go)
 }
 
 type grantID struct{ key, token string }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,6 +19,9 @@ import (
 
 // scriptFor is the script and arguments that run op on the node.
 func (n *RedisNode) scriptFor(op *quorum.Op) (*script, []string, []any) {
+	if op.Kind == quorum.OpTurn || op.Kind == quorum.OpTurnBack || op.Kind == quorum.OpEval && op.Turn != "" {
+		return n.turnFor(op)
+	}
 	if op.Kind != quorum.OpEval {
 		return n.command(op)
 	}
@@ -31,15 +35,24 @@ func (n *RedisNode) scriptFor(op *quorum.Op) (*script, []string, []any) {
 // evalReply is the node's reply to an OpEval. An error the script raised
 // (or a command in it did) is the script's reply, a Value of kind Error;
 // errors that say the node cannot run scripts now (isNodeFailure) and
-// failed calls are the node's failure, Err.
-func evalReply(tag int, v any, err error, inc string) quorum.Reply {
+// failed calls are the node's failure, Err. So is the refusal of a script
+// guarded by its turn (op.Turn) when the turn is not its own on the node:
+// quorum.ErrTurnLost. The guarded script's SHA1 in an error the script
+// raised (Redis names the script in it) is the client's script's.
+func evalReply(op *quorum.Op, tag int, v any, err error, inc string) quorum.Reply {
 	r := quorum.Reply{Tag: tag, Incarnation: inc}
 	var reply redis.Error
 	switch {
 	case errors.Is(err, redis.Nil):
 		r.Value = luascript.Reply{Kind: luascript.Null}
+	case err != nil && op.Turn != "" && redis.HasErrorPrefix(err, turnRefused+op.Turn):
+		r.Err = quorum.ErrTurnLost
 	case err != nil && errors.As(err, &reply) && !isNodeFailure(err):
-		r.Value = luascript.Reply{Kind: luascript.Error, Str: err.Error()}
+		msg := err.Error()
+		if op.Turn != "" {
+			msg = strings.ReplaceAll(msg, guardedScript(op.Script).sha, op.Script.SHA)
+		}
+		r.Value = luascript.Reply{Kind: luascript.Error, Str: msg}
 	case err != nil:
 		r.Err = err
 	default:

@@ -14,6 +14,7 @@ import "strings"
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
 //	<prefix>undone:<attempt>     undo mark of an acquire attempt (short TTL)
+//	<prefix>turn:<key>           the turn of a script on key (turn.go)
 //	<prefix>fence-floor, <prefix>fence-max, <prefix>vetted
 //	                             node-wide keys of the restart rule
 //
@@ -28,7 +29,7 @@ import "strings"
 // one to one.
 
 // reserved are the names under the prefix that lockproxy writes itself.
-var reserved = []string{"meta:", "fence:", "line:", "line-deadline:", "undone:", "key:", "fence-floor", "fence-max", "vetted"}
+var reserved = []string{"meta:", "fence:", "line:", "line-deadline:", "undone:", "key:", "turn:", "fence-floor", "fence-max", "vetted"}
 
 // lockKey is the node key of key's lock: key itself, unless it falls in
 // the node's bookkeeping.

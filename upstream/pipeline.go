@@ -37,8 +37,16 @@ func (c *call) deliver(r quorum.Reply) {
 // answer decodes the node's raw reply to the call's operation, answered by
 // the node process inc (RedisNode.Incarnation).
 func (c *call) answer(v any, err error, inc string) {
-	if c.op.Kind == quorum.OpEval {
-		c.deliver(evalReply(c.tag, v, err, inc))
+	switch c.op.Kind {
+	case quorum.OpEval:
+		c.deliver(evalReply(c.op, c.tag, v, err, inc))
+		return
+	case quorum.OpTurn, quorum.OpTurnBack:
+		r := quorum.Reply{Tag: c.tag, Err: err, Incarnation: inc}
+		if err == nil && c.op.Kind == quorum.OpTurn {
+			r.OK, r.Err = flag(turnScript, v)
+		}
+		c.deliver(r)
 		return
 	}
 	r := quorum.Reply{Tag: c.tag, Err: err, Incarnation: inc}
