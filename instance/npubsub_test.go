@@ -125,16 +125,55 @@ func addrsOf(nodes []*redistest.Server) []string {
 	return out
 }
 
+// channelKind is one kind of channel as a go-redis client uses it:
+// channels (SUBSCRIBE, PUBLISH) or shard channels (SSUBSCRIBE, SPUBLISH).
+type channelKind struct {
+	subscribe func(ctx context.Context, c *redis.Client, ch string) *redis.PubSub
+	publish   func(ctx context.Context, c *redis.Client, ch, msg string) error
+	numSub    func(ctx context.Context, c *redis.Client, ch string) (map[string]int64, error)
+	script    string // publishes ARGV[1] on KEYS[1], run on every node
+}
+
+var (
+	plainChannels = channelKind{
+		subscribe: func(ctx context.Context, c *redis.Client, ch string) *redis.PubSub { return c.Subscribe(ctx, ch) },
+		publish: func(ctx context.Context, c *redis.Client, ch, msg string) error {
+			return c.Publish(ctx, ch, msg).Err()
+		},
+		numSub: func(ctx context.Context, c *redis.Client, ch string) (map[string]int64, error) {
+			return c.PubSubNumSub(ctx, ch).Result()
+		},
+		script: publishScript,
+	}
+	shardChannels = channelKind{
+		subscribe: func(ctx context.Context, c *redis.Client, ch string) *redis.PubSub { return c.SSubscribe(ctx, ch) },
+		publish: func(ctx context.Context, c *redis.Client, ch, msg string) error {
+			return c.SPublish(ctx, ch, msg).Err()
+		},
+		numSub: func(ctx context.Context, c *redis.Client, ch string) (map[string]int64, error) {
+			return c.PubSubShardNumSub(ctx, ch).Result()
+		},
+		script: spublishScript,
+	}
+)
+
 // TestPubSubNodeKilledAndBack: with a node killed, messages still arrive
 // from the others; restarted, it is subscribed again, and carries them
-// alone while the other two are paused.
-func TestPubSubNodeKilledAndBack(t *testing.T) {
+// alone while the other two are paused; with all three back, each message
+// arrives once.
+func TestPubSubNodeKilledAndBack(t *testing.T) { testNodeKilledAndBack(t, plainChannels) }
+
+// TestShardPubSubNodeKilledAndBack is TestPubSubNodeKilledAndBack for
+// shard channels, which travel on each node's second pub/sub connection.
+func TestShardPubSubNodeKilledAndBack(t *testing.T) { testNodeKilledAndBack(t, shardChannels) }
+
+func testNodeKilledAndBack(t *testing.T, kind channelKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
 	key := uniqueKey(t)
-	sub := newClient(t, b.Addr(), 3).Subscribe(ctx, key)
+	sub := kind.subscribe(ctx, newClient(t, b.Addr(), 3), key)
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
@@ -145,11 +184,11 @@ func TestPubSubNodeKilledAndBack(t *testing.T) {
 	if err := nodes[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.Publish(ctx, key, "while-killed").Err(); err != nil {
-		t.Fatalf("PUBLISH with one node of three killed: %v", err)
+	if err := kind.publish(ctx, pub, key, "while-killed"); err != nil {
+		t.Fatalf("publishing with one node of three killed: %v", err)
 	}
 	for _, c := range direct[1:] {
-		if err := c.Eval(ctx, publishScript, []string{key}, "script-while-killed").Err(); err != nil {
+		if err := c.Eval(ctx, kind.script, []string{key}, "script-while-killed").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +199,7 @@ func TestPubSubNodeKilledAndBack(t *testing.T) {
 	}
 	// B subscribes again on the restarted node by itself.
 	eventually(t, 30*time.Second, "B subscribed again on the restarted node", func() bool {
-		n, err := direct[0].PubSubNumSub(ctx, key).Result()
+		n, err := kind.numSub(ctx, direct[0], key)
 		return err == nil && n[key] >= 1
 	})
 	for _, n := range nodes[1:] {
@@ -169,7 +208,7 @@ func TestPubSubNodeKilledAndBack(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = n.Resume() })
 	}
-	if err := direct[0].Publish(ctx, key, "through-the-restarted-node").Err(); err != nil {
+	if err := kind.publish(ctx, direct[0], key, "through-the-restarted-node"); err != nil {
 		t.Fatal(err)
 	}
 	expectMessages(ctx, t, sub, key+" through-the-restarted-node")
@@ -179,11 +218,10 @@ func TestPubSubNodeKilledAndBack(t *testing.T) {
 		}
 	}
 	// All three again: once.
-	if err := pub.Publish(ctx, key, "after").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.Publish(ctx, key, "end").Err(); err != nil {
-		t.Fatal(err)
+	for _, m := range []string{"after", "end"} {
+		if err := kind.publish(ctx, pub, key, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	expectMessages(ctx, t, sub, key+" after", key+" end")
 }

@@ -31,15 +31,20 @@ var pubsubSteps = []string{
 
 // TestPubSubRepliesMatchRedis runs pubsubSteps on a plain redis-server and
 // on lockproxy, in RESP2 and RESP3, and compares every frame byte for byte.
-func TestPubSubRepliesMatchRedis(t *testing.T) {
+func TestPubSubRepliesMatchRedis(t *testing.T) { stepsMatchRedis(t, pubsubSteps) }
+
+// stepsMatchRedis runs steps (as pubsubSteps) on a plain redis-server and
+// on lockproxy (embedded, and redlock over three nodes), in RESP2 and
+// RESP3, and compares every frame byte for byte.
+func stepsMatchRedis(t *testing.T, steps []string) {
 	plain := redistest.Start(t, redistest.Options{})
 	check := func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
 		for _, proto := range []int{2, 3} {
 			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
 				key := uniqueKey(t)
-				want := runPubSub(t, plain.Addr(), proto, key)
-				got := runPubSub(t, in.Addr(), proto, key)
+				want := runSteps(t, plain.Addr(), proto, key, steps)
+				got := runSteps(t, in.Addr(), proto, key, steps)
 				if testing.Verbose() {
 					t.Logf("redis:\n%s", strings.Join(want, "\n"))
 				}
@@ -53,12 +58,6 @@ func TestPubSubRepliesMatchRedis(t *testing.T) {
 	}
 	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
 	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
-}
-
-// runPubSub runs pubsubSteps against addr and returns every frame read,
-// labelled with its step.
-func runPubSub(t *testing.T, addr string, proto int, key string) []string {
-	return runSteps(t, addr, proto, key, pubsubSteps)
 }
 
 // runSteps runs steps (as pubsubSteps) against addr and returns every

@@ -2,12 +2,9 @@ package instance_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
@@ -35,29 +32,7 @@ var pubsubInfoSteps = []string{
 // TestPubSubIntrospectionMatchesRedis runs pubsubInfoSteps on a plain
 // redis-server and on lockproxy (embedded, and redlock over three nodes),
 // in RESP2 and RESP3, and compares every frame byte for byte.
-func TestPubSubIntrospectionMatchesRedis(t *testing.T) {
-	plain := redistest.Start(t, redistest.Options{})
-	check := func(t *testing.T, cfg instance.Config) {
-		in := startInstance(t, cfg)
-		for _, proto := range []int{2, 3} {
-			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
-				key := uniqueKey(t)
-				want := runSteps(t, plain.Addr(), proto, key, pubsubInfoSteps)
-				got := runSteps(t, in.Addr(), proto, key, pubsubInfoSteps)
-				if testing.Verbose() {
-					t.Logf("redis:\n%s", strings.Join(want, "\n"))
-				}
-				for i := range want {
-					if got[i] != want[i] {
-						t.Errorf("frame %d: lockproxy %q, redis %q", i, got[i], want[i])
-					}
-				}
-			})
-		}
-	}
-	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
-	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
-}
+func TestPubSubIntrospectionMatchesRedis(t *testing.T) { stepsMatchRedis(t, pubsubInfoSteps) }
 
 // TestPubSubIntrospectionIsLocal: PUBSUB counts the subscribers of the
 // instance asked — what a client sees of the server it talks to — not

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,29 +41,7 @@ var shardSteps = []string{
 // TestShardPubSubRepliesMatchRedis runs shardSteps on a plain redis-server
 // and on lockproxy (embedded, and redlock over three nodes), in RESP2 and
 // RESP3, and compares every frame byte for byte.
-func TestShardPubSubRepliesMatchRedis(t *testing.T) {
-	plain := redistest.Start(t, redistest.Options{})
-	check := func(t *testing.T, cfg instance.Config) {
-		in := startInstance(t, cfg)
-		for _, proto := range []int{2, 3} {
-			t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
-				key := uniqueKey(t)
-				want := runSteps(t, plain.Addr(), proto, key, shardSteps)
-				got := runSteps(t, in.Addr(), proto, key, shardSteps)
-				if testing.Verbose() {
-					t.Logf("redis:\n%s", strings.Join(want, "\n"))
-				}
-				for i := range want {
-					if got[i] != want[i] {
-						t.Errorf("frame %d: lockproxy %q, redis %q", i, got[i], want[i])
-					}
-				}
-			})
-		}
-	}
-	t.Run("embedded", func(t *testing.T) { check(t, embeddedConfig()) })
-	t.Run("redlock", func(t *testing.T) { check(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))) })
-}
+func TestShardPubSubRepliesMatchRedis(t *testing.T) { stepsMatchRedis(t, shardSteps) }
 
 // spublishScript stands in for an unlock script run on every node by
 // quorum that announces on a shard channel.
@@ -138,69 +115,6 @@ func TestShardPubSubAcrossInstances(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestShardPubSubNodeKilledAndBack: with a node killed, shard messages
-// still arrive from the others; restarted, the node is subscribed again
-// (on its shard connection) and carries them alone while the other two
-// are paused; with all three back, each message arrives once.
-func TestShardPubSubNodeKilledAndBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
-	key := uniqueKey(t)
-	sub := newClient(t, b.Addr(), 3).SSubscribe(ctx, key)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pub := newClient(t, a.Addr(), 2)
-	direct := nodeClients(t, addrsOf(nodes)...)
-
-	if err := nodes[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := pub.SPublish(ctx, key, "while-killed").Err(); err != nil {
-		t.Fatalf("SPUBLISH with one node of three killed: %v", err)
-	}
-	for _, c := range direct[1:] {
-		if err := c.Eval(ctx, spublishScript, []string{key}, "script-while-killed").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	expectMessages(ctx, t, sub, key+" while-killed", key+" script-while-killed")
-
-	if err := nodes[0].Restart(); err != nil {
-		t.Fatal(err)
-	}
-	// B subscribes again on the restarted node by itself.
-	eventually(t, 30*time.Second, "B subscribed again on the restarted node", func() bool {
-		n, err := direct[0].PubSubShardNumSub(ctx, key).Result()
-		return err == nil && n[key] >= 1
-	})
-	for _, n := range nodes[1:] {
-		if err := n.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = n.Resume() })
-	}
-	if err := direct[0].SPublish(ctx, key, "through-the-restarted-node").Err(); err != nil {
-		t.Fatal(err)
-	}
-	expectMessages(ctx, t, sub, key+" through-the-restarted-node")
-	for _, n := range nodes[1:] {
-		if err := n.Resume(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// All three again: once.
-	for _, m := range []string{"after", "end"} {
-		if err := pub.SPublish(ctx, key, m).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	expectMessages(ctx, t, sub, key+" after", key+" end")
 }
 
 // TestShardPubSubReservedChannel: lockproxy's release channel is refused
