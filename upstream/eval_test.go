@@ -20,10 +20,9 @@ func admitted(t *testing.T, src string) *luascript.Admitted {
 	return a
 }
 
+// evalOn runs s on n without a turn (guardedOn with no token).
 func evalOn(ctx context.Context, n *RedisNode, s *luascript.Admitted, keys, args []string) quorum.Reply {
-	done := make(chan quorum.Reply, 1)
-	n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: s, Keys: keys, Args: args}, 0, done)
-	return <-done
+	return guardedOn(ctx, n, s, keys, args, "")
 }
 
 // TestEvalOnNode: a script outside the catalog runs on the node with the
