@@ -57,12 +57,15 @@ var backends = []backendCase{
 }
 
 // zkConfig is a zookeeper config over zk with the short bound lease of
-// testConfig.
+// testConfig. Its session timeout is 4 s: go-zookeeper drops a connection
+// that is silent for two thirds of it, and with 2 s a loaded machine
+// (ZooKeeper's JVM and a -race test binary sharing two cores) stalled that
+// long and turned a compat test's lock into UNAVAILABLE.
 func zkConfig(zk *zktest.Server) instance.Config {
 	cfg := testConfig(nil)
 	cfg.Backend = "zookeeper"
 	cfg.ZooKeeper.Servers = []string{zk.Addr()}
-	cfg.ZooKeeper.SessionTimeoutMS = 2000
+	cfg.ZooKeeper.SessionTimeoutMS = 4000
 	return cfg
 }
 
