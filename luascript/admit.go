@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Admitted is a script outside the catalog that the admission check let
@@ -28,6 +29,11 @@ type Admitted struct {
 	// PUBLISH's: no key). Redisson 3.22 and later pass "publish" (or
 	// "spublish") this way. CheckARGV checks the values before a run.
 	PublishFromARGV []int
+	// Memo is what a backend derives from the script once (upstream: the
+	// script wrapped in its turn's guard). It lives as long as the
+	// Admitted, so the script cache's bound (legacy.max_scripts) bounds it
+	// too.
+	Memo atomic.Value
 }
 
 // publishCommands are the commands ARGV[n] may name where a script takes

@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/lockproxy/lockproxy/luascript"
 	"github.com/lockproxy/lockproxy/quorum"
@@ -75,16 +74,16 @@ func Guard(src string) string {
 	return b.String()
 }
 
-// guarded caches the guarded script of each admitted script (the
-// admitted scripts are few: the catalog's clients' and their versions).
-var guarded sync.Map // *luascript.Admitted -> *script
-
+// guardedScript is s guarded by its turn, made once per admitted script
+// and kept in its Memo: a map here would keep every script clients ever
+// sent (scripts that inline their values are all different), where the
+// Memo goes when the script cache drops the script.
 func guardedScript(s *luascript.Admitted) *script {
-	if g, ok := guarded.Load(s); ok {
-		return g.(*script)
+	if g, ok := s.Memo.Load().(*script); ok {
+		return g
 	}
 	g := newScript("script "+s.SHA+" (guarded by its turn)", Guard(string(s.Src)))
-	guarded.Store(s, g)
+	s.Memo.Store(g)
 	return g
 }
 

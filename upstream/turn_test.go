@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,31 @@ func TestGuardRefusesLateScript(t *testing.T) {
 			t.Fatalf("k holds %q, want only the next turn's write", v)
 		}
 	})
+}
+
+// TestGuardedScriptGoesWithItsScript: the guarded form of a script is made
+// once and kept with the admitted script, not in a table of every script
+// ever guarded: once the script cache drops an admitted script, nothing
+// keeps it (clients that inline values in scripts send endless distinct
+// ones).
+func TestGuardedScriptGoesWithItsScript(t *testing.T) {
+	collected := make(chan struct{})
+	func() {
+		s := admitted(t, `return redis.call('SET', KEYS[1], ARGV[1])`)
+		if g := guardedScript(s); g != guardedScript(s) {
+			t.Fatal("the guarded script was made twice")
+		}
+		runtime.AddCleanup(s, func(ch chan struct{}) { close(ch) }, collected)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an admitted script that was guarded is never collected: something keeps it")
+		}
+	}
 }
