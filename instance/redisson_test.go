@@ -177,24 +177,23 @@ func (r *rClient) pubArgs(args ...any) []any {
 	return args
 }
 
-// latch appends the unlock latch key (a fresh requestId) when the version
-// has one.
-func (r *rClient) latchKeys(name string, keys ...string) []string {
-	if r.v.latchTimeoutMS > 0 {
-		return append(keys, fmt.Sprintf("redisson_unlock_latch:{%s}:%x", name, time.Now().UnixNano()))
+// unlockEval runs an unlock script as Redisson sends it: from 3.2x on,
+// with an unlock latch key (a fresh requestId) after keys and the latch
+// timeout after args, then the latch's DEL (with the instance id, as
+// Redisson does; it ignores the reply).
+func (r *rClient) unlockEval(ctx context.Context, script, name string, keys []string, args ...any) (any, error) {
+	latch := r.v.latchTimeoutMS > 0
+	if latch {
+		keys = append(keys, fmt.Sprintf("redisson_unlock_latch:{%s}:%x", name, time.Now().UnixNano()))
+		args = append(args, r.v.latchTimeoutMS)
 	}
-	return keys
-}
-
-// afterUnlock is the DEL of the latch that 3.2x+ sends after an unlock
-// script (with the instance id, as Redisson does); Redisson ignores its
-// reply.
-func (r *rClient) afterUnlock(ctx context.Context, name string) {
-	if r.v.latchTimeoutMS > 0 {
+	v, err := r.eval(ctx, script, keys, args...)
+	if latch {
 		if err := r.c.Del(ctx, fmt.Sprintf("redisson_unlock_latch:{%s}:%s", name, r.id)).Err(); err != nil {
 			r.t.Logf("DEL unlock latch (Redisson ignores it): %v", err)
 		}
 	}
+	return v, err
 }
 
 // --- RLock ---
@@ -207,14 +206,8 @@ func (r *rClient) tryLock(ctx context.Context, name string, leaseMS int64) (any,
 // unlock is unlockInnerAsync: 1 released, 0 still held (reentrant), nil
 // not held by this thread.
 func (r *rClient) unlock(ctx context.Context, name string) (any, error) {
-	keys := r.latchKeys(name, name, "redisson_lock__channel:{"+name+"}")
-	args := r.pubArgs(int64(0), int64(rLeaseMS), r.lockName())
-	if r.v.latchTimeoutMS > 0 {
-		args = append(args, r.v.latchTimeoutMS)
-	}
-	v, err := r.eval(ctx, "unlock", keys, args...)
-	r.afterUnlock(ctx, name)
-	return v, err
+	return r.unlockEval(ctx, "unlock", name, []string{name, "redisson_lock__channel:{" + name + "}"},
+		r.pubArgs(int64(0), int64(rLeaseMS), r.lockName())...)
 }
 
 // forceUnlock is forceUnlockAsync: 1 deleted, 0 not locked.
@@ -769,15 +762,8 @@ func (r *rClient) fairLock(ctx context.Context, name string) (any, error) {
 }
 
 func (r *rClient) fairUnlock(ctx context.Context, name string) (any, error) {
-	keys := r.latchKeys(name, append(fairKeys(name), "redisson_lock__channel:{"+name+"}")...)
-	args := []any{int64(0), int64(rLeaseMS), r.lockName(), time.Now().UnixMilli()}
-	args = r.pubArgs(args...)
-	if r.v.latchTimeoutMS > 0 {
-		args = append(args, r.v.latchTimeoutMS)
-	}
-	v, err := r.eval(ctx, "fair.unlock", keys, args...)
-	r.afterUnlock(ctx, name)
-	return v, err
+	return r.unlockEval(ctx, "fair.unlock", name, append(fairKeys(name), "redisson_lock__channel:{"+name+"}"),
+		r.pubArgs(int64(0), int64(rLeaseMS), r.lockName(), time.Now().UnixMilli())...)
 }
 
 func caseFairOrder(t *testing.T, a, b *rClient) {
@@ -829,14 +815,8 @@ func (r *rClient) readLock(ctx context.Context, name string) (any, error) {
 }
 
 func (r *rClient) readUnlock(ctx context.Context, name string) (any, error) {
-	keys := r.latchKeys(name, name, "redisson_rwlock:{"+name+"}", "{"+name+"}:"+r.lockName()+":rwlock_timeout", "{"+name+"}")
-	args := r.pubArgs(int64(0), r.lockName())
-	if r.v.latchTimeoutMS > 0 {
-		args = append(args, r.v.latchTimeoutMS)
-	}
-	v, err := r.eval(ctx, "read.unlock", keys, args...)
-	r.afterUnlock(ctx, name)
-	return v, err
+	keys := []string{name, "redisson_rwlock:{" + name + "}", "{" + name + "}:" + r.lockName() + ":rwlock_timeout", "{" + name + "}"}
+	return r.unlockEval(ctx, "read.unlock", name, keys, r.pubArgs(int64(0), r.lockName())...)
 }
 
 func (r *rClient) writeLock(ctx context.Context, name string) (any, error) {
@@ -844,14 +824,8 @@ func (r *rClient) writeLock(ctx context.Context, name string) (any, error) {
 }
 
 func (r *rClient) writeUnlock(ctx context.Context, name string) (any, error) {
-	keys := r.latchKeys(name, name, "redisson_rwlock:{"+name+"}")
-	args := r.pubArgs(int64(1), int64(rLeaseMS), r.lockName()+":write")
-	if r.v.latchTimeoutMS > 0 {
-		args = append(args, r.v.latchTimeoutMS)
-	}
-	v, err := r.eval(ctx, "write.unlock", keys, args...)
-	r.afterUnlock(ctx, name)
-	return v, err
+	return r.unlockEval(ctx, "write.unlock", name, []string{name, "redisson_rwlock:{" + name + "}"},
+		r.pubArgs(int64(1), int64(rLeaseMS), r.lockName()+":write")...)
 }
 
 func caseReadWrite(t *testing.T, a, b *rClient) {
