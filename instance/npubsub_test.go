@@ -101,17 +101,23 @@ func pubsubAcross(t *testing.T, pubAddr, subAddr string, scriptNodes []string, p
 // TestPubSubAcrossInstances runs pubsubAcross on one redis-server (the
 // check's reference) and on two lockproxy instances over the same three
 // nodes, publishing through A and subscribing through B, in RESP2 and RESP3.
-func TestPubSubAcrossInstances(t *testing.T) {
+func TestPubSubAcrossInstances(t *testing.T) { acrossInstances(t, pubsubAcross) }
+
+// acrossInstances runs check, in RESP2 and RESP3, on one redis-server
+// (publishing and subscribing there, the check's reference), then on two
+// lockproxy instances A and B over the same three nodes (publishing
+// through A, subscribing through B); nodes are the servers behind them.
+func acrossInstances(t *testing.T, check func(t *testing.T, pubAddr, subAddr string, nodes []string, proto int)) {
 	for _, proto := range []int{2, 3} {
 		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
 			t.Run("redis", func(t *testing.T) {
 				r := redistest.Start(t, redistest.Options{})
-				pubsubAcross(t, r.Addr(), r.Addr(), []string{r.Addr()}, proto)
+				check(t, r.Addr(), r.Addr(), []string{r.Addr()}, proto)
 			})
 			t.Run("lockproxy", func(t *testing.T) {
 				nodes := redistest.StartN(t, 3, redistest.Options{})
 				a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
-				pubsubAcross(t, a.Addr(), b.Addr(), addrsOf(nodes), proto)
+				check(t, a.Addr(), b.Addr(), addrsOf(nodes), proto)
 			})
 		})
 	}

@@ -2,7 +2,6 @@ package instance_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,21 +100,7 @@ func shardAcross(t *testing.T, pubAddr, subAddr string, scriptNodes []string, pr
 // TestShardPubSubAcrossInstances runs shardAcross on one redis-server (the
 // check's reference) and on two lockproxy instances over the same three
 // nodes, publishing through A and subscribing through B, in RESP2 and RESP3.
-func TestShardPubSubAcrossInstances(t *testing.T) {
-	for _, proto := range []int{2, 3} {
-		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
-			t.Run("redis", func(t *testing.T) {
-				r := redistest.Start(t, redistest.Options{})
-				shardAcross(t, r.Addr(), r.Addr(), []string{r.Addr()}, proto)
-			})
-			t.Run("lockproxy", func(t *testing.T) {
-				nodes := redistest.StartN(t, 3, redistest.Options{})
-				a, b := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
-				shardAcross(t, a.Addr(), b.Addr(), addrsOf(nodes), proto)
-			})
-		})
-	}
-}
+func TestShardPubSubAcrossInstances(t *testing.T) { acrossInstances(t, shardAcross) }
 
 // TestShardPubSubReservedChannel: lockproxy's release channel is refused
 // to SSUBSCRIBE and SPUBLISH as it is to SUBSCRIBE and PUBLISH.
