@@ -215,21 +215,7 @@ func (rl *relay) switchProto(c *resp.Conn, proto int, timeout time.Duration) ([]
 	if err := rl.send([][]byte{[]byte("HELLO"), []byte(strconv.Itoa(proto))}); err != nil {
 		return nil, err
 	}
-	var reply []byte
-	var err error
-	c.Unheld(func() {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case reply = <-h.reply:
-		case <-rl.done:
-			err = rl.stopped()
-		case <-t.C:
-			err = errors.New("no reply within the timeout")
-			rl.stop(err)
-			c.Drop()
-		}
-	})
+	reply, err := await(rl, c, h.reply, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -304,12 +290,19 @@ func (rl *relay) barrier(c *resp.Conn, timeout time.Duration) error {
 	if err := rl.send(rl.ping); err != nil {
 		return err
 	}
-	var err error
+	_, err := await(rl, c, ch, timeout)
+	return err
+}
+
+// await waits, without c's turn, for ch (a value or its close) until
+// timeout; a relay that stopped meanwhile answers its error, and one that
+// does not answer within timeout is stopped and c dropped.
+func await[T any](rl *relay, c *resp.Conn, ch <-chan T, timeout time.Duration) (v T, err error) {
 	c.Unheld(func() {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
-		case <-ch:
+		case v = <-ch:
 		case <-rl.done:
 			err = rl.stopped()
 		case <-t.C:
@@ -318,7 +311,7 @@ func (rl *relay) barrier(c *resp.Conn, timeout time.Duration) error {
 			c.Drop()
 		}
 	})
-	return err
+	return v, err
 }
 
 // subscribed reports whether the upstream connection is in RESP2's
