@@ -36,12 +36,12 @@ return 0`
 // Bounds of the signal-list lock test.
 const (
 	signalClients = 3
-	signalRounds  = 15                     // grants per client
-	signalHold    = 5 * time.Millisecond   // how long a client holds the lock
-	signalWait    = 2 * time.Second        // a waiter's BLPOP timeout, then it tries again
-	signalLease   = 30 * time.Second       // never reached: every holder releases
-	signalBound   = 2 * time.Minute        // the whole test
-	signalSpread  = 100 * time.Millisecond // pause between a client's rounds
+	signalRounds  = 15                    // grants per client
+	signalHold    = 30 * time.Millisecond // how long a client holds the lock: long enough that others wait
+	signalWait    = 2 * time.Second       // a waiter's BLPOP timeout, then it tries again
+	signalLease   = 30 * time.Second      // never reached: every holder releases
+	signalBound   = 2 * time.Minute       // the whole test
+	signalSpread  = 30 * time.Millisecond // pause between a client's rounds
 )
 
 // TestScriptSignalListLock: three clients take a signal-list lock in turn,
