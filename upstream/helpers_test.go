@@ -36,6 +36,20 @@ func rawClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// heldOn waits until each node at addrs holds key for token. Acquire
+// returns once a majority granted; a test that then kills or changes a
+// node must first know that the node's own grant was not still on its way.
+func heldOn(t *testing.T, key, token string, addrs ...string) {
+	t.Helper()
+	for _, addr := range addrs {
+		raw := rawClient(t, addr)
+		eventually(t, testTimeout, "node "+addr+" holds "+key+" for "+token, func() bool {
+			v, err := raw.Get(t.Context(), key).Result()
+			return err == nil && v == token
+		})
+	}
+}
+
 // startEmbedded starts n miniredis nodes and closes them when the test ends.
 func startEmbedded(t *testing.T, n int) *Embedded {
 	t.Helper()

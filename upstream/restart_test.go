@@ -54,6 +54,7 @@ func TestRestartedNodeNotCountedWhileItsLeaseRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldUntil := start.Add(g.Validity)
+	heldOn(t, "k", "a", servers[2].Addr())
 	raw := rawClient(t, servers[2].Addr())
 	if n, err := raw.Del(ctx, "k").Result(); n != 1 || err != nil {
 		t.Fatalf("dropping the lock on node 2: %d %v", n, err)
@@ -105,6 +106,7 @@ func TestDurableNodeCountedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	heldOn(t, "k", "a", servers[0].Addr())
 	if err := servers[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
