@@ -19,8 +19,16 @@ type batcher struct {
 
 	mu      sync.Mutex
 	pending []*batchCall
-	sending bool // a goroutine is sending the pending calls
+	sending int // goroutines sending the pending calls, at most maxSending
 }
+
+// maxSending bounds the multis in flight at once. ZooKeeper syncs the
+// requests that arrive while it syncs its log in its next sync: with a
+// second multi on its way, the calls that pile up meanwhile go then,
+// instead of waiting for the first multi's reply and a sync of their own.
+// At concurrency 32 over one server that is 15% more cycles a second than
+// one multi at a time (go run ./bench, 4 runs each); four made no more.
+const maxSending = 2
 
 // batchCall is one call's multi and, once done is closed, its answer.
 type batchCall struct {
@@ -36,8 +44,10 @@ func (b *batcher) multi(ops ...any) ([]zk.MultiResponse, error) {
 	c := &batchCall{ops: ops, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
-	lead := !b.sending
-	b.sending = true
+	lead := b.sending < maxSending
+	if lead {
+		b.sending++
+	}
 	b.mu.Unlock()
 	if lead {
 		b.drain(c)
@@ -57,7 +67,7 @@ func (b *batcher) drain(own *batchCall) {
 		b.pending = b.pending[n:]
 		if n == 0 {
 			b.pending = nil
-			b.sending = false
+			b.sending--
 		}
 		b.mu.Unlock()
 		if n == 0 {

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +12,8 @@ import (
 )
 
 // fakeMulti stands in for a connection's Multi: it answers each create
-// with its path and fails the ops whose path is in fail; the first request
-// waits for release, so that calls pile up behind it.
+// with its path and fails the ops whose path is in fail; until release is
+// closed, requests wait for it, so that calls pile up behind them.
 type fakeMulti struct {
 	mu       sync.Mutex
 	requests [][]any
@@ -24,10 +25,10 @@ type fakeMulti struct {
 func (f *fakeMulti) send(ops ...any) ([]zk.MultiResponse, error) {
 	f.mu.Lock()
 	f.requests = append(f.requests, ops)
-	first := len(f.requests) == 1
+	release := f.release
 	f.mu.Unlock()
-	if first && f.release != nil {
-		<-f.release
+	if release != nil {
+		<-release
 	}
 	if f.down != nil {
 		return nil, f.down
@@ -60,24 +61,35 @@ func (f *fakeMulti) sent() [][]any {
 	return append([][]any(nil), f.requests...)
 }
 
-// pileUp runs n calls of one create each, "/c0".."/c<n-1>", on b while
-// the first request is held, and returns each call's answer.
+// pileUp runs n calls of one create each, "/c0".."/c<n-1>", on b: the
+// first maxSending go out alone and are held, the rest pile up behind
+// them; then it lets them go and returns each call's answer.
 func pileUp(t *testing.T, b *batcher, f *fakeMulti, n int) ([][]zk.MultiResponse, []error) {
 	t.Helper()
-	f.release = make(chan struct{})
+	release := make(chan struct{})
+	f.mu.Lock()
+	f.release = release
+	f.mu.Unlock()
 	res, errs := make([][]zk.MultiResponse, n), make([]error, n)
 	var wg sync.WaitGroup
-	wg.Go(func() { res[0], errs[0] = b.multi(&zk.CreateRequest{Path: "/c0"}) })
-	eventually(t, 5*time.Second, "the first request", func() bool { return len(f.sent()) == 1 })
-	for i := 1; i < n; i++ {
+	for i := range n {
 		wg.Go(func() { res[i], errs[i] = b.multi(&zk.CreateRequest{Path: fmt.Sprintf("/c%d", i)}) })
+		if i < maxSending {
+			eventually(t, 5*time.Second, "the request of call "+strconv.Itoa(i), func() bool { return len(f.sent()) == i+1 })
+		}
 	}
 	eventually(t, 5*time.Second, "the calls to queue", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.pending) == n-1
+		return len(b.pending) == n-maxSending
 	})
-	close(f.release)
+	if got := len(f.sent()); got != maxSending {
+		t.Fatalf("%d requests on their way, want %d", got, maxSending)
+	}
+	f.mu.Lock()
+	f.release = nil
+	f.mu.Unlock()
+	close(release)
 	wg.Wait()
 	return res, errs
 }
@@ -87,9 +99,9 @@ func pileUp(t *testing.T, b *batcher, f *fakeMulti, n int) ([][]zk.MultiResponse
 func TestBatcherSendsPiledUpCallsTogether(t *testing.T) {
 	f := &fakeMulti{}
 	b := &batcher{send: f.send}
-	res, errs := pileUp(t, b, f, 6)
-	if got := len(f.sent()); got != 2 {
-		t.Fatalf("%d requests for 6 calls, want 2: the first, then the other 5 together", got)
+	res, errs := pileUp(t, b, f, 7)
+	if got := len(f.sent()); got != maxSending+1 {
+		t.Fatalf("%d requests for 7 calls, want %d: the first %d alone, then the other %d together", got, maxSending+1, maxSending, 7-maxSending)
 	}
 	for i := range res {
 		if errs[i] != nil || len(res[i]) != 1 || res[i][0].String != fmt.Sprintf("/c%d", i) {
@@ -115,8 +127,8 @@ func TestBatcherSendsAFailedBatchCallByCall(t *testing.T) {
 			t.Fatalf("call %d: %+v %v; want created", i, res[i], errs[i])
 		}
 	}
-	if got := len(f.sent()); got != 1+1+4 {
-		t.Fatalf("%d requests, want 6: the first, the failed batch of 4, then its calls alone", got)
+	if got, want := len(f.sent()), maxSending+1+(5-maxSending); got != want {
+		t.Fatalf("%d requests, want %d: the first %d alone, the failed batch of the other %d, then its calls alone", got, want, maxSending, 5-maxSending)
 	}
 }
 
@@ -125,14 +137,14 @@ func TestBatcherSendsAFailedBatchCallByCall(t *testing.T) {
 func TestBatcherConnectionFailure(t *testing.T) {
 	f := &fakeMulti{down: zk.ErrConnectionClosed}
 	b := &batcher{send: f.send}
-	_, errs := pileUp(t, b, f, 4)
+	_, errs := pileUp(t, b, f, 5)
 	for i, err := range errs {
 		if !errors.Is(err, zk.ErrConnectionClosed) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	if got := len(f.sent()); got != 2 {
-		t.Fatalf("%d requests, want 2", got)
+	if got := len(f.sent()); got != maxSending+1 {
+		t.Fatalf("%d requests, want %d", got, maxSending+1)
 	}
 }
 
