@@ -43,6 +43,19 @@ func (n *turnNode) set(key, token string) {
 	}
 }
 
+// allHold reports whether every node holds key's turn for token.
+func allHold(nodes []*turnNode, key, token string) bool {
+	for _, n := range nodes {
+		n.mu.Lock()
+		v := n.turns[key]
+		n.mu.Unlock()
+		if v != token {
+			return false
+		}
+	}
+	return true
+}
+
 func (n *turnNode) state() (ran []string, turns int, takes int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -186,6 +199,13 @@ func TestTurnLostIsNotAReply(t *testing.T) {
 	t1, err := r.enterTurn(context.Background(), op.Keys, time.Second)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// enterTurn returns once a majority gave the turn; the third node's
+	// may still be on its way, and would land after the changes below.
+	for deadline := time.Now().Add(10 * time.Second); !allHold(nodes, "k", t1.token); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the nodes did not all give the turn")
+		}
 	}
 	nodes[0].set("k", "")
 	nodes[1].set("k", "someone else")
