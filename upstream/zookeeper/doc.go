@@ -24,12 +24,12 @@
 //     engine (Events' Taken);
 //   - keys.go: the node layout (paths, names, the data a lock node holds);
 //   - wire.go and batch.go: the requests, and the batching of the writes that
-//     pile up while a multi is on its way.
+//     pile up while two multis are on their way.
 //
 // Beyond the recipe it keeps three mechanisms, because the benchmark needed
 // them to reach go-zookeeper's own recipe: a create that finds its node the
 // only child takes the lock without a listing (2 requests a cycle against
-// the recipe's 3), batching (0.2 requests a cycle at concurrency 32), and
+// the recipe's 3), batching (0.3 requests a cycle at concurrency 32), and
 // the handoff (2 requests a contended grant against the recipe's 5). Before
 // the three, lockproxy made 0.66x the recipe's cycles/s at concurrency 32
 // and 0.56x its contended grants/s; after them, 1.1x to 2.3x and 1.1x to
