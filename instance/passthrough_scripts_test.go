@@ -48,7 +48,7 @@ func TestPassthroughScriptsNoLockKeys(t *testing.T) {
 	if got, err := release.Run(ctx, c, []string{"job"}, "tok").Int(); err != nil || got != 1 {
 		t.Fatalf("catalogued release: %v, %v", got, err)
 	}
-	if p.onLockNodes(t, "job") != 0 {
+	if !p.offLockNodes(t, "job") {
 		t.Fatal("the release did not reach the lock nodes")
 	}
 	if ok, err := c.SetNX(ctx, "job", "tok2", 10*time.Second).Result(); err != nil || !ok {
@@ -90,7 +90,7 @@ func TestPassthroughScriptLoadWithLockKeys(t *testing.T) {
 	if got, err := c.Eval(ctx, releaseScript, []string{"lock:a"}, "tok").Int(); err != nil || got != 1 {
 		t.Fatalf("catalogued release of lock:a: %v, %v", got, err)
 	}
-	if d.Exists(ctx, "lock:a").Val() != 0 || p.onLockNodes(t, "lock:a") != 0 {
+	if d.Exists(ctx, "lock:a").Val() != 0 || !p.offLockNodes(t, "lock:a") {
 		t.Fatal("lock:a went to the data Redis, or stayed on the lock nodes")
 	}
 }

@@ -75,11 +75,14 @@ func TestSelectKeyLayout(t *testing.T) {
 	}
 	for _, n := range nodes {
 		node := redis.NewClient(&redis.Options{Addr: n.Addr()})
-		named, err := node.Keys(ctx, "*"+key+"*").Result()
-		node.Close()
-		if err != nil || len(named) == 0 {
-			t.Fatalf("node %s: no key names %q: %v", n.Addr(), key, err)
-		}
+		defer node.Close()
+		// SET NX answers once a majority granted; the last node's grant may
+		// still be on its way.
+		var named []string
+		eventually(t, 10*time.Second, "node "+n.Addr()+" holds a key named "+key, func() bool {
+			named, _ = node.Keys(ctx, "*"+key+"*").Result()
+			return len(named) > 0
+		})
 		for _, k := range named {
 			if !strings.Contains(k, "lockproxy:db7:"+key) {
 				t.Errorf("node %s holds %q: db 7's key without its prefix", n.Addr(), k)
