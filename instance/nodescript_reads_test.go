@@ -54,6 +54,14 @@ func TestScriptPublishFromARGVChecked(t *testing.T) {
 	if err := c.Eval(ctx, `return redis.call('SET', KEYS[1], 'v')`, []string{key}).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The script answers once a majority ran it; the last node a moment later.
+	for i, n := range nodes {
+		nc := nodeClient(t, n)
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d holds the key", i), func() bool {
+			v, err := nc.Get(ctx, key).Result()
+			return err == nil && v == "v"
+		})
+	}
 	for _, argv := range [][]any{{"0", "del"}, {"0", "DEL"}, {"0", "flushall"}, {"0"}, {"0", "publish2"}} {
 		err := c.Eval(ctx, publishFromARGV, []string{key}, argv...).Err()
 		if err == nil || !strings.HasPrefix(err.Error(), refusedPrefix) || !strings.Contains(err.Error(), "ARGV[2], which must be PUBLISH or SPUBLISH") {

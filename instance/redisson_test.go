@@ -375,9 +375,13 @@ func unlockDrifted(t *testing.T, what string, v any, err error, name string, oth
 	within := 3*rLeaseMS*time.Millisecond + compatWaitBound
 	ctx, cancel := context.WithTimeout(context.Background(), within+compatWaitBound)
 	defer cancel()
+	direct := make([]*redis.Client, len(other.nodes))
+	for i, n := range other.nodes {
+		direct[i] = nodeClient(t, n)
+	}
 	eventually(t, within, "the drifted hold expires on every node", func() bool {
-		for _, n := range other.nodes {
-			if c, err := nodeClient(t, n).Exists(ctx, name).Result(); err != nil || c != 0 {
+		for _, nc := range direct {
+			if c, err := nc.Exists(ctx, name).Result(); err != nil || c != 0 {
 				return false
 			}
 		}
