@@ -114,7 +114,7 @@ func TestPassthroughSubscribedMode(t *testing.T) {
 			t.Fatalf("%v: %s, want %s", tc.args, got, tc.want)
 		}
 	}
-	if n := p.onLockNodes(t, "lock:a"); n < 2 {
+	if n := p.onLockNodes("lock:a"); n < 2 {
 		t.Fatalf("lock:a on %d lock nodes after UNSUBSCRIBE", n)
 	}
 
@@ -491,7 +491,7 @@ func TestPassthroughClientSubcommands(t *testing.T) {
 	t.Run("redis", func(t *testing.T) { run(t, p.data.Addr()) })
 	t.Run("lockproxy", func(t *testing.T) {
 		run(t, p.in.Addr())
-		if n := p.onLockNodes(t, "lock:t"); n < 2 {
+		if n := p.onLockNodes("lock:t"); n < 2 {
 			t.Fatalf("lock:t on %d lock nodes", n)
 		}
 	})

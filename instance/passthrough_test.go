@@ -22,11 +22,13 @@ import (
 )
 
 // passthroughSetup is a data redis-server, three lock nodes and lockproxy
-// forwarding to the data Redis with lock keys lockKeys.
+// forwarding to the data Redis with lock keys lockKeys; direct talks to
+// each lock node.
 type passthroughSetup struct {
-	in    *instance.Instance
-	data  *redistest.Server
-	nodes []*redistest.Server
+	in     *instance.Instance
+	data   *redistest.Server
+	nodes  []*redistest.Server
+	direct []*redis.Client
 }
 
 func startPassthrough(t *testing.T, lockKeys ...string) passthroughSetup {
@@ -36,16 +38,18 @@ func startPassthrough(t *testing.T, lockKeys ...string) passthroughSetup {
 	cfg := testConfig(nodes)
 	cfg.Passthrough.Address = data.Addr()
 	cfg.Passthrough.LockKeys = lockKeys
-	return passthroughSetup{in: startInstance(t, cfg), data: data, nodes: nodes}
+	p := passthroughSetup{in: startInstance(t, cfg), data: data, nodes: nodes}
+	for _, n := range nodes {
+		p.direct = append(p.direct, newClient(t, n.Addr(), 2))
+	}
+	return p
 }
 
 // onLockNodes is how many lock nodes hold lock key (the nodes keep it as the
 // key itself).
-func (p passthroughSetup) onLockNodes(t *testing.T, key string) int {
-	t.Helper()
+func (p passthroughSetup) onLockNodes(key string) int {
 	n := 0
-	for _, node := range p.nodes {
-		c := newClient(t, node.Addr(), 2)
+	for _, c := range p.direct {
 		if c.Exists(context.Background(), key).Val() == 1 {
 			n++
 		}
@@ -53,17 +57,12 @@ func (p passthroughSetup) onLockNodes(t *testing.T, key string) int {
 	return n
 }
 
-// offLockNodes reports whether, within 10 s, no lock node holds key. A
-// release answers once a majority of the nodes let go; the last one may
-// still be on its way.
-func (p passthroughSetup) offLockNodes(t *testing.T, key string) bool {
+// waitOffLockNodes waits until no lock node holds key: a release answers
+// once a majority of the nodes let go; the last one may still be on its
+// way.
+func (p passthroughSetup) waitOffLockNodes(t *testing.T, key, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); p.onLockNodes(t, key) != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	eventually(t, 10*time.Second, what, func() bool { return p.onLockNodes(key) == 0 })
 }
 
 // appMix is an application's use of one Redis: cache, counters, a hash, a
@@ -164,7 +163,7 @@ func TestPassthroughAppMix(t *testing.T) {
 			appMix(t, plain.Addr(), proto, func() {})
 			p := startPassthrough(t, "lock:*")
 			appMix(t, p.in.Addr(), proto, func() {
-				if n := p.onLockNodes(t, "lock:job"); n < 2 {
+				if n := p.onLockNodes("lock:job"); n < 2 {
 					t.Errorf("lock:job is on %d of 3 lock nodes, want a quorum", n)
 				}
 				if n := newClient(t, p.data.Addr(), 2).Exists(context.Background(), "lock:job").Val(); n != 0 {
@@ -175,9 +174,7 @@ func TestPassthroughAppMix(t *testing.T) {
 			if want != got || !strings.Contains(got, "counter:hits") {
 				t.Fatalf("data through lockproxy:\n%s\nwant, as on a plain Redis:\n%s", got, want)
 			}
-			if !p.offLockNodes(t, "lock:job") {
-				t.Error("lock:job still on the lock nodes after DEL")
-			}
+			p.waitOffLockNodes(t, "lock:job", "lock:job off the lock nodes after DEL")
 		})
 	}
 }
@@ -233,7 +230,7 @@ func TestPassthroughRefusesMixedKeys(t *testing.T) {
 	if n := newClient(t, p.data.Addr(), 2).Exists(ctx, "cache:tx", "lock:tx").Val(); n != 0 {
 		t.Fatal("an aborted transaction left keys in the data Redis")
 	}
-	if p.onLockNodes(t, "lock:tx") != 0 {
+	if p.onLockNodes("lock:tx") != 0 {
 		t.Fatal("an aborted transaction took its lock")
 	}
 	if err := c.Do(ctx, "SYNC").Err(); err == nil || !strings.Contains(err.Error(), "does not forward") {
@@ -325,7 +322,7 @@ func TestPassthroughNoLockKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newClient(t, p.data.Addr(), 2)
-	if d.Exists(ctx, "job").Val() != 0 || d.Get(ctx, "plain").Val() != "v" || p.onLockNodes(t, "job") < 2 {
+	if d.Exists(ctx, "job").Val() != 0 || d.Get(ctx, "plain").Val() != "v" || p.onLockNodes("job") < 2 {
 		t.Fatal("SET NX did not go to the lock nodes, or SET not to the data Redis")
 	}
 }

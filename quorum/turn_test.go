@@ -202,11 +202,7 @@ func TestTurnLostIsNotAReply(t *testing.T) {
 	}
 	// enterTurn returns once a majority gave the turn; the third node's
 	// may still be on its way, and would land after the changes below.
-	for deadline := time.Now().Add(10 * time.Second); !allHold(nodes, "k", t1.token); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the nodes did not all give the turn")
-		}
-	}
+	eventually(t, 10*time.Second, "every node gave the turn", func() bool { return allHold(nodes, "k", t1.token) })
 	nodes[0].set("k", "")
 	nodes[1].set("k", "someone else")
 	op.Turn, op.turn = t1.token, t1
