@@ -29,6 +29,11 @@
 //	               [-hold 0s] [-duration 2s] [-warmup 500ms] [-cycles N]
 //	               [-impl redis,redsync,zkrecipe,lockproxy] [-faults=true] [-rss=true]
 //	               [-inprocess] [-procs N] [-cpuprofile FILE]
+//	go run ./bench -passthrough [-concurrency 1,32] [-twemproxy nutcracker]
+//
+// -passthrough measures forwarded GET/SET instead (issue 14): the data
+// Redis directly, through twemproxy when it is installed, and through
+// lockproxy, in one run.
 //
 // With -concurrency "" -contended 0 no backend's case runs, only the faults
 // and RSS cases: add -faults=false for the RSS cases alone.
@@ -63,7 +68,8 @@ type options struct {
 	inprocess   bool
 	procs       int
 	cpuprofile  string
-	passthrough bool // measure forwarded GET/SET instead (issue 14)
+	passthrough bool   // measure forwarded GET/SET instead (issue 14)
+	twemproxy   string // twemproxy's executable, the passthrough reference
 	faults      bool
 	rss         bool
 }
@@ -110,6 +116,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.faults, "faults", true, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
 	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
+	fs.StringVar(&o.twemproxy, "twemproxy", "nutcracker", "with -passthrough: twemproxy's executable, measured in the same run as a reference proxy (left out if not found)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -17,7 +17,6 @@ import (
 
 	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/proctest"
-	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // runPassthrough measures forwarded GET/SET (issue 14): the same load on
@@ -56,23 +55,37 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer func() { _ = px.stop() }()
-	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy %s\n", o.warmup, o.duration, o.cycles, ptSlices, px.desc)
-	fmt.Fprintf(w, "(cpu/op: CPU time per command of this process (the load generator, and lockproxy if in-process), of lockproxy's subprocess, of the data redis-server)\n")
+	targets := []ptTarget{{name: "direct", addr: data.Addr()}}
+	tw, why, err := startTwemproxy(ctx, o.twemproxy, dir, data.Addr())
+	if err != nil {
+		return err
+	}
+	if tw != nil {
+		defer func() { _ = tw.stop() }()
+		targets = append(targets, ptTarget{name: "twemproxy", addr: tw.addr, pid: tw.pid})
+		why = "twemproxy " + tw.desc
+	}
+	targets = append(targets, ptTarget{name: "lockproxy", addr: px.addr, pid: px.pid})
+	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy %s; %s\n", o.warmup, o.duration, o.cycles, ptSlices, px.desc, why)
+	fmt.Fprintf(w, "(cpu/op: CPU time per command of this process (the load generator, and lockproxy if in-process), of the proxy's subprocess, of the data redis-server)\n")
 	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s %10s %10s %10s\n", "conc", "target", "ops/s", "p50", "p99", "errors", "bench/op", "proxy/op", "redis/op")
 	for _, conc := range o.conc {
-		direct, proxied := passthroughCase(ctx, data, px, conc, o)
-		for _, r := range []struct {
-			name string
-			out  ptOutcome
-		}{{"direct", direct}, {"lockproxy", proxied}} {
-			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d %10v %10v %10v\n", conc, r.name, r.out.rate, r.out.p50, r.out.p99, r.out.errors, r.out.cpu, r.out.proxyCPU, r.out.redisCPU)
+		out := passthroughCase(ctx, targets, data.PID(), conc, o)
+		for i, t := range targets {
+			r := out[i]
+			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d %10v %10v %10v\n", conc, t.name, r.rate, r.p50, r.p99, r.errors, r.cpu, r.proxyCPU, r.redisCPU)
 		}
+		direct, proxied := out[0], out[len(out)-1]
 		if direct.rate > 0 {
 			own := proxied.proxyCPU
 			if px.pid == 0 { // in-process: the load generator does the same work in both cases
 				own = proxied.cpu - direct.cpu
 			}
-			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, own)
+			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy / direct (issue 14's bar: 0.7x at 32); lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, own)
+			if tw != nil {
+				ref := out[1]
+				fmt.Fprintf(w, "%-6d ratio      %11.2fx   twemproxy / direct; lockproxy / twemproxy %.2fx\n", conc, ref.rate/direct.rate, proxied.rate/ref.rate)
+			}
 		}
 	}
 	return ctx.Err()
@@ -120,31 +133,55 @@ type ptOutcome struct {
 // ptSlices is how many turns each target takes in a case.
 const ptSlices = 4
 
-// passthroughCase warms up both targets, then measures conc clients on
-// each in turns.
-func passthroughCase(ctx context.Context, data *redistest.Server, px *proxy, conc int, o options) (direct, proxied ptOutcome) {
-	var clients [2]*redis.Client
-	for i, addr := range []string{data.Addr(), px.addr} {
-		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1})
+// ptTarget is one server the load runs against.
+type ptTarget struct {
+	name string
+	addr string
+	pid  int // the proxy's process, whose CPU is counted; 0: none, or in this process
+}
+
+// passthroughCase warms up every target, then measures conc clients on
+// each in turns; the outcomes are in the order of targets. redisPID is the
+// data redis-server's.
+func passthroughCase(ctx context.Context, targets []ptTarget, redisPID, conc int, o options) []ptOutcome {
+	clients := make([]*redis.Client, len(targets))
+	for i, t := range targets {
+		opts := ptOptions(t.addr, conc)
+		if t.name == "twemproxy" {
+			opts = twemproxyOptions(t.addr, conc)
+		}
+		clients[i] = redis.NewClient(opts)
 		defer clients[i].Close()
 		if o.warmup > 0 {
 			ptLoad(ctx, clients[i], conc, o.warmup, o.cycles)
 		}
 	}
-	var runs [2]ptRun
+	runs := make([]ptRun, len(targets))
 	for range ptSlices {
 		for i, c := range clients {
-			cpu0, pcpu0, rcpu0 := selfCPU(), procCPU(px.pid), procCPU(data.PID())
+			cpu0, pcpu0, rcpu0 := selfCPU(), procCPU(targets[i].pid), procCPU(redisPID)
 			r := ptLoad(ctx, c, conc, o.duration/ptSlices, o.cycles/ptSlices)
 			runs[i].cpu += selfCPU() - cpu0
-			runs[i].proxyCPU += procCPU(px.pid) - pcpu0
-			runs[i].redisCPU += procCPU(data.PID()) - rcpu0
+			runs[i].proxyCPU += procCPU(targets[i].pid) - pcpu0
+			runs[i].redisCPU += procCPU(redisPID) - rcpu0
 			runs[i].lat = append(runs[i].lat, r.lat...)
 			runs[i].errors += r.errors
 			runs[i].elapsed += r.elapsed
 		}
 	}
-	return runs[0].outcome(), runs[1].outcome()
+	out := make([]ptOutcome, len(runs))
+	for i, r := range runs {
+		out[i] = r.outcome()
+	}
+	return out
+}
+
+// ptOptions is the load's client for every target: RESP2 and no CLIENT
+// SETINFO on connect, which twemproxy does not know (it closes the
+// connection); see also twemproxyOptions. GET's and SET's replies are the
+// same in RESP2 and RESP3.
+func ptOptions(addr string, conc int) *redis.Options {
+	return &redis.Options{Addr: addr, PoolSize: conc, MaxRetries: -1, Protocol: 2, DisableIdentity: true}
 }
 
 // ptRun is what one or more turns measured.
