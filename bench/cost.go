@@ -16,14 +16,14 @@ import (
 // the system under test. Zero where unknown.
 type costs struct {
 	bench    time.Duration // this process (the load generator, and lockproxy with -inprocess)
-	proxy    time.Duration // the lockproxy subprocess
+	proxy    time.Duration // the proxy subprocess: lockproxy's, or twemproxy's
 	upstream time.Duration // the upstream servers (redis-servers, ZooKeeper), user+sys
 	cmds     int64         // commands the redis-servers processed; requests ZooKeeper received
 	reads    int64         // reads (socket read calls) the redis-servers processed
 }
 
-// server is the CPU time of the servers: lockproxy (as a subprocess; 0 in
-// the bench's process) and its upstream servers.
+// server is the CPU time of the servers: the proxy (lockproxy as a
+// subprocess, 0 in the bench's process; twemproxy) and its upstream servers.
 func (c costs) server() time.Duration { return c.proxy + c.upstream }
 
 func (c costs) sub(d costs) costs {
@@ -31,17 +31,16 @@ func (c costs) sub(d costs) costs {
 		cmds: c.cmds - d.cmds, reads: c.reads - d.reads}
 }
 
-// probe reads costs from this process, the lockproxy subprocess (pid 0:
-// none) and the upstream servers.
+// probe reads costs from this process, the proxy subprocess of the
+// implementation measured (lockproxy or twemproxy) and the upstream servers.
 type probe struct {
-	pid      int
 	upstream func(ctx context.Context, c *costs) // adds the servers' figures to c
 	closeFn  func() error
 }
 
 // newRedisProbe reads the redis-servers' CPU time from /proc (all of them,
 // idle ones included) and their commands and reads from INFO.
-func newRedisProbe(nodes cluster, pid int) *probe {
+func newRedisProbe(nodes cluster) *probe {
 	var clients []*redis.Client
 	for _, addr := range nodes.addrs() {
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1}))
@@ -59,14 +58,15 @@ func newRedisProbe(nodes cluster, pid int) *probe {
 			c.reads += integer(info["Stats"]["total_reads_processed"])
 		}
 	}
-	return &probe{pid: pid, upstream: read, closeFn: closeClients(clients)}
+	return &probe{upstream: read, closeFn: closeClients(clients)}
 }
 
 func (p *probe) close() error { return p.closeFn() }
 
-// read takes a snapshot; a part it cannot read counts as zero.
-func (p *probe) read(ctx context.Context) costs {
-	c := costs{bench: selfCPU(), proxy: procCPU(p.pid)}
+// read takes a snapshot, with the CPU time of the proxy process pid (0:
+// none); a part it cannot read counts as zero.
+func (p *probe) read(ctx context.Context, pid int) costs {
+	c := costs{bench: selfCPU(), proxy: procCPU(pid)}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	p.upstream(ctx, &c)

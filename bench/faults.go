@@ -61,7 +61,7 @@ func runFaults(ctx context.Context, o options, l *launcher, dir string, w io.Wri
 	if err != nil {
 		return nil, err
 	}
-	t := newLockproxyTarget(px.addr, max(2*max(o.contended, maxOf(o.conc)), 10))
+	t := newLockproxyTarget(px.addr, px.pid, max(2*max(o.contended, maxOf(o.conc)), 10))
 	defer func() { err = errors.Join(err, closeTargets([]*target{t}, px)) }()
 	fmt.Fprintf(w, "faults (redlock): %d x redis-server, the third behind a delaying TCP proxy; lockproxy %s; %s\n",
 		nodeCount, proxyDesc(px), perCase(o))

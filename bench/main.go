@@ -69,7 +69,7 @@ type options struct {
 	procs       int
 	cpuprofile  string
 	passthrough bool   // measure forwarded GET/SET instead (issue 14)
-	twemproxy   string // twemproxy's executable, the passthrough reference
+	twemproxy   string // twemproxy's executable, the reference proxy
 	faults      bool
 	rss         bool
 }
@@ -104,8 +104,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.hold, "hold", 0, "how long a contended client holds the lock (a timer: below about 1ms the OS rounds it up)")
 	backends := fs.String("backend", "redlock,zookeeper",
 		"backends to run, each lockproxy against its peer: redlock (redis, redsync), zookeeper (zkrecipe)")
-	impls := fs.String("impl", "redis,redsync,zkrecipe,lockproxy",
-		"implementations to run: redis (redlock: one plain redis-server, SET NX PX + Lua release), redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
+	impls := fs.String("impl", "redis,twemproxy,redsync,zkrecipe,lockproxy",
+		"implementations to run: redis (redlock: one plain redis-server, SET NX PX + Lua release), twemproxy (redlock: the same through twemproxy, left out if -twemproxy is not found), redsync (redlock), zkrecipe (zookeeper: go-zookeeper's lock recipe), lockproxy (every backend)")
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "measured time per case")
 	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured warm-up per case, before it")
 	fs.Int64Var(&o.cycles, "cycles", 2_000_000, "most cycles (contended: lock attempts) per case (and per warm-up)")
@@ -116,7 +116,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.faults, "faults", true, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
 	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
-	fs.StringVar(&o.twemproxy, "twemproxy", "nutcracker", "with -passthrough: twemproxy's executable, measured in the same run as a reference proxy (left out if not found)")
+	fs.StringVar(&o.twemproxy, "twemproxy", "nutcracker", "twemproxy's executable, measured in the same run as a reference proxy (left out if not found)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

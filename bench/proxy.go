@@ -237,11 +237,3 @@ func (p *subprocess) stop() error {
 	}
 	return fmt.Errorf("lockproxy did not stop within %v; sent SIGKILL", stopTimeout)
 }
-
-// subprocessPID is the lockproxy subprocess's pid; 0 when there is none.
-func (p *proxy) subprocessPID() int {
-	if p == nil {
-		return 0
-	}
-	return p.pid
-}

@@ -129,22 +129,35 @@ func openRedlock(ctx context.Context, o options, s suite, l *launcher, dir strin
 		// the first node doubles as the plain Redis: the others idle meanwhile
 		s.baseline: func(poolSize int) (*target, error) { return newRedisTarget(addrs[0], poolSize), nil },
 	}
+	hop := "-"
+	if o.runs(s, s.hop) {
+		tw, why, err := startTwemproxy(ctx, o.twemproxy, dir, addrs[0])
+		if err != nil {
+			return err
+		}
+		hop = why
+		if tw != nil {
+			b.closers = append(b.closers, tw.stop)
+			hop = tw.desc
+			others[s.hop] = func(poolSize int) (*target, error) { return newTwemproxyTarget(tw, poolSize), nil }
+		}
+	}
 	targets, px, err := openTargets(ctx, o, s, l, addrs, others)
 	if err != nil {
 		return err
 	}
 	b.targets = targets
 	b.closers = append(b.closers, func() error { return closeTargets(targets, px) })
-	b.probe = newRedisProbe(nodes, px.subprocessPID())
+	b.probe = newRedisProbe(nodes)
 	b.closers = append(b.closers, b.probe.close)
-	b.setup = fmt.Sprintf("setup (redlock): %d x redis-server %s on loopback; lockproxy %s; %s",
-		nodeCount, nodes.version(ctx), proxyDesc(px), perCase(o))
+	b.setup = fmt.Sprintf("setup (redlock): %d x redis-server %s on loopback; lockproxy %s; twemproxy (the redis cycle through it, to the first node) %s; %s",
+		nodeCount, nodes.version(ctx), proxyDesc(px), hop, perCase(o))
 	return nil
 }
 
 // openTargets opens the implementations of s that o asks for, in the
-// table's order: lockproxy, or one of others by name; px is nil unless
-// lockproxy is one of them.
+// table's order: lockproxy, or one of others by name (one not in others is
+// left out); px is nil unless lockproxy is one of them.
 func openTargets(ctx context.Context, o options, s suite, l *launcher, servers []string,
 	others map[string]func(poolSize int) (*target, error)) ([]*target, *proxy, error) {
 	poolSize := max(2*slices.Max(append([]int{o.contended}, o.conc...)), 10)
@@ -156,10 +169,14 @@ func openTargets(ctx context.Context, o options, s suite, l *launcher, servers [
 		}
 		var t *target
 		var err error
-		if open, ok := others[impl]; ok {
+		if impl == "lockproxy" {
+			if px, err = l.start(ctx, s, servers); err == nil {
+				t = newLockproxyTarget(px.addr, px.pid, poolSize)
+			}
+		} else if open, ok := others[impl]; ok {
 			t, err = open(poolSize)
-		} else if px, err = l.start(ctx, s, servers); err == nil {
-			t = newLockproxyTarget(px.addr, poolSize)
+		} else {
+			continue
 		}
 		if err != nil {
 			return nil, nil, errors.Join(err, closeTargets(targets, px))
@@ -261,9 +278,9 @@ func runCase(ctx context.Context, o options, t *target, pr *probe, conc int) out
 		}
 	}
 	s.duration, s.phase = o.duration, "run"
-	before := pr.read(ctx)
+	before := pr.read(ctx, t.pid)
 	res := measure(ctx, t, s)
-	res.cost = pr.read(ctx).sub(before)
+	res.cost = pr.read(ctx, t.pid).sub(before)
 	fmt.Fprintf(os.Stderr, "bench: %s conc %d: %d cycles, %d errors in %v\n", t.name, conc, res.cycles, res.errors, res.elapsed.Round(1e6))
 	return res
 }
@@ -277,9 +294,9 @@ func runContended(ctx context.Context, o options, t *target, pr *probe) contendO
 		}
 	}
 	s.duration, s.phase = o.duration, "run"
-	before := pr.read(ctx)
+	before := pr.read(ctx, t.pid)
 	res := measureContended(ctx, t, s)
-	res.cost = pr.read(ctx).sub(before)
+	res.cost = pr.read(ctx, t.pid).sub(before)
 	fmt.Fprintf(os.Stderr, "bench: %s contended %d: %d grants, %d gave up, %d errors in %v\n",
 		t.name, o.contended, res.grants(), res.gaveUp, res.errors, res.elapsed.Round(1e6))
 	return res

@@ -10,18 +10,19 @@ import (
 type suite struct {
 	backend  string // lockproxy's --backend: "redlock" or "zookeeper"
 	baseline string // the no-HA reference, if any: "redis" (one plain redis-server)
+	hop      string // the baseline through a proxy, if any: "twemproxy" (what a proxy hop costs)
 	peer     string // the client-side implementation: "redsync" or "zkrecipe"
 	upstream string // the servers' name in the cost columns: "redis" or "zk"
 }
 
 // suites are the backends, in the order they run.
 var suites = []suite{
-	{backend: "redlock", baseline: "redis", peer: "redsync", upstream: "redis"},
+	{backend: "redlock", baseline: "redis", hop: "twemproxy", peer: "redsync", upstream: "redis"},
 	{backend: "zookeeper", peer: "zkrecipe", upstream: "zk"},
 }
 
 // allImpls are the implementations -impl takes.
-var allImpls = []string{"redis", "redsync", "zkrecipe", "lockproxy"}
+var allImpls = []string{"redis", "twemproxy", "redsync", "zkrecipe", "lockproxy"}
 
 // allBackends are the backends -backend takes.
 func allBackends() []string {
@@ -33,12 +34,15 @@ func allBackends() []string {
 }
 
 // order is the suite's implementations in its tables' order: the baseline
-// if any, the peer, then lockproxy.
+// and the hop if any, the peer, then lockproxy.
 func (s suite) order() []string {
-	if s.baseline != "" {
-		return []string{s.baseline, s.peer, "lockproxy"}
+	var out []string
+	for _, impl := range []string{s.baseline, s.hop} {
+		if impl != "" {
+			out = append(out, impl)
+		}
 	}
-	return []string{s.peer, "lockproxy"}
+	return append(out, s.peer, "lockproxy")
 }
 
 // proxyArgs are lockproxy's command-line flags for the backend over servers.

@@ -21,8 +21,10 @@ func writeTable(w io.Writer, s suite, results []outcome, concs []int) {
 			}
 		}
 	}
-	if line := ratioLine(results, concs, s.peer); line != "" {
-		fmt.Fprintln(w, line)
+	for _, pair := range [][2]string{{"lockproxy", s.peer}, {s.hop, s.baseline}} {
+		if line := ratioLine(results, concs, pair[0], pair[1]); line != "" {
+			fmt.Fprintln(w, line)
+		}
 	}
 	writeErrors(w, results)
 }
@@ -49,21 +51,21 @@ func find(results []outcome, impl string, conc int) (outcome, bool) {
 	return outcome{}, false
 }
 
-// ratioLine compares lockproxy's throughput with peer's at each
-// concurrency; "" when there is nothing to compare.
-func ratioLine(results []outcome, concs []int, peer string) string {
+// ratioLine compares impl's throughput with other's at each concurrency;
+// "" when there is nothing to compare.
+func ratioLine(results []outcome, concs []int, impl, other string) string {
 	var parts []string
 	for _, conc := range concs {
-		lp, ok1 := find(results, "lockproxy", conc)
-		pe, ok2 := find(results, peer, conc)
-		if ok1 && ok2 && pe.rate() > 0 {
-			parts = append(parts, fmt.Sprintf("at conc %d: %.2fx", conc, lp.rate()/pe.rate()))
+		a, ok1 := find(results, impl, conc)
+		b, ok2 := find(results, other, conc)
+		if ok1 && ok2 && b.rate() > 0 {
+			parts = append(parts, fmt.Sprintf("at conc %d: %.2fx", conc, a.rate()/b.rate()))
 		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "ratio lockproxy/" + peer + " " + strings.Join(parts, "  ")
+	return "ratio " + impl + "/" + other + " " + strings.Join(parts, "  ")
 }
 
 func writeErrors(w io.Writer, results []outcome) {
@@ -76,11 +78,12 @@ func writeErrors(w io.Writer, results []outcome) {
 
 // writeCosts prints what one successful cycle cost each part of the system,
 // averaged over the measured phase (failed cycles are in the totals too): CPU
-// time of this process, of the lockproxy subprocess and of the upstream
-// servers. With redis, the commands the redis-servers ran, counting those
-// called inside Lua scripts, and their socket reads, about one per round
-// trip unless pipelined; with ZooKeeper, the requests it received, one per
-// round trip of a request (pings of the open sessions included).
+// time of this process, of the proxy subprocess (lockproxy's, or
+// twemproxy's) and of the upstream servers. With redis, the commands the
+// redis-servers ran, counting those called inside Lua scripts, and their
+// socket reads, about one per round trip unless pipelined; with ZooKeeper,
+// the requests it received, one per round trip of a request (pings of the
+// open sessions included).
 func writeCosts(w io.Writer, s suite, results []outcome, concs []int, inprocess bool) {
 	fmt.Fprintf(w, "\nper cycle  conc  %-10s %-10s %-14s %s\n", "server-cpu", "bench-cpu", proxyColumn(inprocess), s.costHead())
 	for _, conc := range concs {
@@ -127,7 +130,7 @@ func proxyColumn(inprocess bool) string {
 	if inprocess {
 		return "(in bench)"
 	}
-	return "lockproxy-cpu"
+	return "proxy-cpu"
 }
 
 // writeContended prints the contended case: one row per implementation,

@@ -27,6 +27,7 @@ type target struct {
 	name    string
 	cycle   cycleFunc
 	contend func(key string) contender // a new client of the contended case; nil: none
+	pid     int                        // the proxy process it goes through, whose CPU is its proxy cost; 0: none
 	close   func() error
 }
 
@@ -36,11 +37,12 @@ func newClient(addr string, poolSize int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, MaxRetries: -1})
 }
 
-// newLockproxyTarget sends LOCK and UNLOCK to the lockproxy at addr.
-func newLockproxyTarget(addr string, poolSize int) *target {
+// newLockproxyTarget sends LOCK and UNLOCK to the lockproxy at addr, a
+// subprocess pid (0: in this process).
+func newLockproxyTarget(addr string, pid, poolSize int) *target {
 	c := newClient(addr, poolSize)
 	contend := func(key string) contender { return newLockproxyContender(addr, key) }
-	return &target{name: "lockproxy", cycle: lockproxyCycle(c), contend: contend, close: c.Close}
+	return &target{name: "lockproxy", cycle: lockproxyCycle(c), contend: contend, close: c.Close, pid: pid}
 }
 
 func lockproxyCycle(c *redis.Client) cycleFunc {
@@ -94,6 +96,13 @@ func lockproxyUnlock(ctx context.Context, c *redis.Client, key, token string) er
 func newRedisTarget(addr string, poolSize int) *target {
 	c := newClient(addr, poolSize)
 	return &target{name: "redis", cycle: redisCycle(c), close: c.Close}
+}
+
+// newTwemproxyTarget is the plain-Redis cycle through twemproxy tw, in
+// front of the same redis-server: what one proxy hop costs, with no HA.
+func newTwemproxyTarget(tw *proxy, poolSize int) *target {
+	c := redis.NewClient(twemproxyOptions(tw.addr, poolSize))
+	return &target{name: "twemproxy", cycle: redisCycle(c), close: c.Close, pid: tw.pid}
 }
 
 // redisRelease deletes the key only if it still holds the token.

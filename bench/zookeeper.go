@@ -78,7 +78,7 @@ func openZooKeeper(ctx context.Context, o options, s suite, l *launcher, dir str
 	}
 	b.targets = targets
 	b.closers = append(b.closers, func() error { return closeTargets(targets, px) })
-	b.probe = newZKProbe(zs, px.subprocessPID())
+	b.probe = newZKProbe(zs)
 	b.closers = append(b.closers, b.probe.close)
 	srvr, _ := zktest.FourLetter(addr, "srvr")
 	b.setup = fmt.Sprintf("setup (zookeeper): ZooKeeper %s standalone on loopback, pid %d, empty containers removed every %v; "+
@@ -102,14 +102,14 @@ func zkVersion(srvr string) string {
 
 // newZKProbe reads the server's CPU time from /proc (it is a JVM, which
 // reports none itself) and the requests it received from "mntr".
-func newZKProbe(zs *zktest.Server, pid int) *probe {
+func newZKProbe(zs *zktest.Server) *probe {
 	read := func(_ context.Context, c *costs) {
 		c.upstream += procCPU(zs.PID())
 		if m, err := zktest.Mntr(zs.Addr()); err == nil {
 			c.cmds += integer(m["zk_packets_received"])
 		}
 	}
-	return &probe{pid: pid, upstream: read, closeFn: func() error { return nil }}
+	return &probe{upstream: read, closeFn: func() error { return nil }}
 }
 
 // zkRecipe is go-zookeeper's lock recipe, the peer of lockproxy's zookeeper

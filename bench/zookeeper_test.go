@@ -101,7 +101,7 @@ func TestWriteCosts(t *testing.T) {
 	}
 	var sb strings.Builder
 	writeCosts(&sb, zkSuite, results, []int{1}, false)
-	want := "\nper cycle  conc  server-cpu bench-cpu  lockproxy-cpu  zk-cpu     zk-requests\n" +
+	want := "\nper cycle  conc  server-cpu bench-cpu  proxy-cpu      zk-cpu     zk-requests\n" +
 		"zkrecipe   1     500µs      100µs      0µs            500µs      3.0\n" +
 		"lockproxy  1     1000µs     50µs       200µs          800µs      6.0\n"
 	if sb.String() != want {
