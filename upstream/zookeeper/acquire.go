@@ -76,7 +76,10 @@ type acquisition struct {
 	version int32  // the container's version created's create left
 	czxid   int64  // created's creation zxid
 	kept    string // the waiter's place, kept in line
-	mine    string // the node this call made the lock
+	// onBehalf: the call puts a waiter in line for it (queue), not the
+	// waiter's own call.
+	onBehalf bool
+	mine     string // the node this call made the lock
 }
 
 func (a *acquisition) run(ctx context.Context) (engine.Grant, error) {

@@ -57,8 +57,8 @@ func (z *ZooKeeper) node(p, key, token string) *ownNode {
 // instance's previous one, which has expired.
 func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	z.mu.Lock()
-	defer z.mu.Unlock()
 	if z.closed || owner != 0 && owner != z.conn.SessionID() {
+		z.mu.Unlock()
 		return false
 	}
 	n := z.node(p, key, token)
@@ -68,7 +68,39 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	n.held, n.token, n.persistent = true, token, owner == 0
 	n.timer.Reset(max(d.left(), 0))
 	z.locks[zkLock{key, token}] = p
+	orphan := z.servedLocked(key, token, p)
+	z.mu.Unlock()
+	if orphan != "" {
+		z.spawn(func() {
+			ctx, cancel := z.cleanupCtx(context.Background())
+			defer cancel()
+			_ = z.dropPlace(ctx, orphan) // if it fails, the place's keep ends it
+		})
+	}
 	return true
+}
+
+// maxServed bounds the waiters remembered as served; past it, they are all
+// forgotten (a place made for one of them afterwards is then kept until
+// its keep runs out).
+const maxServed = 4096
+
+// servedLocked records that token, a waiter's id, got key: lock p is its.
+// It returns the waiter's place in line, if it has another, which the
+// caller deletes. A served waiter waits no more, and a place left in line
+// for it, before the waiters behind, would hold them up until its keep
+// ran out: a place made on its behalf later (keepPlace) is not kept
+// either. z.mu is held.
+func (z *ZooKeeper) servedLocked(key, token, p string) (orphan string) {
+	id := zkLock{key, token}
+	if len(z.served) >= maxServed {
+		clear(z.served)
+	}
+	z.served[id] = struct{}{}
+	if q := z.places[id]; q != "" && q != p {
+		return q
+	}
+	return ""
 }
 
 // ownLock is the path of the lock node this session made for key and
@@ -119,15 +151,20 @@ func (z *ZooKeeper) placeVersion(p string) int32 {
 // keepPlace (re)starts the keep of waiter id's place p: unless the waiter
 // calls again within keep, the place is deleted. Zero keep: no limit. It
 // records what a handoff needs to know of the place; a version already
-// known is kept when f knows none.
-func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, f placeFacts) {
-	if keep <= 0 {
-		return
-	}
+// known is kept when f knows none. A place made on the waiter's behalf (a
+// grant's next waiter, not its own call) is not kept once the waiter was
+// served (servedLocked): it reports false, and the caller deletes p.
+func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, f placeFacts, onBehalf bool) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.closed {
-		return
+	if _, ok := z.served[zkLock{key, id}]; ok {
+		if onBehalf {
+			return false
+		}
+		delete(z.served, zkLock{key, id}) // it waits again, with the same token
+	}
+	if keep <= 0 || z.closed {
+		return true
 	}
 	if n := z.node(p, key, id); !n.held {
 		n.until = time.Now().Add(keep)
@@ -141,6 +178,7 @@ func (z *ZooKeeper) keepPlace(key, id, p string, keep time.Duration, f placeFact
 		n.placeFacts = f
 		z.places[zkLock{key, id}] = p
 	}
+	return true
 }
 
 // forget drops the record of own node p.

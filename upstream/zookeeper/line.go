@@ -236,21 +236,31 @@ func (a *acquisition) watchAhead(ctx context.Context, kids []child, i int) error
 	if err == nil && !ok {
 		err = errAgain
 	}
-	if err == nil {
-		a.keep(a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name)
+	if err == nil && !a.keep(ctx, a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name) {
+		err = errServed
 	}
 	return err
 }
 
+// errServed ends putting a waiter in line on its behalf (queue): it got
+// the key meanwhile.
+var errServed = errors.New("zookeeper: the waiter got the key meanwhile")
+
 // keep keeps the waiter's place p in line for the waiter's Keep; ahead is
-// the node just before it, "" if none.
-func (a *acquisition) keep(p, ahead string) {
-	a.kept = p
+// the node just before it, "" if none. A place kept on the waiter's behalf
+// (queue) is deleted instead if the waiter was served meanwhile: it
+// reports false then.
+func (a *acquisition) keep(ctx context.Context, p, ahead string) bool {
 	f := placeFacts{ahead: ahead, want: wanted(a.h.Token, a.h.TTL, a.h.Mode, a.h.Name)}
 	if p == a.created {
 		f.version, f.czxid = a.version, a.czxid
 	}
-	a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f)
+	if !a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f, a.onBehalf) {
+		_ = a.z.dropPlace(ctx, p) // if it fails, cleanup or the keep ends it
+		return false
+	}
+	a.kept = p
+	return true
 }
 
 // queue gives waiter w of key a place in line, in the background after a
@@ -259,7 +269,7 @@ func (a *acquisition) keep(p, ahead string) {
 func (z *ZooKeeper) queue(key string, w engine.Waiter) {
 	ctx, cancel := z.cleanupCtx(context.Background())
 	defer cancel()
-	a := &acquisition{z: z, key: key, dir: z.dir(key), h: engine.Hold{Token: w.ID, TTL: w.TTL, Mode: w.Mode, Name: w.Name, Waiter: &w}}
+	a := &acquisition{z: z, key: key, dir: z.dir(key), h: engine.Hold{Token: w.ID, TTL: w.TTL, Mode: w.Mode, Name: w.Name, Waiter: &w}, onBehalf: true}
 	if err := a.line(ctx); err != nil {
 		z.log.Debug("next waiter not put in line; it tries on its own", zap.String("key", key), zap.Error(err))
 	}
@@ -274,7 +284,9 @@ func (a *acquisition) line(ctx context.Context) error {
 			return err
 		}
 		if i == 0 {
-			a.keep(a.dir+"/"+kids[0].name, "")
+			if !a.keep(ctx, a.dir+"/"+kids[0].name, "") {
+				return errServed
+			}
 			a.z.announce(a.key)
 			return nil
 		}
@@ -415,16 +427,21 @@ func (z *ZooKeeper) dropPlaces(ctx context.Context, key string, kids []child, id
 	dir, prefix := z.dir(key), placePrefix(id)
 	var errs []error
 	for _, c := range kids {
-		if !strings.HasPrefix(c.name, prefix) {
-			continue
-		}
-		p := dir + "/" + c.name
-		switch err := z.delete(ctx, p, 0); {
-		case err == nil, errors.Is(err, zk.ErrNoNode):
-			z.forget(p)
-		case !errors.Is(err, zk.ErrBadVersion):
-			errs = append(errs, err)
+		if strings.HasPrefix(c.name, prefix) {
+			errs = append(errs, z.dropPlace(ctx, dir+"/"+c.name))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropPlace deletes waiter place p, unless it has become a lock: the
+// delete expects version 0, the place as created.
+func (z *ZooKeeper) dropPlace(ctx context.Context, p string) error {
+	switch err := z.delete(ctx, p, 0); {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		z.forget(p)
+	case !errors.Is(err, zk.ErrBadVersion):
+		return err
+	}
+	return nil
 }

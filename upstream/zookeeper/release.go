@@ -165,7 +165,14 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 	if beforeVersion > 0 && version == beforeVersion+1 {
 		f.ahead = before
 	}
-	z.keepPlace(key, w.ID, p, w.Keep, f)
+	if !z.keepPlace(key, w.ID, p, w.Keep, f, true) {
+		z.spawn(func() {
+			ctx, cancel := z.cleanupCtx(context.Background())
+			defer cancel()
+			_ = z.dropPlace(ctx, p) // if it fails, the place's keep ends it
+		})
+		return
+	}
 	if f.ahead == "" {
 		z.spawn(func() { z.queue(key, w) })
 		return

@@ -197,6 +197,7 @@ type ZooKeeper struct {
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
 	reaping   map[string]bool     // others' lock nodes this instance ends when overdue, for its waiters
+	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
 }
@@ -225,6 +226,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		watched:  map[string]int{},
 		deleting: map[string]struct{}{},
 		reaping:  map[string]bool{},
+		served:   map[zkLock]struct{}{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
 	if opts.TLS != nil {
