@@ -71,11 +71,7 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	orphan := z.servedLocked(key, token, p)
 	z.mu.Unlock()
 	if orphan != "" {
-		z.spawn(func() {
-			ctx, cancel := z.cleanupCtx(context.Background())
-			defer cancel()
-			_ = z.dropPlace(ctx, orphan) // if it fails, the place's keep ends it
-		})
+		z.spawn(func() { z.discardPlace(orphan) })
 	}
 	return true
 }

@@ -236,7 +236,7 @@ func (a *acquisition) watchAhead(ctx context.Context, kids []child, i int) error
 	if err == nil && !ok {
 		err = errAgain
 	}
-	if err == nil && !a.keep(ctx, a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name) {
+	if err == nil && !a.keep(a.dir+"/"+kids[i].name, a.dir+"/"+kids[i-1].name) {
 		err = errServed
 	}
 	return err
@@ -250,13 +250,17 @@ var errServed = errors.New("zookeeper: the waiter got the key meanwhile")
 // the node just before it, "" if none. A place kept on the waiter's behalf
 // (queue) is deleted instead if the waiter was served meanwhile: it
 // reports false then.
-func (a *acquisition) keep(ctx context.Context, p, ahead string) bool {
+func (a *acquisition) keep(p, ahead string) bool {
 	f := placeFacts{ahead: ahead, want: wanted(a.h.Token, a.h.TTL, a.h.Mode, a.h.Name)}
 	if p == a.created {
 		f.version, f.czxid = a.version, a.czxid
 	}
 	if !a.z.keepPlace(a.key, a.h.Waiter.ID, p, a.h.Waiter.Keep, f, a.onBehalf) {
-		_ = a.z.dropPlace(ctx, p) // if it fails, cleanup or the keep ends it
+		// Not cleanup's to delete: the waiter may have taken p as its lock.
+		if p == a.created {
+			a.created = ""
+		}
+		a.z.discardPlace(p)
 		return false
 	}
 	a.kept = p
@@ -284,7 +288,7 @@ func (a *acquisition) line(ctx context.Context) error {
 			return err
 		}
 		if i == 0 {
-			if !a.keep(ctx, a.dir+"/"+kids[0].name, "") {
+			if !a.keep(a.dir+"/"+kids[0].name, "") {
 				return errServed
 			}
 			a.z.announce(a.key)
@@ -432,6 +436,11 @@ func (z *ZooKeeper) dropPlaces(ctx context.Context, key string, kids []child, id
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// discardPlace is dropPlace, retried while the session that made p lives.
+func (z *ZooKeeper) discardPlace(p string) {
+	z.retry(func(ctx context.Context) error { return z.dropPlace(ctx, p) })
 }
 
 // dropPlace deletes waiter place p, unless it has become a lock: the

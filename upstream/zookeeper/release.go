@@ -166,11 +166,7 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 		f.ahead = before
 	}
 	if !z.keepPlace(key, w.ID, p, w.Keep, f, true) {
-		z.spawn(func() {
-			ctx, cancel := z.cleanupCtx(context.Background())
-			defer cancel()
-			_ = z.dropPlace(ctx, p) // if it fails, the place's keep ends it
-		})
+		z.spawn(func() { z.discardPlace(p) })
 		return
 	}
 	if f.ahead == "" {

@@ -747,3 +747,28 @@ func TestZooKeeperServedWaiterOtherPlaceDropped(t *testing.T) {
 		return err == nil && !ok
 	})
 }
+
+// TestZooKeeperQueueLeavesTheWaitersLock: when the waiter takes the place
+// that queue just made for it as its lock (a connection-bound lock keeps
+// the place's node), queue, finding it served, leaves that node alone.
+func TestZooKeeperQueueLeavesTheWaitersLock(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, Options{})
+	raw := rawZK(t, srv.Addr())
+	key := "queue-race"
+
+	w := waitHold("w", 5*time.Second)
+	w.Mode = engine.Bound
+	var once sync.Once
+	a.afterCreate = func(p string) {
+		// queue's create returned: the waiter's own try comes first.
+		once.Do(func() { mustGrant(t, a, key, w) })
+	}
+	a.queue(key, *w.Waiter)
+	if h, ok, err := a.Inspect(testCtx(t), key); err != nil || !ok || h.Token != "w" {
+		t.Fatalf("after queue: holder %+v, %v, %v; want w", h, ok, err)
+	}
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("nodes %v: want the waiter's lock alone", n)
+	}
+}
