@@ -62,7 +62,7 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 	}
 	if tw != nil {
 		defer func() { _ = tw.stop() }()
-		targets = append(targets, ptTarget{name: "twemproxy", addr: tw.addr, pid: tw.pid})
+		targets = append(targets, ptTarget{name: "twemproxy", addr: tw.addr, pid: tw.pid, options: twemproxyOptions})
 		why = "twemproxy " + tw.desc
 	}
 	targets = append(targets, ptTarget{name: "lockproxy", addr: px.addr, pid: px.pid})
@@ -138,6 +138,8 @@ type ptTarget struct {
 	name string
 	addr string
 	pid  int // the proxy's process, whose CPU is counted; 0: none, or in this process
+	// options are its clients'; nil: ptOptions.
+	options func(addr string, conc int) *redis.Options
 }
 
 // passthroughCase warms up every target, then measures conc clients on
@@ -146,11 +148,11 @@ type ptTarget struct {
 func passthroughCase(ctx context.Context, targets []ptTarget, redisPID, conc int, o options) []ptOutcome {
 	clients := make([]*redis.Client, len(targets))
 	for i, t := range targets {
-		opts := ptOptions(t.addr, conc)
-		if t.name == "twemproxy" {
-			opts = twemproxyOptions(t.addr, conc)
+		options := t.options
+		if options == nil {
+			options = ptOptions
 		}
-		clients[i] = redis.NewClient(opts)
+		clients[i] = redis.NewClient(options(t.addr, conc))
 		defer clients[i].Close()
 		if o.warmup > 0 {
 			ptLoad(ctx, clients[i], conc, o.warmup, o.cycles)

@@ -99,15 +99,27 @@ func awaitGrant(ctx context.Context, addr string, lease time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, lease+readyTimeout)
 	defer cancel()
 	key := fmt.Sprintf("bench:ready:%d", time.Now().UnixNano())
+	err := retryUntil(ctx, 100*time.Millisecond, nil, func() error { return c.SetNX(ctx, key, "x", time.Second).Err() })
+	if err != nil {
+		return fmt.Errorf("lockproxy at %s granted nothing within %v: %w", addr, lease+readyTimeout, err)
+	}
+	return nil
+}
+
+// retryUntil calls try every interval until it succeeds, ctx ends or
+// exited (nil: never) is closed; it returns try's last error then.
+func retryUntil(ctx context.Context, every time.Duration, exited <-chan struct{}, try func() error) error {
 	for {
-		err := c.SetNX(ctx, key, "x", time.Second).Err()
+		err := try()
 		if err == nil {
 			return nil
 		}
 		select {
+		case <-exited:
+			return errors.Join(errors.New("exited"), err)
 		case <-ctx.Done():
-			return fmt.Errorf("lockproxy at %s granted nothing within %v: %w", addr, lease+readyTimeout, err)
-		case <-time.After(100 * time.Millisecond):
+			return err
+		case <-time.After(every):
 		}
 	}
 }

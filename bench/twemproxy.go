@@ -60,19 +60,11 @@ func awaitProxy(ctx context.Context, addr string, exited <-chan struct{}) error 
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for {
-		err := c.Set(ctx, "bench:pt:ready", "x", 0).Err()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited before serving")
-		case <-ctx.Done():
-			return fmt.Errorf("not serving after %v: %w", readyTimeout, err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	err := retryUntil(ctx, 50*time.Millisecond, exited, func() error { return c.Set(ctx, "bench:pt:ready", "x", 0).Err() })
+	if err != nil {
+		return fmt.Errorf("not serving within %v: %w", readyTimeout, err)
 	}
+	return nil
 }
 
 // twemproxyOptions is ptOptions for twemproxy. go-redis opens every

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
+	"time"
 )
 
 // noHello must answer HELLO itself, with the error go-redis falls back to
@@ -34,5 +37,26 @@ func TestNoHelloAnswersHelloOnly(t *testing.T) {
 	ok := make([]byte, 5)
 	if _, err := io.ReadFull(c, ok); err != nil || string(ok) != "+OK\r\n" {
 		t.Fatalf("reply to SET = %q, %v", ok, err)
+	}
+}
+
+// retryUntil stops at the first success, and when the process it waits
+// for exits, with try's last error.
+func TestRetryUntil(t *testing.T) {
+	n := 0
+	err := retryUntil(t.Context(), time.Millisecond, nil, func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("retryUntil = %v after %d tries; want nil after 3", err, n)
+	}
+	exited := make(chan struct{})
+	close(exited)
+	err = retryUntil(t.Context(), time.Hour, exited, func() error { return errors.New("refused") })
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("retryUntil after exit = %v", err)
 	}
 }
