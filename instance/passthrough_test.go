@@ -33,11 +33,19 @@ type passthroughSetup struct {
 
 func startPassthrough(t *testing.T, lockKeys ...string) passthroughSetup {
 	t.Helper()
+	return startPassthroughWith(t, func(*instance.Config) {}, lockKeys...)
+}
+
+// startPassthroughWith is startPassthrough with the config changed by edit
+// before lockproxy starts.
+func startPassthroughWith(t *testing.T, edit func(*instance.Config), lockKeys ...string) passthroughSetup {
+	t.Helper()
 	data := redistest.Start(t, redistest.Options{})
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	cfg := testConfig(nodes)
 	cfg.Passthrough.Address = data.Addr()
 	cfg.Passthrough.LockKeys = lockKeys
+	edit(&cfg)
 	p := passthroughSetup{in: startInstance(t, cfg), data: data, nodes: nodes}
 	for _, n := range nodes {
 		p.direct = append(p.direct, newClient(t, n.Addr(), 2))

@@ -277,30 +277,31 @@ func (s *Server) serveConn(c *Conn) {
 
 func (s *Server) serveCommands(c *Conn) error {
 	w := c.rc
-	var batch [][]byte
+	var raws [][]byte
+	var cmds []redcon.Command
 	for {
 		var err error
-		if batch, err = w.in.next(batch[:0]); err != nil {
+		if raws, err = w.in.next(raws[:0]); err != nil {
 			s.protocolError(c, err)
 			return err
 		}
-		for i, raw := range batch {
-			cmd, ok, perr := parseCommand(raw)
-			if perr != nil { // as redcon's server: the error, then the connection closes
-				c.turn(func() {
-					c.Error("ERR " + perr.Error())
-					_ = w.Flush()
-				})
-				return perr
-			}
-			if ok {
-				w.pending = len(batch) - 1 - i
-				s.serve(c, cmd)
-			}
+		var perr error
+		cmds, perr = parseBatch(cmds[:0], raws)
+		routed := s.routed(cmds)
+		for i, cmd := range cmds {
+			w.pending = max(routed-1-i, 0)
+			s.serve(c, cmd)
 			if c.closing.Load() || w.closed {
 				c.turn(func() { _ = w.Flush() })
 				return nil
 			}
+		}
+		if perr != nil { // as Redis: the commands before it are served, then the error, then the connection closes
+			c.turn(func() {
+				c.Error("ERR " + perr.Error())
+				_ = w.Flush()
+			})
+			return perr
 		}
 		if c.stream == nil {
 			if err := w.Flush(); err != nil {
@@ -308,6 +309,37 @@ func (s *Server) serveCommands(c *Conn) error {
 			}
 		}
 	}
+}
+
+// parseBatch parses the raw commands of a batch, skipping blank inline
+// lines (no command), up to the first that redcon rejects, whose error it
+// returns: what follows that one is never served.
+func parseBatch(cmds []redcon.Command, raws [][]byte) ([]redcon.Command, error) {
+	for _, raw := range raws {
+		cmd, ok, err := parseCommand(raw)
+		if err != nil {
+			return cmds, err
+		}
+		if ok {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return cmds, nil
+}
+
+// routed is how many of a batch's commands may reach the router: those
+// before the first that is too big for any limits (it closes the
+// connection). The pending count (Conn.Pipelined) counts only these, so
+// that the router writes its queued replies before the batch ends, or
+// before the refusal.
+func (s *Server) routed(cmds []redcon.Command) int {
+	lim := s.Limits()
+	for i, cmd := range cmds {
+		if tooBigFor(lim, cmd.Args, true) != "" {
+			return i
+		}
+	}
+	return len(cmds)
 }
 
 // protocolError answers input that redcon's parser rejects (the guard has
@@ -411,21 +443,27 @@ func (s *Server) tooBig(c *Conn, args [][]byte, authed bool) bool {
 	if !authed {
 		lim = lim.unauthenticated()
 	}
-	reply := ""
-	if len(args) > lim.MaxArgs {
-		reply = replyFor(&LimitError{Err: ErrTooManyArgs, Limit: lim.MaxArgs}, stFrame, authed)
-	}
-	for _, a := range args {
-		if len(a) > lim.MaxBulk {
-			reply = replyFor(&LimitError{Err: ErrBulkTooLong, Limit: lim.MaxBulk}, stFrame, authed)
-		}
-	}
+	reply := tooBigFor(lim, args, authed)
 	if reply == "" {
 		return false
 	}
 	c.Error(strings.TrimSuffix(reply[1:], "\r\n"))
 	c.Close()
 	return true
+}
+
+// tooBigFor is the error reply (RESP) for a command with more arguments,
+// or a longer one, than lim allows; "" when it is within them.
+func tooBigFor(lim Limits, args [][]byte, authed bool) string {
+	for _, a := range args {
+		if len(a) > lim.MaxBulk {
+			return replyFor(&LimitError{Err: ErrBulkTooLong, Limit: lim.MaxBulk}, stFrame, authed)
+		}
+	}
+	if len(args) > lim.MaxArgs {
+		return replyFor(&LimitError{Err: ErrTooManyArgs, Limit: lim.MaxArgs}, stFrame, authed)
+	}
+	return ""
 }
 
 // unknownCommand is Redis's error for a command it does not know.
