@@ -19,11 +19,11 @@ import (
 // client, if still connected (it sent QUIT), then gets the timeout's null.
 func (r *Router) block(c *resp.Conn, up *upConn, name string, args [][]byte) ([]byte, error) {
 	if err := up.speak(c.Proto(), r.cfg.Timeout); err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	id, err := up.clientID(r.cfg.Timeout)
 	if err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	gone, stop := c.WatchClose()
 	defer stop()
@@ -47,7 +47,7 @@ func (r *Router) block(c *resp.Conn, up *upConn, name string, args [][]byte) ([]
 		// The watch may not have run since the client closed: look once
 		// more before handing it an element it would never read.
 		if err != nil || restore(name, args, reply) == nil || !c.Left(leftGrace) {
-			return reply, err
+			return reply, unknown(err)
 		}
 	}
 	if err == nil {

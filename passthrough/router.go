@@ -31,6 +31,7 @@ type Config struct {
 type Stats struct {
 	Forwarded atomic.Int64 // commands sent to the data Redis
 	Failed    atomic.Int64 // of which got no reply: the data Redis could not be reached or broke off
+	StateLost atomic.Int64 // clients closed because their state on the data Redis was lost
 }
 
 // Router sends each command to the lock service or the data Redis.
@@ -49,12 +50,16 @@ type Router struct {
 
 // client is one client connection's forwarding state.
 type client struct {
-	up     *upConn  // dedicated upstream connection; nil until needed
-	multi  bool     // a MULTI was forwarded and not yet ended
-	dirty  bool     // a command of the transaction was refused: EXEC aborts
-	subAt  bool     // the transaction subscribes: a relay starts after EXEC
-	queued []queued // commands sent on a shared connection, replies not yet written
-	sub    *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
+	up    *upConn // dedicated upstream connection; nil until needed
+	multi bool    // a MULTI was forwarded and not yet ended
+	dirty bool    // a command of the transaction was refused: EXEC aborts
+	subAt bool    // the transaction subscribes: a relay starts after EXEC
+	// The client's other state on up, which is lost with it (state.go).
+	watching bool     // a WATCH was forwarded and not yet ended
+	db       int      // the database selected on up
+	settings bool     // CLIENT TRACKING, NO-TOUCH or CACHING was forwarded
+	queued   []queued // commands sent on a shared connection, replies not yet written
+	sub      *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
 }
 
 // queued is a command of a client's pipeline sent on a shared connection,
@@ -211,7 +216,7 @@ func (r *Router) enterRelay(c *resp.Conn, st *client, name string, args [][]byte
 	if st.up == nil {
 		up, err := dial(r.cfg, c.Proto())
 		if err != nil {
-			r.fail(c, st, false, err)
+			r.fail(c, st, false, notSent(err))
 			return
 		}
 		r.mu.Lock()
@@ -235,7 +240,9 @@ func (r *Router) shareable(st *client, name string) bool {
 func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 	r.stats.Forwarded.Add(1)
 	q := queued{quiet: !c.Replying()}
-	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err == nil {
+	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err != nil {
+		q.err = notSent(q.err)
+	} else {
 		q.c = getCall(time.Now().Add(r.cfg.Timeout))
 		if q.err = q.s.send(q.c, args); q.err != nil {
 			putCall(q.c)
@@ -259,7 +266,7 @@ func (r *Router) flush(c *resp.Conn, st *client) {
 		reply, err := q.reply()
 		if err != nil {
 			r.stats.Failed.Add(1)
-			c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+			c.Error(replyText(r.cfg.Addr, err))
 		} else {
 			c.Raw(reply) // copied: the call's buffer is reused
 		}
@@ -293,6 +300,7 @@ func (r *Router) forward(c *resp.Conn, st *client, name string, args [][]byte) {
 	if !ok {
 		return
 	}
+	st.note(name, args, reply)
 	switch {
 	case name == "multi" && bytes.HasPrefix(reply, []byte("+OK")):
 		st.multi = true
@@ -313,7 +321,7 @@ func (r *Router) send(c *resp.Conn, st *client, name string, args [][]byte, quie
 	if st.up == nil {
 		up, err := dial(r.cfg, c.Proto())
 		if err != nil {
-			return nil, r.fail(c, st, quiet, err)
+			return nil, r.fail(c, st, quiet, notSent(err))
 		}
 		r.mu.Lock()
 		st.up = up
@@ -374,12 +382,21 @@ func (r *Router) Close() {
 }
 
 // fail drops a broken upstream connection and tells the client, naming the
-// data Redis.
+// data Redis. A client whose state there (a transaction, a WATCH, a
+// database, client settings) went with it is then closed, as Redis closes
+// a client whose connection it dropped: its next commands would otherwise
+// run without that state.
 func (r *Router) fail(c *resp.Conn, st *client, quiet bool, err error) bool {
 	r.stats.Failed.Add(1)
+	lost := st.lost(r.cfg.DB)
 	r.reset(st)
-	if !quiet {
-		c.Error(fmt.Sprintf("ERR data Redis %s unavailable: %v", r.cfg.Addr, err))
+	switch {
+	case lost != "":
+		r.stats.StateLost.Add(1)
+		c.Error(fmt.Sprintf("ERR lockproxy: %s; this client's %s there is lost with it: closing the connection, as Redis would", replyText(r.cfg.Addr, err), lost))
+		c.Close()
+	case !quiet:
+		c.Error(replyText(r.cfg.Addr, err))
 	}
 	return false
 }
@@ -390,7 +407,7 @@ func (r *Router) client(c *resp.Conn) *client {
 	defer r.mu.Unlock()
 	st := r.clients[c.ID()]
 	if st == nil {
-		st = &client{}
+		st = &client{db: r.cfg.DB}
 		r.clients[c.ID()] = st
 		r.watch(c)
 	}
@@ -417,6 +434,7 @@ func (r *Router) reset(st *client) {
 		up.close()
 	}
 	st.multi, st.dirty, st.subAt = false, false, false
+	st.watching, st.db, st.settings = false, r.cfg.DB, false
 }
 
 func (r *Router) drop(id uint64) {
@@ -442,6 +460,6 @@ func (r *Router) Info(section string) string {
 		}
 	}
 	r.mu.Unlock()
-	return fmt.Sprintf("# Passthrough\r\ndata_redis:%s\r\nlock_keys:%s\r\nupstream_connections:%d\r\nforwarded_commands:%d\r\nforward_failures:%d\r\n\r\n",
-		r.cfg.Addr, strings.Join(r.cfg.LockKeys, ","), open, r.stats.Forwarded.Load(), r.stats.Failed.Load())
+	return fmt.Sprintf("# Passthrough\r\ndata_redis:%s\r\nlock_keys:%s\r\nupstream_connections:%d\r\nforwarded_commands:%d\r\nforward_failures:%d\r\nclients_closed_state_lost:%d\r\n\r\n",
+		r.cfg.Addr, strings.Join(r.cfg.LockKeys, ","), open, r.stats.Forwarded.Load(), r.stats.Failed.Load(), r.stats.StateLost.Load())
 }

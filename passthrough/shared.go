@@ -18,8 +18,8 @@ import (
 // goroutine to wake for each command), after giving the goroutines ready
 // to run a turn to queue theirs.
 type shared struct {
-	nc     net.Conn
-	wlimit time.Duration // bound of one write
+	nc      net.Conn
+	timeout time.Duration // bounds one write, and the wait for each reply (read)
 
 	mu      sync.Mutex
 	out     []byte     // commands not yet written
@@ -67,10 +67,10 @@ const maxPending = 1 << 16
 var errBroken = errors.New("connection to the data Redis broke off")
 
 // newShared starts the reader of an established connection; a write
-// taking longer than wlimit breaks it.
-func newShared(u *upConn, wlimit time.Duration) *shared {
+// taking longer than timeout breaks it.
+func newShared(u *upConn, timeout time.Duration) *shared {
 	_ = u.nc.SetDeadline(time.Time{}) // set-up commands set one; calls time out by themselves
-	s := &shared{nc: u.nc, wlimit: wlimit, pending: make(chan *call, maxPending)}
+	s := &shared{nc: u.nc, timeout: timeout, pending: make(chan *call, maxPending)}
 	go s.read(u.br)
 	return s
 }
@@ -90,13 +90,13 @@ func (s *shared) send(c *call, args [][]byte) error {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return s.err
+		return notSent(s.err)
 	}
 	select {
 	case s.pending <- c: // under mu: replies come back in the order commands are written
 	default:
 		s.mu.Unlock()
-		return errors.New("too many commands in flight on one upstream connection")
+		return notSent(errors.New("too many commands in flight on one upstream connection"))
 	}
 	s.out = appendCommand(s.out, args)
 	if s.writing {
@@ -126,7 +126,7 @@ func (s *shared) writeOut() {
 		buf := s.out
 		s.out, s.spare = s.spare[:0], nil
 		s.mu.Unlock()
-		_ = s.nc.SetWriteDeadline(time.Now().Add(s.wlimit))
+		_ = s.nc.SetWriteDeadline(time.Now().Add(s.timeout))
 		_, err := s.nc.Write(buf)
 		s.mu.Lock()
 		s.spare = buf[:0]
@@ -137,40 +137,87 @@ func (s *shared) writeOut() {
 	}
 }
 
-// wait returns c's reply once it came. It comes by c's deadline: the
-// reader fails the connection then (a late reply would answer the next
-// caller).
+// wait returns c's reply once it came, or the error that says its outcome
+// is unknown (read).
 func (s *shared) wait(c *call) ([]byte, error) {
 	<-c.done
 	return c.reply, c.err
 }
 
-// read hands each reply to the oldest waiting call. Its reads time out at
-// that call's deadline, or at most slack after it: the deadline is moved
-// only when it would otherwise come early, and then with slack to spare, so
-// that most replies do not each reset it.
+// read hands each reply to the oldest waiting call. A call's timeout
+// counts from when it was sent or, if later, from when the reply before it
+// came: time spent behind other commands (another client's slow one) is
+// not its own. A call whose reply has not begun by then is told its outcome
+// is unknown, and its reply, if it comes within another timeout, answers
+// nobody; the calls behind it then go on. A connection that gives no reply
+// for that long, or breaks off, fails every call still waiting (their
+// outcome unknown too: they were sent).
 func (s *shared) read(br *bufio.Reader) {
-	slack := s.wlimit / 8
-	var set time.Time
+	var rd replyReader
+	rd.br, rd.nc, rd.slack = br, s.nc, s.timeout/8
+	last := time.Now() // when the last reply came
 	for c := range s.pending {
-		if c.deadline.After(set) {
-			set = c.deadline.Add(slack)
-			_ = s.nc.SetReadDeadline(set)
-		}
-		reply, err := readReply(br, c.reply[:0])
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = errors.Join(errors.New("no reply within the timeout"), err)
+		reply, err := rd.next(later(c.deadline, last.Add(s.timeout)), c.reply[:0])
+		if errors.Is(err, os.ErrDeadlineExceeded) && !rd.begun {
+			c.reply, c.err = reply, unknown(errTimeout)
+			c.done <- struct{}{}
+			_, err = rd.next(time.Now().Add(s.timeout), nil) // the late reply, to no one
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = errors.Join(errTimeout, err)
+			}
+			if err != nil {
+				s.fail(err)
+				s.drain(unknown(err))
+				return
+			}
+			last = time.Now()
+			continue
 		}
 		if err != nil {
 			s.fail(err) // before the caller hears of it: it may ask broken()
 		}
-		c.reply, c.err = reply, err
+		last = time.Now()
+		c.reply, c.err = reply, unknown(err)
 		c.done <- struct{}{}
 		if err != nil {
-			s.drain(err)
+			s.drain(unknown(err))
 			return
 		}
 	}
+}
+
+// replyReader reads a shared connection's replies under read deadlines
+// that are moved only when they would come early, and then with slack to
+// spare, so that most replies do not each reset them.
+type replyReader struct {
+	br    *bufio.Reader
+	nc    net.Conn
+	slack time.Duration
+	set   time.Time // the read deadline in force
+	begun bool      // the last next had the first byte of its reply
+}
+
+// next reads one reply into dst; a reply not begun by due fails with
+// os.ErrDeadlineExceeded and begun false, having consumed nothing.
+func (rd *replyReader) next(due time.Time, dst []byte) ([]byte, error) {
+	if due.After(rd.set) {
+		rd.set = due.Add(rd.slack)
+		_ = rd.nc.SetReadDeadline(rd.set)
+	}
+	if _, err := rd.br.Peek(1); err != nil {
+		rd.begun = false
+		return dst, err
+	}
+	rd.begun = true
+	return readReply(rd.br, dst)
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // fail marks the connection broken and closes it: the reader then fails

@@ -1,6 +1,7 @@
 package passthrough
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -94,8 +95,9 @@ func TestSharedOutlivesSetupDeadline(t *testing.T) {
 }
 
 // TestSharedPausedDataRedis: when the data Redis stops answering (SIGSTOP),
-// calls on a shared connection fail with the timeout, not before it, and
-// the connection is broken so that no late reply answers a later caller.
+// calls on a shared connection fail with the timeout, not before it, their
+// outcome unknown, and the connection is broken once a second timeout
+// passed with no reply, so that no late reply answers a later caller.
 func TestSharedPausedDataRedis(t *testing.T) {
 	data := redistest.Start(t, redistest.Options{})
 	u, err := dial(Config{Addr: data.Addr(), Timeout: 10 * time.Second}, 2)
@@ -123,7 +125,7 @@ func TestSharedPausedDataRedis(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		select {
 		case err := <-errs:
-			if err == nil || !strings.Contains(err.Error(), "no reply within the timeout") {
+			if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "no reply within the timeout") {
 				t.Fatalf("call %d on a paused data Redis: %v", i, err)
 			}
 		case <-time.After(time.Minute):
@@ -136,4 +138,42 @@ func TestSharedPausedDataRedis(t *testing.T) {
 	if !s.broken() {
 		t.Fatal("connection not marked broken after a timeout")
 	}
+}
+
+// TestSharedSlowCommandDoesNotFailOthers: one caller's command that runs
+// past the timeout (a busy script, as DEBUG SLEEP) is told its outcome is unknown, while a
+// command sent behind it by another caller, which the data Redis runs once
+// the sleep ends, gets its own reply: its timeout counts from the reply
+// before it. Issue 27 §3.
+func TestSharedSlowCommandDoesNotFailOthers(t *testing.T) {
+	data := redistest.Start(t, redistest.Options{})
+	u, err := dial(Config{Addr: data.Addr(), Timeout: 10 * time.Second}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = time.Second
+	s := newShared(u, timeout)
+	defer s.close()
+	slow := getCall(time.Now().Add(timeout))
+	if err := s.send(slow, busyScript(2*time.Second)); err != nil { // written when send returns
+		t.Fatal(err)
+	}
+	reply, err := s.do([][]byte{[]byte("INCR"), []byte("x")}, timeout)
+	if err != nil || string(reply) != ":1\r\n" {
+		t.Fatalf("INCR behind another caller's slow script: %q, %v", reply, err)
+	}
+	if _, err := s.wait(slow); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("slow script past the timeout: %v, want an unknown outcome", err)
+	}
+	if reply, err := s.do([][]byte{[]byte("GET"), []byte("x")}, timeout); err != nil || string(reply) != "$1\r\n1\r\n" {
+		t.Fatalf("GET after: %q, %v", reply, err)
+	}
+}
+
+// busyScript is an EVAL that keeps the data Redis busy for d, as DEBUG
+// SLEEP does (which redis-server 7 refuses unless enable-debug-command).
+func busyScript(d time.Duration) [][]byte {
+	const src = `local t = redis.call('TIME'); local from = t[1] * 1000000 + t[2]
+while true do t = redis.call('TIME'); if t[1] * 1000000 + t[2] - from >= tonumber(ARGV[1]) then return 1 end end`
+	return [][]byte{[]byte("EVAL"), []byte(src), []byte("0"), strconv.AppendInt(nil, d.Microseconds(), 10)}
 }

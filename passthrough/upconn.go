@@ -108,12 +108,14 @@ func (u *upConn) clientID(timeout time.Duration) (int64, error) {
 	return id, nil
 }
 
-// do sends args in proto and returns the raw reply, valid until the next call.
+// do sends args in proto and returns the raw reply, valid until the next
+// call. Its error says whether args was sent (notSentError, unknownError).
 func (u *upConn) do(proto int, args [][]byte, timeout time.Duration) ([]byte, error) {
 	if err := u.speak(proto, timeout); err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
-	return u.roundTrip(args, timeout)
+	reply, err := u.roundTrip(args, timeout)
+	return reply, unknown(err)
 }
 
 // roundTrip writes one command and reads one reply; timeout 0 waits as long
