@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidwall/match"
+	"github.com/lockproxy/lockproxy/pubsub"
 )
 
 // Config is lockproxy's whole configuration. config.example.toml documents
@@ -238,10 +238,6 @@ func (c Config) Validate() error {
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
-// maxMatchWork bounds the work of matching one key against one pattern;
-// a match that would take more counts as no match.
-const maxMatchWork = 10000
-
 // lockDelay is the lock-delay of each key: that of the first
 // locks.lock_delay pattern it matches, else locks.lock_delay_ms. nil when
 // every delay is 0.
@@ -257,8 +253,8 @@ func (c Config) lockDelay() func(key string) time.Duration {
 	def := time.Duration(c.Locks.LockDelayMS) * time.Millisecond
 	return func(key string) time.Duration {
 		for _, d := range rules {
-			// Bounded: a client's key must not make a pattern cost much.
-			if ok, _ := match.MatchLimit(key, d.Keys, maxMatchWork); ok {
+			// Redis's glob (as KEYS), in O(len(key)·len(pattern)) time.
+			if pubsub.Match(d.Keys, key) {
 				return time.Duration(d.MS) * time.Millisecond
 			}
 		}

@@ -77,4 +77,7 @@ func passthroughMetrics(reg *prometheus.Registry, r *passthrough.Router) {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "lockproxy", Name: "forward_failures_total",
 		Help: "Forwarded commands that got no reply: the data Redis could not be reached or broke off."},
 		func() float64 { return float64(s.Failed.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "lockproxy", Name: "passthrough_state_lost_total",
+		Help: "Clients closed because their connection state on the data Redis (MULTI, WATCH, SELECT, CLIENT settings) was lost with their connection there."},
+		func() float64 { return float64(s.StateLost.Load()) }))
 }

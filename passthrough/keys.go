@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
-	"github.com/tidwall/match"
+	"github.com/lockproxy/lockproxy/pubsub"
 )
 
 // local are the commands lockproxy always answers itself: the handshake and
@@ -87,12 +87,13 @@ func scriptKeys(args [][]byte) [][]byte {
 	return args[3 : 3+n]
 }
 
-// matcher says which keys are lock keys.
+// matcher says which keys are lock keys: those that match one of its
+// patterns as Redis's KEYS would (pubsub.Match).
 type matcher []string
 
 func (m matcher) isLock(key []byte) bool {
 	for _, p := range m {
-		if match.Match(string(key), p) {
+		if pubsub.Match(p, string(key)) {
 			return true
 		}
 	}

