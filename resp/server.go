@@ -288,8 +288,16 @@ func (s *Server) serveCommands(c *Conn) error {
 		var perr error
 		cmds, perr = parseBatch(cmds[:0], raws)
 		routed := s.routed(cmds)
+		left := commandsIn(cmds[:routed])
 		for i, cmd := range cmds {
-			w.pending = max(routed-1-i, 0)
+			if len(cmd.Args) == 0 { // as Redis, a blank line is served as no command: it ends a CLIENT REPLY SKIP
+				c.skipNext = false
+				continue
+			}
+			if i < routed {
+				left--
+			}
+			w.pending = left
 			s.serve(c, cmd)
 			if c.closing.Load() || w.closed {
 				c.turn(func() { _ = w.Flush() })
@@ -311,20 +319,32 @@ func (s *Server) serveCommands(c *Conn) error {
 	}
 }
 
-// parseBatch parses the raw commands of a batch, skipping blank inline
-// lines (no command), up to the first that redcon rejects, whose error it
-// returns: what follows that one is never served.
+// parseBatch parses the raw commands of a batch, a blank line (no
+// command) as one without arguments, up to the first that redcon rejects,
+// whose error it returns: what follows that one is never served.
 func parseBatch(cmds []redcon.Command, raws [][]byte) ([]redcon.Command, error) {
 	for _, raw := range raws {
 		cmd, ok, err := parseCommand(raw)
 		if err != nil {
 			return cmds, err
 		}
-		if ok {
-			cmds = append(cmds, cmd)
+		if !ok {
+			cmd = redcon.Command{}
 		}
+		cmds = append(cmds, cmd)
 	}
 	return cmds, nil
+}
+
+// commandsIn counts the commands that are not blank lines.
+func commandsIn(cmds []redcon.Command) int {
+	n := 0
+	for _, cmd := range cmds {
+		if len(cmd.Args) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // routed is how many of a batch's commands may reach the router: those
