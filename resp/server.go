@@ -311,6 +311,8 @@ func (s *Server) serveCommands(c *Conn) error {
 			})
 			return perr
 		}
+		clear(cmds) // an idle connection keeps no batch's bytes
+		clear(raws)
 		if c.stream == nil {
 			if err := w.Flush(); err != nil {
 				return err
