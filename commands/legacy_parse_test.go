@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"math/bits"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,6 +35,17 @@ func TestParseSet(t *testing.T) {
 		{in: "SET k v EX 9223372036854775", err: "ERR invalid expire time in 'set' command"},
 		{in: "SET k v PX 1.5", err: "ERR value is not an integer or out of range"},
 		{in: `SET "" v NX`, err: "ERR invalid key: empty"},
+		// Issue 26: integers as Redis's string2ll reads them, Redis 7.0's
+		// ranges, TTLs beyond time.Duration capped.
+		{in: "SET k v NX PX +5000", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX PX 010", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX EX -0", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX EXAT 99999999999", flags: setNX | setEXAT, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX EX 9223372036854", flags: setNX | setEX, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX PX 9223372036854775807", err: "ERR invalid expire time in 'set' command"},
+		{in: "SET k v NX PXAT 9223372036854775807", flags: setNX | setPXAT, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX EX 9223372036854776", err: "ERR invalid expire time in 'set' command"},
+		{in: `SET k "" NX`, flags: setNX},
 	}
 	for _, c := range cases {
 		a, err := l.parseSet(argv(c.in), now)
@@ -118,4 +130,34 @@ func FuzzParseExpire(f *testing.F) {
 			t.Fatalf("%q: flags %b", line, a.flags)
 		}
 	})
+}
+
+// TestString2ll: Redis's string2ll, which SET, EXPIRE and EVAL's numkeys
+// read integers with.
+func TestString2ll(t *testing.T) {
+	for in, want := range map[string]bool{
+		"0": true, "5": true, "-5": true, "9223372036854775807": true, "-9223372036854775808": true,
+		"+5": false, "010": false, "-0": false, "00": false, " 5": false, "5 ": false, "": false, "-": false,
+		"9223372036854775808": false, "1e3": false, "0x10": false, "5.0": false,
+	} {
+		if _, ok := string2ll([]byte(in)); ok != want {
+			t.Errorf("string2ll(%q) = %v, want %v", in, ok, want)
+		}
+	}
+}
+
+// TestParseExpireLikeRedis: EXPIRE's integer and range as Redis 7.0's.
+func TestParseExpireLikeRedis(t *testing.T) {
+	l := Limits{}.withDefaults()
+	for in, want := range map[string]string{
+		"EXPIRE k 010": "ERR value is not an integer or out of range", "EXPIRE k +10": "ERR value is not an integer or out of range",
+		"EXPIRE k 9223372036854776": "ERR invalid expire time in 'expire' command", "EXPIRE k 10": "",
+		"PEXPIRE k 9223372036854775807": "ERR invalid expire time in 'pexpire' command", "PEXPIRE k 9223372036855": "",
+		"EXPIRE k -9223372036854775": "",
+	} {
+		a, err := l.parseExpire(argv(in), map[bool]time.Duration{true: time.Second, false: time.Millisecond}[strings.HasPrefix(in, "EXPIRE")])
+		if want == "" && (err != nil || a.ttl > maxLegacyTTL) || want != "" && (err == nil || err.Error() != want) {
+			t.Errorf("%s: %+v %v, want %q", in, a, err, want)
+		}
+	}
 }
