@@ -138,7 +138,15 @@ var (
 )
 
 // Publish is a catalogued script's PUBLISH, through the clients' pub/sub.
+// Its channel is checked as a key: not under lockproxy's prefix, and
+// within the user's key patterns.
 func (l scriptLocks) Publish(ctx context.Context, channel, message string) error {
+	if err := l.h.run.reserved(channel, false); err != nil {
+		return err
+	}
+	if !l.c.MayTouch(channel) {
+		return argError("NOPERM No permissions to access a channel")
+	}
 	if l.h.run.Publish == nil {
 		return nil
 	}

@@ -19,6 +19,13 @@ type Admitted struct {
 	ReadsTime bool
 	// Writes is true when the script calls a command that writes.
 	Writes bool
+	// SetsTTL is true when the script calls a command that sets a key's
+	// TTL (EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, GETEX): a lock bound to
+	// its connection whose key it is becomes a lease, as with PEXPIRE.
+	// TTLKeys are then the n of the KEYS[n] it names literally, ascending;
+	// nil when it may name any key of KEYS.
+	SetsTTL bool
+	TTLKeys []int
 	// DerivesKeys is true when a key (or channel) argument is built from
 	// a key of KEYS by concatenation (KEYS[1] .. ':x'): the script may
 	// touch keys that begin with a key of KEYS without being one. Without
@@ -105,7 +112,22 @@ func Admit(src []byte) (*Admitted, error) {
 		pub = append(pub, n)
 	}
 	sort.Ints(pub)
-	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives, PublishFromARGV: pub}, nil
+	adm := &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives, PublishFromARGV: pub}
+	adm.SetsTTL, adm.TTLKeys = len(a.ttlKeys) > 0, sortedKeys(a.ttlKeys)
+	return adm, nil
+}
+
+// sortedKeys is the n > 0 of set, ascending; nil when set holds 0 (any).
+func sortedKeys(set map[int]bool) []int {
+	if set[0] {
+		return nil
+	}
+	var out []int
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // admission is the state of one check.
@@ -119,6 +141,7 @@ type admission struct {
 	plainVars map[string]bool // key variables bound only to KEYS[i] or other plain ones
 	typedVars map[string]bool // names bound only to strings or numbers the check can see (typed.go)
 	arrayVars map[string]bool // names bound only to a redis.call's array of strings
+	ttlKeys   map[int]bool    // the n of KEYS[n] a TTL-setting call names; 0: any
 	// random is the first call of a command whose result differs from
 	// node to node (SRANDMEMBER, TIME, ...): refused if the script writes.
 	random    *expr
@@ -474,7 +497,29 @@ func (a *admission) checkRedisCall(e *expr) {
 	}
 	a.readsTime = a.readsTime || remainingTime[name]
 	a.writes = a.writes || spec.write
+	if setsTTL[name] {
+		a.noteTTL(e.args[1:])
+	}
 	a.checkArgs(e, fn, name, spec)
+}
+
+// setsTTL are the allowed commands that may set their key's TTL.
+var setsTTL = map[string]bool{"expire": true, "pexpire": true, "expireat": true, "pexpireat": true, "getex": true}
+
+// noteTTL records the key a TTL-setting call names: KEYS[n] for a literal
+// n, or any key of KEYS.
+func (a *admission) noteTTL(args []*expr) {
+	n, ok := 0, false
+	if len(args) > 0 && args[0].kind == eIndex && isName(args[0].obj, "KEYS") {
+		n, ok = literalIndex(args[0].sub)
+	}
+	if a.ttlKeys == nil {
+		a.ttlKeys = map[int]bool{}
+	}
+	if !ok {
+		n = 0 // any key
+	}
+	a.ttlKeys[n] = true
 }
 
 // checkRandom refuses a script that writes and calls a command whose

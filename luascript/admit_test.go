@@ -438,3 +438,19 @@ func TestAdmitTypesDerivedKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitLearnsTTLKeys: which keys of KEYS a script may give a TTL.
+func TestAdmitLearnsTTLKeys(t *testing.T) {
+	for src, want := range map[string]string{
+		`return redis.call('PEXPIRE', KEYS[1], ARGV[1])`:                            "true [1]",
+		`redis.call('EXPIRE', KEYS[2], 5) return redis.call('PEXPIRE', KEYS[1], 9)`: "true [1 2]",
+		`for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, 5) end`:               "true []",
+		`return redis.call('PEXPIRE', KEYS[1] .. ':x', 5)`:                          "true []",
+		`return redis.call('GET', KEYS[1])`:                                         "false []",
+	} {
+		a, err := Admit([]byte(src))
+		if err != nil || fmt.Sprint(a.SetsTTL, a.TTLKeys) != want {
+			t.Errorf("%q: %v %v %v, want %s", src, a != nil && a.SetsTTL, a, err, want)
+		}
+	}
+}
