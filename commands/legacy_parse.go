@@ -121,7 +121,7 @@ func setExpiryMillis(flags setFlag, b []byte, now time.Time) (int64, error) {
 
 // maxLegacyTTL caps the TTLs SET and EXPIRE accept beyond it, in ms: 100
 // years.
-const maxLegacyTTL = 100 * 36525 * 24 * 3600 * 1000 / 100
+const maxLegacyTTL = 36525 * 24 * 3600 * 1000 // 100 years of 365.25 days
 
 // string2ll parses b as Redis's string2ll, which every integer argument
 // of SET, EXPIRE and EVAL goes through: an optional '-', then decimal

@@ -250,3 +250,26 @@ func TestLegacyDelNamesTheGrant(t *testing.T) {
 		t.Fatalf("B's own DEL: %v %v, want 1", n, err)
 	}
 }
+
+// TestHugeTTLsAsRedis: TTLs Redis 7.0 accepts beyond what time.Duration
+// holds (SET ... EXAT in the year 5138, a catalogued script's PX of
+// 292,000 years) take the lock, capped at 100 years.
+func TestHugeTTLsAsRedis(t *testing.T) {
+	in, _ := startRedlock(t, 3)
+	ctx := t.Context()
+	c := newClient(t, in.Addr(), 2)
+	nodeRedlockLock := `return redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])` // node-redlock v3, catalogued
+	for _, take := range []func(key string) error{
+		func(key string) error { return c.Do(ctx, "SET", key, "v", "NX", "EXAT", "99999999999").Err() },
+		func(key string) error { return c.Do(ctx, "SET", key, "v", "NX", "EX", "9223372036854").Err() },
+		func(key string) error { return c.Eval(ctx, nodeRedlockLock, []string{key}, "v", "9223372036854775").Err() },
+	} {
+		key := uniqueKey(t)
+		if err := take(key); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if d := c.PTTL(ctx, key).Val(); d < 99*365*24*time.Hour {
+			t.Errorf("%s: PTTL %v, want about 100 years", key, d)
+		}
+	}
+}
