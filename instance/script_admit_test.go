@@ -262,7 +262,9 @@ func TestHugeTTLsAsRedis(t *testing.T) {
 	for _, take := range []func(key string) error{
 		func(key string) error { return c.Do(ctx, "SET", key, "v", "NX", "EXAT", "99999999999").Err() },
 		func(key string) error { return c.Do(ctx, "SET", key, "v", "NX", "EX", "9223372036854").Err() },
-		func(key string) error { return c.Eval(ctx, nodeRedlockLock, []string{key}, "v", "9223372036854775").Err() },
+		func(key string) error {
+			return c.Eval(ctx, nodeRedlockLock, []string{key}, "v", "9223372036854775").Err()
+		},
 	} {
 		key := uniqueKey(t)
 		if err := take(key); err != nil {
