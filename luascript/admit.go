@@ -144,10 +144,14 @@ type admission struct {
 	ttlKeys   map[int]bool    // the n of KEYS[n] a TTL-setting call names; 0: any
 	// random is the first call of a command whose result differs from
 	// node to node (SRANDMEMBER, TIME, ...): refused if the script writes.
-	random    *expr
-	derives   bool
-	readsTime bool
-	writes    bool
+	random *expr
+	// untypedString is the first tostring of a value the check cannot
+	// type: a table's or function's address, different on each node, is
+	// refused in a script that writes.
+	untypedString *expr
+	derives       bool
+	readsTime     bool
+	writes        bool
 	// fromARGV are the n of redis.call(ARGV[n], ...); argvChanged is the
 	// line of a statement that assigns ARGV or one of its elements (0:
 	// none), which such a script may not do.
@@ -446,6 +450,9 @@ func (a *admission) checkExpr(e *expr) {
 		if isCallOfKEYS(e, "ipairs") || isCallOfKEYS(e, "unpack") || isCallOf(e, "unpack", "ARGV") {
 			return
 		}
+		if isName(e.obj, "tostring") && !(len(e.args) == 1 && a.isTyped(e.args[0])) && a.untypedString == nil {
+			a.untypedString = e
+		}
 		if isName(e.obj, "unpack") && len(e.args) != 1 {
 			a.refuse(e.line, "unpack with explicit bounds (unpack(t, i, j)) is not allowed: a large range overflows the Lua stack of unpatched Redis builds and crashes the node")
 			return
@@ -525,6 +532,10 @@ func (a *admission) noteTTL(args []*expr) {
 // checkRandom refuses a script that writes and calls a command whose
 // result differs from node to node: each node could write something else.
 func (a *admission) checkRandom() {
+	if a.err == nil && a.writes && a.untypedString != nil {
+		a.refuse(a.untypedString.line, "tostring of a value the check cannot type may not be used in a script that writes: "+
+			"for a table or a function it is an address, different on each node")
+	}
 	if a.err != nil || !a.writes || a.random == nil {
 		return
 	}

@@ -406,12 +406,14 @@ func TestAdmitRefusesEscapes(t *testing.T) {
 		`return redis.call(ARGV[2], ARGV[1], 'x')`:                    "argument 1 is a channel",
 		`return redis.call('spublish', KEYS[1] .. {}, 'x')`:           "argument 1 is a channel",
 		// Results that differ per node.
-		`return redis.call('SPOP', KEYS[1])`:                                                 "SPOP may not be used, it removes a member picked at random",
-		`local m = redis.call('SRANDMEMBER', KEYS[1]) return redis.call('SREM', KEYS[1], m)`: "line 1: redis.call('srandmember'): SRANDMEMBER may not be used in a script that writes",
-		`local f = redis.call('HRANDFIELD', KEYS[1]) redis.call('HDEL', KEYS[1], f)`:         "HRANDFIELD may not be used in a script that writes",
-		`redis.call('SET', KEYS[2], 1) return redis.call('ZRANDMEMBER', KEYS[1])`:            "ZRANDMEMBER may not be used in a script that writes",
-		"local t = redis.call('TIME')\nredis.call('SET', KEYS[1], t[1])":                     "line 1: redis.call('time'): TIME may not be used in a script that writes: it reads the node's clock",
-		`local t = redis.pcall('TIME') return redis.call('PEXPIRE', KEYS[1], t[1])`:          "redis.pcall('time'): TIME may not be used",
+		`return redis.call('SPOP', KEYS[1])`:                                                           "SPOP may not be used, it removes a member picked at random",
+		`local m = redis.call('SRANDMEMBER', KEYS[1]) return redis.call('SREM', KEYS[1], m)`:           "line 1: redis.call('srandmember'): SRANDMEMBER may not be used in a script that writes",
+		`local f = redis.call('HRANDFIELD', KEYS[1]) redis.call('HDEL', KEYS[1], f)`:                   "HRANDFIELD may not be used in a script that writes",
+		`redis.call('SET', KEYS[2], 1) return redis.call('ZRANDMEMBER', KEYS[1])`:                      "ZRANDMEMBER may not be used in a script that writes",
+		"local t = redis.call('TIME')\nredis.call('SET', KEYS[1], t[1])":                               "line 1: redis.call('time'): TIME may not be used in a script that writes: it reads the node's clock",
+		`local t = redis.pcall('TIME') return redis.call('PEXPIRE', KEYS[1], t[1])`:                    "redis.pcall('time'): TIME may not be used",
+		`return redis.call('SET', KEYS[1], tostring({}))`:                                              "tostring of a value the check cannot type may not be used in a script that writes",
+		`local function f(x) return tostring(x) end return redis.call('HSET', KEYS[1], 'a', f(print))`: "tostring of a value the check cannot type",
 	} {
 		_, err := Admit([]byte(src))
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -432,6 +434,8 @@ func TestAdmitTypesDerivedKeys(t *testing.T) {
 		`return redis.call('PUBLISH', KEYS[1] .. ':' .. ARGV[1], 'm')`,
 		`return redis.call('SRANDMEMBER', KEYS[1])`, // a script that only reads
 		`return redis.call('TIME')`,
+		`return redis.call('SET', KEYS[1], tostring(ARGV[1] + 1))`,
+		`return tostring({})`, // a script that only reads
 	} {
 		if _, err := Admit([]byte(src)); err != nil {
 			t.Errorf("%q: %v", src, err)
