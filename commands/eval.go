@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -61,9 +60,9 @@ func (h *Handler) runKnown(c *resp.Conn, s *luascript.Script, keys, argv [][]byt
 
 // scriptArgs splits EVAL's arguments after the script into KEYS and ARGV.
 func scriptArgs(args [][]byte) (keys, argv [][]byte, err error) {
-	n, perr := strconv.ParseInt(string(args[2]), 10, 64)
+	n, ok := string2ll(args[2])
 	switch {
-	case perr != nil:
+	case !ok:
 		return nil, nil, errNotInteger
 	case n < 0:
 		return nil, nil, errNegativeKeys
@@ -139,7 +138,15 @@ var (
 )
 
 // Publish is a catalogued script's PUBLISH, through the clients' pub/sub.
+// Its channel is checked as a key: not under lockproxy's prefix, and
+// within the user's key patterns.
 func (l scriptLocks) Publish(ctx context.Context, channel, message string) error {
+	if err := l.h.run.reserved(channel, false); err != nil {
+		return err
+	}
+	if !l.c.MayTouch(channel) {
+		return argError("NOPERM No permissions to access a channel")
+	}
 	if l.h.run.Publish == nil {
 		return nil
 	}
@@ -179,8 +186,8 @@ func (l scriptLocks) Del(ctx context.Context, key, token string) (bool, error) {
 // evalKeys are EVAL's keys: numkeys of them after the script. A bad
 // numkeys names no key; the handler rejects it.
 func evalKeys(args [][]byte) [][]byte {
-	n, err := strconv.Atoi(string(args[2]))
-	if err != nil || n < 0 || n > len(args)-3 {
+	n, ok := string2ll(args[2])
+	if !ok || n < 0 || n > int64(len(args)-3) {
 		return nil
 	}
 	return args[3 : 3+n]

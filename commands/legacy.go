@@ -81,21 +81,25 @@ func (h *Handler) held(c *resp.Conn, key string) bool {
 }
 
 // take acquires key for token as SET NX does (fresh: refused even when
-// token holds it); ttl 0 binds it to c.
+// token holds it); ttl 0 binds it to c. An empty token gets a random one.
 func (h *Handler) take(c *resp.Conn, key, token string, ttl time.Duration) (bool, error) {
-	_, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true, Legacy: true})
+	g, err := h.engine.Lock(c.Context(), owner(c), key, engine.Hold{Token: token, TTL: ttl, Name: c.Name(), Fresh: true, Legacy: true})
 	if errors.Is(err, engine.ErrNotAcquired) {
 		return false, nil
 	}
 	if err == nil {
-		session(c).took(key, token)
+		session(c).took(key, grantID{g.Token, g.Fence})
 	}
 	return err == nil, err
 }
 
 // setnx is SETNX key token: 1 taken (connection-bound), 0 held.
 func (h *Handler) setnx(c *resp.Conn, args [][]byte) {
-	key, token, err := h.keyToken(args)
+	key, err := h.limits.key(args[1])
+	var token string
+	if err == nil {
+		token, err = h.limits.value(args[2])
+	}
 	if err == nil {
 		var taken bool
 		if taken, err = h.take(c, key, token, 0); err == nil {
@@ -211,7 +215,7 @@ func (h *Handler) expire(c *resp.Conn, args [][]byte) {
 		return
 	}
 	hd, held, err := h.engine.Info(c.Context(), a.key)
-	if err != nil || !held || !h.mayTouch(c, a.key, hd.Token) {
+	if err != nil || !held || !h.mayTouch(c, a.key, hd) {
 		h.intOrFail(c, a.key, false, err)
 		return
 	}
@@ -272,7 +276,7 @@ func (h *Handler) del(c *resp.Conn, args [][]byte) {
 // connection may touch it.
 func (h *Handler) delOne(c *resp.Conn, key string, match func(token string) bool) (bool, error) {
 	hd, held, err := h.engine.Info(c.Context(), key)
-	if err != nil || !held || !match(hd.Token) || !h.mayTouch(c, key, hd.Token) {
+	if err != nil || !held || !match(hd.Token) || !h.mayTouch(c, key, hd) {
 		return false, err
 	}
 	ok, err := h.engine.Take(c.Context(), owner(c), key, hd.Token)
@@ -357,11 +361,13 @@ func (h *Handler) intOrFail(c *resp.Conn, key string, ok bool, err error) {
 // fail replies err.
 func (h *Handler) fail(c *resp.Conn, key string, err error) { c.Error(replyError(key, err)) }
 
-// mayTouch reports whether c may release or re-lease key held by token
+// mayTouch reports whether c may release or re-lease key, held by hd,
 // without showing the token: always, unless legacy.del_from_any_connection
-// is off, when only the connection that took the lock may.
-func (h *Handler) mayTouch(c *resp.Conn, key, token string) bool {
-	return h.legacy.DelFromAnyConnection || session(c).taken[key] == token
+// is off, when only the connection granted this very lock may — the same
+// token and fence, so that a later grant to another connection with the
+// same token (a constant value such as "1") is not taken for its own.
+func (h *Handler) mayTouch(c *resp.Conn, key string, hd engine.Holder) bool {
+	return h.legacy.DelFromAnyConnection || session(c).taken[key] == grantID{hd.Token, hd.Fence}
 }
 
 func boolInt(b bool) int64 {

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -77,33 +78,71 @@ func (l Limits) parseSet(args [][]byte, now time.Time) (setArgs, error) {
 	if a.key, err = l.key(args[1]); err != nil {
 		return a, err
 	}
-	a.value, err = l.token(args[2])
+	a.value, err = l.value(args[2])
 	return a, err
 }
 
-// setExpiryMillis is the TTL in ms that SET's expiry option gives; at or
-// below zero for an absolute time already past.
-func setExpiryMillis(flags setFlag, b []byte, now time.Time) (int64, error) {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return 0, errNotInteger
+// value reads SET's or SETNX's value as the lock's token. The empty value,
+// which Redis takes like any other, means "no token of my own": the lock
+// gets a random one, as LOCK without TOKEN (GET shows it), and is released
+// by DEL or with that token.
+func (l Limits) value(b []byte) (string, error) {
+	if len(b) == 0 {
+		return "", nil
 	}
-	if n <= 0 {
+	return l.token(b)
+}
+
+// setExpiryMillis is the TTL in ms that SET's expiry option gives; at or
+// below zero for an absolute time already past. The range is Redis 7.0's
+// (getExpireMillisecondsOrReply): a positive integer, seconds at most
+// LLONG_MAX/1000, and a relative time whose deadline (now + ms) fits in
+// int64. A TTL longer than maxLegacyTTL (100 years) is capped there: the
+// lock outlives every client either way, and the backends' arithmetic on
+// it (whole milliseconds rounded up, deadlines) stays within int64.
+func setExpiryMillis(flags setFlag, b []byte, now time.Time) (int64, error) {
+	n, ok := string2ll(b)
+	switch {
+	case !ok:
+		return 0, errNotInteger
+	case n <= 0 || flags&(setEX|setEXAT) != 0 && n > math.MaxInt64/1000:
 		return 0, invalidExpire("set")
 	}
 	if flags&(setEX|setEXAT) != 0 {
-		if n > maxTTL/1000 {
-			return 0, invalidExpire("set")
-		}
 		n *= 1000
 	}
 	if flags&(setEXAT|setPXAT) != 0 {
 		n -= now.UnixMilli()
+	} else if n > math.MaxInt64-now.UnixMilli() {
+		return 0, invalidExpire("set") // the deadline overflows, as in Redis
 	}
-	if n > maxTTL {
-		return 0, invalidExpire("set")
+	return min(n, maxLegacyTTL), nil
+}
+
+// maxLegacyTTL caps the TTLs SET and EXPIRE accept beyond it, in ms: 100
+// years.
+const maxLegacyTTL = 36525 * 24 * 3600 * 1000 // 100 years of 365.25 days
+
+// string2ll parses b as Redis's string2ll, which every integer argument
+// of SET, EXPIRE and EVAL goes through: an optional '-', then decimal
+// digits with no leading zero (or exactly "0"), fitting in int64. "+5",
+// "010", "-0", " 5" and "" are not integers.
+func string2ll(b []byte) (int64, bool) {
+	s := string(b)
+	if s == "0" {
+		return 0, true
 	}
-	return n, nil
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || len(s) >= 21 || digits[0] < '1' || digits[0] > '9' {
+		return 0, false
+	}
+	for i := 1; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // expireArgs is EXPIRE key seconds [NX | XX | GT | LT], or PEXPIRE's.
@@ -148,15 +187,18 @@ func (l Limits) parseExpire(args [][]byte, unit time.Duration) (expireArgs, erro
 	case a.flags&expireGT != 0 && a.flags&expireLT != 0:
 		return a, errExpireGTLT
 	}
-	n, err := strconv.ParseInt(string(args[2]), 10, 64)
-	if err != nil {
+	n, ok := string2ll(args[2])
+	if !ok {
 		return a, errNotInteger
 	}
 	per := int64(unit / time.Millisecond)
-	if n > maxTTL/per || n < -maxTTL/per {
+	// Redis 7.0's range (expireGenericCommand): seconds within
+	// LLONG_MIN/1000..LLONG_MAX/1000, and a deadline that fits in int64.
+	if n > math.MaxInt64/per || n < math.MinInt64/per || n*per > math.MaxInt64-time.Now().UnixMilli() {
 		return a, invalidExpire(cmd)
 	}
-	a.ttl = n * per
+	a.ttl = min(n*per, maxLegacyTTL)
+	var err error
 	a.key, err = l.key(args[1])
 	return a, err
 }

@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"math/bits"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,6 +35,17 @@ func TestParseSet(t *testing.T) {
 		{in: "SET k v EX 9223372036854775", err: "ERR invalid expire time in 'set' command"},
 		{in: "SET k v PX 1.5", err: "ERR value is not an integer or out of range"},
 		{in: `SET "" v NX`, err: "ERR invalid key: empty"},
+		// Issue 26: integers as Redis's string2ll reads them, Redis 7.0's
+		// ranges, TTLs beyond time.Duration capped.
+		{in: "SET k v NX PX +5000", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX PX 010", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX EX -0", err: "ERR value is not an integer or out of range"},
+		{in: "SET k v NX EXAT 99999999999", flags: setNX | setEXAT, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX EX 9223372036854", flags: setNX | setEX, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX PX 9223372036854775807", err: "ERR invalid expire time in 'set' command"},
+		{in: "SET k v NX PXAT 9223372036854775807", flags: setNX | setPXAT, ttl: maxLegacyTTL * time.Millisecond},
+		{in: "SET k v NX EX 9223372036854776", err: "ERR invalid expire time in 'set' command"},
+		{in: `SET k "" NX`, flags: setNX},
 	}
 	for _, c := range cases {
 		a, err := l.parseSet(argv(c.in), now)
@@ -84,13 +96,13 @@ func FuzzParseSet(f *testing.F) {
 			return
 		}
 		switch {
-		case a.key == "" || len(a.key) > 16 || a.value == "" || len(a.value) > 16:
+		case a.key == "" || len(a.key) > 16 || a.value != string(args[2]) || len(a.value) > 16: // "" is a value: a random token
 			t.Fatalf("%q: key %q value %q past the limits", line, a.key, a.value)
 		case a.flags&setNX != 0 && a.flags&setXX != 0:
 			t.Fatalf("%q: NX and XX", line)
 		case bits.OnesCount8(uint8(a.flags&setExpiry)) > 1 || a.flags&setExpiry != 0 && a.flags&setKeepTTL != 0:
 			t.Fatalf("%q: flags %b", line, a.flags)
-		case a.flags&setExpiry == 0 && a.ttl != 0, a.flags&setExpiry != 0 && (a.ttl <= 0) != a.expired, a.ttl > time.Duration(maxTTL)*time.Millisecond:
+		case a.flags&setExpiry == 0 && a.ttl != 0, a.flags&setExpiry != 0 && (a.ttl <= 0) != a.expired, a.ttl > maxLegacyTTL*time.Millisecond:
 			t.Fatalf("%q: ttl %v expired %v", line, a.ttl, a.expired)
 		}
 	})
@@ -111,11 +123,41 @@ func FuzzParseExpire(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if a.ttl > maxTTL || a.ttl < -maxTTL || a.ttl%1000 != 0 {
+		if a.ttl > maxLegacyTTL || a.ttl%1000 != 0 { // at or below 0 (down to Redis's LLONG_MIN/1000 s) deletes
 			t.Fatalf("%q: ttl %d", line, a.ttl)
 		}
 		if a.flags&expireNX != 0 && a.flags != expireNX || a.flags&expireGT != 0 && a.flags&expireLT != 0 {
 			t.Fatalf("%q: flags %b", line, a.flags)
 		}
 	})
+}
+
+// TestString2ll: Redis's string2ll, which SET, EXPIRE and EVAL's numkeys
+// read integers with.
+func TestString2ll(t *testing.T) {
+	for in, want := range map[string]bool{
+		"0": true, "5": true, "-5": true, "9223372036854775807": true, "-9223372036854775808": true,
+		"+5": false, "010": false, "-0": false, "00": false, " 5": false, "5 ": false, "": false, "-": false,
+		"9223372036854775808": false, "1e3": false, "0x10": false, "5.0": false,
+	} {
+		if _, ok := string2ll([]byte(in)); ok != want {
+			t.Errorf("string2ll(%q) = %v, want %v", in, ok, want)
+		}
+	}
+}
+
+// TestParseExpireLikeRedis: EXPIRE's integer and range as Redis 7.0's.
+func TestParseExpireLikeRedis(t *testing.T) {
+	l := Limits{}.withDefaults()
+	for in, want := range map[string]string{
+		"EXPIRE k 010": "ERR value is not an integer or out of range", "EXPIRE k +10": "ERR value is not an integer or out of range",
+		"EXPIRE k 9223372036854776": "ERR invalid expire time in 'expire' command", "EXPIRE k 10": "",
+		"PEXPIRE k 9223372036854775807": "ERR invalid expire time in 'pexpire' command", "PEXPIRE k 9223372036855": "",
+		"EXPIRE k -9223372036854775": "",
+	} {
+		a, err := l.parseExpire(argv(in), map[bool]time.Duration{true: time.Second, false: time.Millisecond}[strings.HasPrefix(in, "EXPIRE")])
+		if want == "" && (err != nil || a.ttl > maxLegacyTTL) || want != "" && (err == nil || err.Error() != want) {
+			t.Errorf("%s: %+v %v, want %q", in, a, err, want)
+		}
+	}
 }

@@ -87,7 +87,7 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 	case err != nil:
 		c.Error(replyError(a.key, err))
 	default:
-		session(c).took(a.key, g.Token)
+		session(c).took(a.key, grantID{g.Token, g.Fence})
 		c.Array(3)
 		c.BulkString(g.Token)
 		c.Int(g.Fence)

@@ -3,11 +3,13 @@ package commands
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/luascript"
 	"github.com/lockproxy/lockproxy/resp"
 )
@@ -55,12 +57,68 @@ func (s Scripts) withDefaults() Scripts {
 
 // runOnNodes runs s on every node and replies with the majority's reply.
 func (h *Handler) runOnNodes(c *resp.Conn, s *luascript.Admitted, keys, argv [][]byte) error {
+	if err := h.mayDerive(c, s, keys); err != nil {
+		return err
+	}
 	r, err := h.evalOnNodes(c, s, keys, argv)
 	if err != nil {
 		return err
 	}
+	if s.SetsTTL {
+		h.leaseAfterScript(c, s, keys)
+	}
 	writeReply(c, r)
 	return nil
+}
+
+// mayDerive refuses, for a user limited to key patterns, a script that
+// derives keys (and channels) from a key its patterns do not cover with
+// every extension: only a pattern ending in * does.
+func (h *Handler) mayDerive(c *resp.Conn, s *luascript.Admitted, keys [][]byte) error {
+	if !s.DerivesKeys {
+		return nil
+	}
+	for _, k := range keys {
+		if !c.MayTouchFrom(string(k)) {
+			return argError("NOPERM this script derives keys from '" + oneLine(resp.ClientKey(string(k))) +
+				"' (KEYS[i] .. ...), and no key pattern of this user ending in * covers every key that begins with it")
+		}
+	}
+	return nil
+}
+
+// pttlScript reads a key's remaining time on the nodes.
+var pttlScript = mustAdmit("return redis.call('PTTL', KEYS[1])")
+
+func mustAdmit(src string) *luascript.Admitted {
+	s, err := luascript.Admit([]byte(src))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// leaseAfterScript turns each lock bound to its connection whose key s may
+// have given a TTL into a lease of the time its key has left on the nodes
+// (as PEXPIRE does), so that the watchdog stops renewing it. A lock whose
+// key has no TTL, or that could not be read, stays as it is.
+func (h *Handler) leaseAfterScript(c *resp.Conn, s *luascript.Admitted, keys [][]byte) {
+	for i, k := range keys {
+		if s.TTLKeys != nil && !slices.Contains(s.TTLKeys, i+1) {
+			continue
+		}
+		hd, held, err := h.engine.Info(c.Context(), string(k))
+		if err != nil || !held || hd.Mode != engine.Bound || hd.Type != "" {
+			continue
+		}
+		r, err := h.evalOnNodes(c, pttlScript, keys[i:i+1], nil)
+		if err == nil && r.Kind == luascript.Int && r.Int > 0 {
+			_, err = h.setLease(c.Context(), string(k), hd.Token, r.Int)
+		}
+		if err != nil {
+			h.log.Warn("a script set a TTL on a connection-bound lock, which could not be made a lease", zap.String("key", string(k)), zap.Error(err))
+		}
+	}
 }
 
 // evalOnNodes runs s on every node and returns the majority's reply.

@@ -13,10 +13,18 @@ const maxTaken = 1024
 // connSession is the commands' state of one connection.
 type connSession struct {
 	owner *engine.Owner
-	// taken maps keys this connection locked to their tokens, kept only
-	// when DEL is limited to the connection that took the lock.
-	taken      map[string]string
+	// taken maps keys this connection locked to their grants (token and
+	// fence, so that a later grant with the same token is not taken for
+	// this one), kept only when DEL is limited to the connection that took
+	// the lock.
+	taken      map[string]grantID
 	trackTaken bool
+}
+
+// grantID names one grant of a key: its token and its fencing token.
+type grantID struct {
+	token string
+	fence int64
 }
 
 func session(c *resp.Conn) *connSession { return c.State.(*connSession) }
@@ -24,16 +32,16 @@ func session(c *resp.Conn) *connSession { return c.State.(*connSession) }
 // owner is the engine's view of c.
 func owner(c *resp.Conn) *engine.Owner { return session(c).owner }
 
-// took remembers that the connection locked key with token.
-func (s *connSession) took(key, token string) {
+// took remembers that the connection was granted key (g).
+func (s *connSession) took(key string, g grantID) {
 	if !s.trackTaken {
 		return
 	}
 	if s.taken == nil {
-		s.taken = map[string]string{}
+		s.taken = map[string]grantID{}
 	}
 	if _, ok := s.taken[key]; ok || len(s.taken) < maxTaken {
-		s.taken[key] = token
+		s.taken[key] = g
 	}
 }
 

@@ -58,6 +58,17 @@ var legacyScenarios = map[string][]string{
 		"a: SET K tok NX PX 30000", "a: WAIT 0 0", "a: WAIT 1 20", "a: WAIT 0 x", "a: WAIT x 0", "a: WAIT 0 -1",
 		"a: WAIT 0", "a: WAIT 0 0 0", "a: GET K", "a: DEL K",
 	},
+	// Issue 26: integers read as Redis's string2ll, Redis 7.0's TTL
+	// ranges, and the empty value ("" is an empty argument).
+	"integers and ranges": {
+		"a: SET K v NX PX +5000", "a: EXISTS K", "a: SET K v NX PX 010", "a: SET K v NX EX -0", "a: SET K v NX PX 9223372036854775807",
+		"a: SET K v NX PX 30000", "a: EXPIRE K 010", "a: EXPIRE K +10", "a: PEXPIRE K 0x10", "a: EXPIRE K 9223372036854776", "~a: PTTL K",
+		"a: EVAL " + releaseScript + " +1 K v", "a: EVAL " + releaseScript + " 01 K v", "a: DEL K",
+		"a: SET K v NX EXAT 99999999999", "a: EXISTS K", "b: SET K w NX", "a: DEL K",
+		"a: SET K v NX EX 9223372036854", "a: EXISTS K", "a: DEL K",
+		`a: SET K "" NX`, "a: EXISTS K", `b: SET K "" NX`, `b: SETNX K ""`, "a: DEL K", "a: EXISTS K",
+		`b: SETNX K ""`, "b: EXISTS K", "b: DEL K",
+	},
 	"scripts": {
 		"a: SET K tok NX PX 30000",
 		"a: EVAL " + releaseScript + " 1 K other", "a: GET K",
@@ -135,6 +146,9 @@ func scenarioArgs(cmd, key, sha string) []string {
 	}
 	for _, f := range strings.Fields(cmd) {
 		f = strings.ReplaceAll(f, "SHA", sha)
+		if f == `""` {
+			f = ""
+		}
 		if f == "K" || strings.HasPrefix(f, "K:") {
 			f = key + f[1:]
 		}

@@ -19,9 +19,17 @@ type Admitted struct {
 	ReadsTime bool
 	// Writes is true when the script calls a command that writes.
 	Writes bool
-	// DerivesKeys is true when a key argument is built from a key of KEYS
-	// by concatenation (KEYS[1] .. ':x'): the script may touch keys that
-	// begin with a key of KEYS without being one.
+	// SetsTTL is true when the script calls a command that sets a key's
+	// TTL (EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, GETEX): a lock bound to
+	// its connection whose key it is becomes a lease, as with PEXPIRE.
+	// TTLKeys are then the n of the KEYS[n] it names literally, ascending;
+	// nil when it may name any key of KEYS.
+	SetsTTL bool
+	TTLKeys []int
+	// DerivesKeys is true when a key (or channel) argument is built from
+	// a key of KEYS by concatenation (KEYS[1] .. ':x'): the script may
+	// touch keys that begin with a key of KEYS without being one. Without
+	// it, every key and channel the script can name is an element of KEYS.
 	DerivesKeys bool
 	// PublishFromARGV lists the indexes n (from 1, ascending, no repeats)
 	// of calls written redis.call(ARGV[n], ...): the command is taken from
@@ -89,8 +97,10 @@ func Admit(src []byte) (*Admitted, error) {
 	if a.err != nil {
 		return nil, a.err
 	}
+	a.scanARGV(block)
 	a.findKeyVars()
 	a.checkBlock(block)
+	a.checkRandom()
 	if a.err != nil {
 		return nil, a.err
 	}
@@ -102,7 +112,22 @@ func Admit(src []byte) (*Admitted, error) {
 		pub = append(pub, n)
 	}
 	sort.Ints(pub)
-	return &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives, PublishFromARGV: pub}, nil
+	adm := &Admitted{SHA: SHA1(src), Src: src, ReadsTime: a.readsTime, Writes: a.writes, DerivesKeys: a.derives, PublishFromARGV: pub}
+	adm.SetsTTL, adm.TTLKeys = len(a.ttlKeys) > 0, sortedKeys(a.ttlKeys)
+	return adm, nil
+}
+
+// sortedKeys is the n > 0 of set, ascending; nil when set holds 0 (any).
+func sortedKeys(set map[int]bool) []int {
+	if set[0] {
+		return nil
+	}
+	var out []int
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // admission is the state of one check.
@@ -114,9 +139,19 @@ type admission struct {
 	bindings  map[string][]*expr
 	keyVars   map[string]bool
 	plainVars map[string]bool // key variables bound only to KEYS[i] or other plain ones
-	derives   bool
-	readsTime bool
-	writes    bool
+	typedVars map[string]bool // names bound only to strings or numbers the check can see (typed.go)
+	arrayVars map[string]bool // names bound only to a redis.call's array of strings
+	ttlKeys   map[int]bool    // the n of KEYS[n] a TTL-setting call names; 0: any
+	// random is the first call of a command whose result differs from
+	// node to node (SRANDMEMBER, TIME, ...): refused if the script writes.
+	random *expr
+	// untypedString is the first tostring of a value the check cannot
+	// type: a table's or function's address, different on each node, is
+	// refused in a script that writes.
+	untypedString *expr
+	derives       bool
+	readsTime     bool
+	writes        bool
 	// fromARGV are the n of redis.call(ARGV[n], ...); argvChanged is the
 	// line of a statement that assigns ARGV or one of its elements (0:
 	// none), which such a script may not do.
@@ -128,8 +163,9 @@ type admission struct {
 var keyElem = &expr{kind: eIndex, obj: &expr{kind: eName, text: "KEYS"}, sub: &expr{kind: eConst, text: "1"}}
 
 // fixed are names a script must not bind: rebinding them would change what
-// the check relies on.
-var fixed = map[string]bool{"KEYS": true, "redis": true, "ipairs": true, "unpack": true}
+// the check relies on (tonumber and tostring type the parts of a derived
+// key, typed.go).
+var fixed = map[string]bool{"KEYS": true, "redis": true, "ipairs": true, "unpack": true, "tonumber": true, "tostring": true}
 
 // forbidden are globals that run code the check cannot see or reach the
 // script's environment.
@@ -137,6 +173,10 @@ var forbidden = map[string]bool{
 	"loadstring": true, "load": true, "loadfile": true, "dofile": true, "getfenv": true, "setfenv": true,
 	"_G": true, "rawget": true, "rawset": true, "rawequal": true, "require": true, "module": true,
 	"package": true, "debug": true, "newproxy": true, "coroutine": true,
+	// A value with a metatable changes meaning at run time: its __concat
+	// (KEYS[1] .. t) or __index can turn a key derived from KEYS into any
+	// string.
+	"setmetatable": true, "getmetatable": true,
 }
 
 // redisFields are the fields of the redis table a script may use besides
@@ -176,11 +216,13 @@ func (a *admission) bindBlock(block []*stat) {
 				}
 			}
 		case sNumFor:
-			a.bind(s.line, s.names[0], nil)
+			a.bind(s.line, s.names[0], numberVal)
 		case sGenFor:
 			elem := (*expr)(nil)
 			if len(s.exprs) == 1 && isCallOfKEYS(s.exprs[0], "ipairs") {
 				elem = keyElem
+			} else if len(s.exprs) == 1 && isName(s.exprs[0].obj, "ipairs") && len(s.exprs[0].args) == 1 {
+				elem = &expr{kind: eIndex, obj: s.exprs[0].args[0], sub: numberVal} // typed if the array is
 			}
 			for i, n := range s.names {
 				if i == 1 {
@@ -255,6 +297,9 @@ func (a *admission) bindFuncsIn(e *expr) {
 // ones, bound only to KEYS[i] or other plain ones.
 func (a *admission) findKeyVars() {
 	a.keyVars, a.plainVars = map[string]bool{}, map[string]bool{}
+	a.typedVars, a.arrayVars = map[string]bool{}, map[string]bool{}
+	a.largestSet(a.arrayVars, a.isTypedArray)
+	a.largestSet(a.typedVars, a.isTyped)
 	a.largestSet(a.keyVars, a.isKeyExpr)
 	a.largestSet(a.plainVars, a.isPlainKey)
 }
@@ -293,7 +338,8 @@ func (a *admission) isPlainKey(e *expr) bool {
 }
 
 // isKeyExpr reports whether e's value is a key from KEYS, or a string that
-// begins with one.
+// begins with one: a concatenation whose leftmost operand is a key and
+// whose other parts are typed (typed.go).
 func (a *admission) isKeyExpr(e *expr) bool {
 	switch {
 	case e == nil:
@@ -303,7 +349,7 @@ func (a *admission) isKeyExpr(e *expr) bool {
 	case e.kind == eName:
 		return a.keyVars[e.text]
 	case e.kind == eBinop && e.text == "..":
-		return a.isKeyExpr(e.obj)
+		return a.isKeyExpr(e.obj) && a.isTyped(e.sub)
 	}
 	return false
 }
@@ -370,6 +416,8 @@ func (a *admission) checkExpr(e *expr) {
 			a.refuse(e.line, "KEYS may be used only as KEYS[i], #KEYS, ipairs(KEYS) or unpack(KEYS)")
 		case e.text == "redis":
 			a.refuse(e.line, "redis may be used only as redis.call(...), redis.pcall(...) or redis.%s", "error_reply/status_reply/sha1hex/log")
+		case e.text == "setmetatable" || e.text == "getmetatable":
+			a.refuse(e.line, "%s is not allowed: a metatable changes what a value means at run time (its __concat can turn KEYS[1] .. t into any key)", e.text)
 		case forbidden[e.text]:
 			a.refuse(e.line, "%s is not allowed: it can run code the check cannot see", e.text)
 		case e.text == "ARGV" && a.argvChanged == 0:
@@ -400,6 +448,13 @@ func (a *admission) checkExpr(e *expr) {
 			return
 		}
 		if isCallOfKEYS(e, "ipairs") || isCallOfKEYS(e, "unpack") || isCallOf(e, "unpack", "ARGV") {
+			return
+		}
+		if isName(e.obj, "tostring") && !(len(e.args) == 1 && a.isTyped(e.args[0])) && a.untypedString == nil {
+			a.untypedString = e
+		}
+		if isName(e.obj, "unpack") && len(e.args) != 1 {
+			a.refuse(e.line, "unpack with explicit bounds (unpack(t, i, j)) is not allowed: a large range overflows the Lua stack of unpatched Redis builds and crashes the node")
 			return
 		}
 	case eFunc:
@@ -444,9 +499,49 @@ func (a *admission) checkRedisCall(e *expr) {
 		a.refuse(e.line, "%s('%s'): %s may not be used, %s", fn, oneLine(name), strings.ToUpper(oneLine(name)), why)
 		return
 	}
+	if randomResult[name] != "" && a.random == nil {
+		a.random = e
+	}
 	a.readsTime = a.readsTime || remainingTime[name]
 	a.writes = a.writes || spec.write
+	if setsTTL[name] {
+		a.noteTTL(e.args[1:])
+	}
 	a.checkArgs(e, fn, name, spec)
+}
+
+// setsTTL are the allowed commands that may set their key's TTL.
+var setsTTL = map[string]bool{"expire": true, "pexpire": true, "expireat": true, "pexpireat": true, "getex": true}
+
+// noteTTL records the key a TTL-setting call names: KEYS[n] for a literal
+// n, or any key of KEYS.
+func (a *admission) noteTTL(args []*expr) {
+	n, ok := 0, false
+	if len(args) > 0 && args[0].kind == eIndex && isName(args[0].obj, "KEYS") {
+		n, ok = literalIndex(args[0].sub)
+	}
+	if a.ttlKeys == nil {
+		a.ttlKeys = map[int]bool{}
+	}
+	if !ok {
+		n = 0 // any key
+	}
+	a.ttlKeys[n] = true
+}
+
+// checkRandom refuses a script that writes and calls a command whose
+// result differs from node to node: each node could write something else.
+func (a *admission) checkRandom() {
+	if a.err == nil && a.writes && a.untypedString != nil {
+		a.refuse(a.untypedString.line, "tostring of a value the check cannot type may not be used in a script that writes: "+
+			"for a table or a function it is an address, different on each node")
+	}
+	if a.err != nil || !a.writes || a.random == nil {
+		return
+	}
+	name := redisCallName(a.random, true)
+	a.refuse(a.random.line, "redis.%s('%s'): %s may not be used in a script that writes: %s, so each node could write something "+
+		"different; a script that only reads may call it", a.random.obj.text, name, strings.ToUpper(name), randomResult[name])
 }
 
 // literalIndex is n when e is a decimal integer literal n >= 1 that fits
@@ -473,15 +568,18 @@ func (a *admission) checkArgs(e *expr, fn, name string, spec keySpec) {
 			a.checkExpr(arg)
 			continue
 		}
+		if a.checkExpr(arg); a.err != nil {
+			return
+		}
 		if spec.isKey(pos) && a.isKeyExpr(arg) && !a.isPlainKey(arg) {
 			a.derives = true
 		}
 		if spec.isKey(pos) && !a.isKeyExpr(arg) {
-			a.refuse(arg.line, "%s('%s'): argument %d is a key and must come from KEYS (KEYS[i], a local set only from KEYS, "+
-				"the value of `for _, k in ipairs(KEYS)`, unpack(KEYS), or a concatenation that begins with one of these)", fn, name, pos)
+			a.refuse(arg.line, "%s('%s'): argument %d is a %s and must come from KEYS (KEYS[i], a local set only from KEYS, "+
+				"the value of `for _, k in ipairs(KEYS)`, unpack(KEYS), or a concatenation that begins with one of these "+
+				"and whose other parts are strings, numbers, ARGV[i] or replies the check can type)", fn, name, pos, spec.what())
 			return
 		}
-		a.checkExpr(arg)
 	}
 }
 

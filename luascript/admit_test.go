@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,7 +67,7 @@ func TestAdmitAccepts(t *testing.T) {
 		"mset pairs":            `return redis.call('MSET', KEYS[1], ARGV[1], KEYS[2], ARGV[2])`,
 		"local chain":           `local a = KEYS[1] local b = a .. ':x' b = b .. ARGV[1] return redis.call('GET', b)`,
 		"spread argv after key": `return redis.call('HSET', KEYS[1], unpack(ARGV))`,
-		"publish and time":      `redis.call('PUBLISH', ARGV[1], 'x') return redis.call('TIME')`,
+		"publish and time":      `redis.call('PUBLISH', KEYS[1], 'x') return redis.call('TIME')`,
 		"pcall and replies":     `local r = redis.pcall('INCR', KEYS[1]) if type(r) == 'table' then return redis.error_reply('bad') end return redis.status_reply('OK')`,
 		"functions":             `local function del(k) return 1 end local f = function() return redis.call('GET', KEYS[1]) end return f()`,
 		"never returns":         `while true do end`,
@@ -90,7 +92,7 @@ func TestAdmitLearnsDerivedKeys(t *testing.T) {
 		`local k = KEYS[1] local j = k .. 'x' return redis.call('GET', j)`: true,
 		`for _, k in ipairs(KEYS) do redis.call('DEL', k) end`:             false,
 		`return redis.call('DEL', unpack(KEYS))`:                           false,
-		`return redis.call('PUBLISH', KEYS[1] .. 'x', 'm')`:                false,
+		`return redis.call('PUBLISH', KEYS[1] .. 'x', 'm')`:                true, // a channel is checked as a key
 	} {
 		a, err := Admit([]byte(src))
 		if err != nil || a.DerivesKeys != want {
@@ -247,11 +249,18 @@ func TestAdmitCatalog(t *testing.T) {
 	for _, f := range files {
 		src, _ := sources.ReadFile(f)
 		_, err := Admit(src)
-		if f == "scripts/redislock/obtain-v0.10.0.lua" {
+		switch {
+		case f == "scripts/redislock/obtain-v0.10.0.lua":
 			if err == nil || !strings.Contains(err.Error(), "line 32: redis.call('msetnx'): argument 1 may expand") {
 				t.Errorf("%s: %v", f, err)
 			}
-		} else if err != nil {
+		case strings.HasPrefix(f, "scripts/spring-integration/pubsub-"):
+			// Spring publishes on ARGV[2]: catalogued, it publishes through
+			// lockproxy's pub/sub, which checks the channel.
+			if err == nil || !strings.Contains(err.Error(), "redis.call('publish'): argument 1 is a channel") {
+				t.Errorf("%s: %v", f, err)
+			}
+		case err != nil:
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -345,6 +354,107 @@ func checkFuzzARGV(t *testing.T, a *Admitted, toks []token, at int, src []byte) 
 		if j > 0 && toks[j-1].text == "local" || j+1 < len(toks) && toks[j+1].text == "=" ||
 			j+4 < len(toks) && toks[j+1].text == "[" && toks[j+3].text == "]" && toks[j+4].text == "=" {
 			t.Fatalf("admitted a script that takes a command from ARGV and assigns ARGV: %q", src)
+		}
+	}
+}
+
+// TestAdmitRedisson: every Redisson script replayed in instance/ passes the
+// check: their derived keys' parts (':' .. key .. ':rwlock_timeout:' .. i,
+// (counter+1), a thread id from LINDEX) are typed, and their channels come
+// from KEYS.
+func TestAdmitRedisson(t *testing.T) {
+	files, err := filepath.Glob("../instance/testdata/redisson/*/*.lua")
+	if err != nil || len(files) < 40 {
+		t.Fatalf("%d Redisson scripts: %v", len(files), err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Admit(src); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestAdmitRefusesEscapes: issue 26's ways out of a script's keys, each
+// refused before any node runs it.
+func TestAdmitRefusesEscapes(t *testing.T) {
+	for src, want := range map[string]string{
+		// The reproduced attack: __concat returns ARGV[1].
+		"local t = setmetatable({}, {__concat = function(a, b) return ARGV[1] end})\nreturn redis.call('DEL', KEYS[1] .. t)": "line 1: setmetatable is not allowed: a metatable",
+		`local mt = getmetatable('') mt.__concat = nil return 1`:                                                             "getmetatable is not allowed",
+		`local f = function() return ARGV[1] end return redis.call('DEL', KEYS[1] .. f())`:                                   "argument 1 is a key and must come from KEYS",
+		`local function k(x) return x end return redis.call('DEL', KEYS[1] .. k(1))`:                                         "argument 1 is a key",
+		`local t = {} return redis.call('DEL', KEYS[1] .. t)`:                                                                "argument 1 is a key",
+		`local t = {} return redis.call('DEL', KEYS[1] .. tostring(t))`:                                                      "argument 1 is a key",
+		`local x = cjson.decode(ARGV[1]) return redis.call('DEL', KEYS[1] .. x)`:                                             "argument 1 is a key",
+		`local x = ARGV[1] x = {} return redis.call('DEL', KEYS[1] .. x)`:                                                    "argument 1 is a key",
+		`ARGV[1] = {} return redis.call('DEL', KEYS[1] .. ARGV[1])`:                                                          "argument 1 is a key",
+		`table.insert(ARGV, 1, {}) return redis.call('DEL', KEYS[1] .. ARGV[1])`:                                             "argument 1 is a key",
+		`local x = redis.call('SET', KEYS[1], 1) return redis.call('DEL', KEYS[1] .. x)`:                                     "argument 1 is a key",
+		`local x = redis.pcall('GET', KEYS[1]) return redis.call('DEL', KEYS[1] .. x)`:                                       "argument 1 is a key",
+		`for _, v in pairs(ARGV) do redis.call('DEL', KEYS[1] .. v) end`:                                                     "argument 1 is a key",
+		`local tostring = function() return 'x' end return 1`:                                                                "the script rebinds tostring",
+		`return redis.call('DEL', KEYS[1] .. (KEYS[2] or {}))`:                                                               "argument 1 is a key",
+		`return redis.call('SET', KEYS[1], unpack(ARGV, 1, 2147483647))`:                                                     "unpack with explicit bounds",
+		`return unpack({}, 1, 1e9)`: "unpack with explicit bounds",
+		// Channels are checked as keys.
+		`return redis.call('publish', ARGV[1], ARGV[2])`:              "redis.call('publish'): argument 1 is a channel",
+		`return redis.call('PUBLISH', 'lockproxy:released', ARGV[1])`: "argument 1 is a channel",
+		`return redis.call(ARGV[2], ARGV[1], 'x')`:                    "argument 1 is a channel",
+		`return redis.call('spublish', KEYS[1] .. {}, 'x')`:           "argument 1 is a channel",
+		// Results that differ per node.
+		`return redis.call('SPOP', KEYS[1])`:                                                           "SPOP may not be used, it removes a member picked at random",
+		`local m = redis.call('SRANDMEMBER', KEYS[1]) return redis.call('SREM', KEYS[1], m)`:           "line 1: redis.call('srandmember'): SRANDMEMBER may not be used in a script that writes",
+		`local f = redis.call('HRANDFIELD', KEYS[1]) redis.call('HDEL', KEYS[1], f)`:                   "HRANDFIELD may not be used in a script that writes",
+		`redis.call('SET', KEYS[2], 1) return redis.call('ZRANDMEMBER', KEYS[1])`:                      "ZRANDMEMBER may not be used in a script that writes",
+		"local t = redis.call('TIME')\nredis.call('SET', KEYS[1], t[1])":                               "line 1: redis.call('time'): TIME may not be used in a script that writes: it reads the node's clock",
+		`local t = redis.pcall('TIME') return redis.call('PEXPIRE', KEYS[1], t[1])`:                    "redis.pcall('time'): TIME may not be used",
+		`return redis.call('SET', KEYS[1], tostring({}))`:                                              "tostring of a value the check cannot type may not be used in a script that writes",
+		`local function f(x) return tostring(x) end return redis.call('HSET', KEYS[1], 'a', f(print))`: "tostring of a value the check cannot type",
+	} {
+		_, err := Admit([]byte(src))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q:\n got %v\nwant %s", src, err, want)
+		}
+	}
+}
+
+// TestAdmitTypesDerivedKeys: the parts of a derived key the check can type.
+func TestAdmitTypesDerivedKeys(t *testing.T) {
+	for _, src := range []string{
+		`return redis.call('GET', KEYS[1] .. ':' .. ARGV[1] .. 7)`,
+		`local n = redis.call('INCR', KEYS[1]) return redis.call('SET', KEYS[1] .. ':' .. n, 1)`,
+		`local n = tonumber(redis.call('HGET', KEYS[1], 'x')) return redis.call('DEL', KEYS[1] .. (n + 1))`,
+		`for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do redis.call('DEL', KEYS[2] .. f) end`,
+		`local fs = redis.call('HKEYS', KEYS[1]) for _, f in ipairs(fs) do for i = 1, 3 do redis.call('DEL', KEYS[2] .. f .. i) end end`,
+		`local k = KEYS[1] .. ARGV[1] k = k .. '#' .. #ARGV return redis.call('GET', k)`,
+		`return redis.call('PUBLISH', KEYS[1] .. ':' .. ARGV[1], 'm')`,
+		`return redis.call('SRANDMEMBER', KEYS[1])`, // a script that only reads
+		`return redis.call('TIME')`,
+		`return redis.call('SET', KEYS[1], tostring(ARGV[1] + 1))`,
+		`return tostring({})`, // a script that only reads
+	} {
+		if _, err := Admit([]byte(src)); err != nil {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}
+
+// TestAdmitLearnsTTLKeys: which keys of KEYS a script may give a TTL.
+func TestAdmitLearnsTTLKeys(t *testing.T) {
+	for src, want := range map[string]string{
+		`return redis.call('PEXPIRE', KEYS[1], ARGV[1])`:                            "true [1]",
+		`redis.call('EXPIRE', KEYS[2], 5) return redis.call('PEXPIRE', KEYS[1], 9)`: "true [1 2]",
+		`for _, k in ipairs(KEYS) do redis.call('PEXPIRE', k, 5) end`:               "true []",
+		`return redis.call('PEXPIRE', KEYS[1] .. ':x', 5)`:                          "true []",
+		`return redis.call('GET', KEYS[1])`:                                         "false []",
+	} {
+		a, err := Admit([]byte(src))
+		if err != nil || fmt.Sprint(a.SetsTTL, a.TTLKeys) != want {
+			t.Errorf("%q: %v %v %v, want %s", src, a != nil && a.SetsTTL, a, err, want)
 		}
 	}
 }

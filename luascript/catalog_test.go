@@ -225,7 +225,7 @@ func TestPubSubUnlockPublishes(t *testing.T) {
 }
 
 func TestDurationCaps(t *testing.T) {
-	if d := duration(1 << 62); d != time.Duration(1<<63-1) {
+	if d := duration(1 << 62); d != maxDuration {
 		t.Errorf("duration(2^62 ms) = %v", d)
 	}
 	if d := duration(1500); d != 1500*time.Millisecond {

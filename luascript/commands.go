@@ -13,6 +13,15 @@ package luascript
 type keySpec struct {
 	first, last, step int
 	write             bool
+	channel           bool // the "key" is a channel (PUBLISH): checked as a key
+}
+
+// what names a key argument in a refusal.
+func (k keySpec) what() string {
+	if k.channel {
+		return "channel (a script publishes only on channels passed in KEYS, checked as keys)"
+	}
+	return "key"
 }
 
 // isKey reports whether argument i (from 1) is a key.
@@ -36,6 +45,10 @@ var (
 	writeTwo  = keySpec{first: 1, last: 2, step: 1, write: true}
 	writePair = keySpec{first: 1, last: -1, step: 2, write: true}
 	noKeys    = keySpec{}
+	// channelOne is PUBLISH's channel: checked as a key, so that a script
+	// cannot reach lockproxy's own channels nor those outside a user's
+	// patterns.
+	channelOne = keySpec{first: 1, last: 1, step: 1, channel: true}
 )
 
 // allowed maps each allowed command, lower-cased, to its keys.
@@ -63,7 +76,7 @@ var allowed = map[string]keySpec{
 	"rpoplpush": writeTwo, "lmove": writeTwo,
 	// sets
 	"sadd": writeOne, "srem": writeOne, "smembers": readOne, "sismember": readOne, "smismember": readOne,
-	"scard": readOne, "spop": writeOne, "srandmember": readOne, "sscan": readOne, "smove": writeTwo,
+	"scard": readOne, "srandmember": readOne, "sscan": readOne, "smove": writeTwo,
 	"sinter": readAll, "sunion": readAll, "sdiff": readAll,
 	"sinterstore": writeAll, "sunionstore": writeAll, "sdiffstore": writeAll,
 	// sorted sets
@@ -74,7 +87,14 @@ var allowed = map[string]keySpec{
 	"zremrangebyscore": writeOne, "zremrangebylex": writeOne, "zpopmin": writeOne, "zpopmax": writeOne,
 	"zrandmember": readOne, "zscan": readOne, "zrangestore": writeTwo,
 	// messages and time
-	"publish": noKeys, "spublish": noKeys, "time": noKeys,
+	"publish": channelOne, "spublish": channelOne, "time": noKeys,
+}
+
+// randomResult are the allowed commands whose result differs from node to
+// node, and why: a script that writes may not call them (admit.go).
+var randomResult = map[string]string{
+	"srandmember": "it picks members at random", "hrandfield": "it picks fields at random",
+	"zrandmember": "it picks members at random", "time": "it reads the node's clock",
 }
 
 // remainingTime are the commands whose reply is a key's remaining time (or
@@ -96,5 +116,6 @@ var refusedBecause = map[string]string{
 	"eval": "it runs another script", "evalsha": "it runs another script", "eval_ro": "it runs another script",
 	"evalsha_ro": "it runs another script", "script": "it runs another script", "function": "it runs another script",
 	"fcall": "it runs another script", "fcall_ro": "it runs another script",
+	"spop": "it removes a member picked at random, a different one on each node",
 	"sort": "it may read keys named by its BY and GET patterns", "sort_ro": "it may read keys named by its BY and GET patterns",
 }

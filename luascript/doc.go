@@ -13,9 +13,12 @@
 //     caller's Locks and returns the reply, or the error, Redis would give
 //     for that script on a plain Redis where each key holds its lock's token;
 //   - admission: Admit parses a script outside the catalog (admit.go,
-//     parse.go) and lets it through only when it calls allowed data
-//     commands (commands.go) by literal name on keys taken from KEYS, so
-//     that it may run unchanged on every node (quorum.Redlock.Eval);
+//     parse.go, typed.go) and lets it through only when it calls allowed
+//     data commands (commands.go) by literal name on keys and channels
+//     taken from KEYS — or concatenations onto them whose every part it
+//     can type — uses no metatable, and, if it writes, nothing whose result
+//     differs per node, so that it may run unchanged on every node
+//     (quorum.Redlock.Eval);
 //   - the SCRIPT cache: Cache maps SHA1s to catalogued or admitted scripts,
 //     least recently used out.
 //

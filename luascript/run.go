@@ -169,10 +169,16 @@ func expireArg(s string, present bool, cmd string) (int64, error) {
 	return ms, nil
 }
 
-// duration converts ms to a Duration, capped at the longest one (292 years).
+// maxDuration caps the TTLs a catalogued script gives a lock: 100 years,
+// as SET and EXPIRE are capped (commands), so that the backends'
+// arithmetic on it (whole milliseconds rounded up, deadlines) stays
+// within int64. The lock outlives every client either way.
+const maxDuration = 36525 * 24 * time.Hour
+
+// duration converts ms to a Duration, capped at maxDuration.
 func duration(ms int64) time.Duration {
-	if ms > math.MaxInt64/int64(time.Millisecond) {
-		return math.MaxInt64
+	if ms > int64(maxDuration/time.Millisecond) {
+		return maxDuration
 	}
 	return time.Duration(ms) * time.Millisecond
 }

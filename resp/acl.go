@@ -112,6 +112,29 @@ func (c *Conn) MayTouch(key string) bool {
 	return u != nil && u.mayTouch([]byte(key))
 }
 
+// MayTouchFrom reports whether c's user may touch every key that begins
+// with prefix (a script that derives keys from it): always for the
+// default user, else when a pattern ending in * matches prefix, since
+// such a pattern then matches every extension of it.
+func (c *Conn) MayTouchFrom(prefix string) bool {
+	if !c.restricted() {
+		return true
+	}
+	c.mu.Lock()
+	name := c.user
+	c.mu.Unlock()
+	u := c.srv.user(name)
+	if u == nil {
+		return false
+	}
+	for _, p := range u.Keys {
+		if strings.HasSuffix(p, "*") && glob(p, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // Glob matches s against a Redis key pattern: * is any run of bytes and ?
 // any one byte (no classes or escapes), as users' key patterns.
 func Glob(pattern, s string) bool { return glob(pattern, s) }
