@@ -54,7 +54,7 @@ func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
 
 // Register adds the lock commands, native and legacy, to t.
 func (h *Handler) Register(t *resp.Table) error {
-	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t), h.registerReads(t))
+	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t), h.registerReads(t), h.registerMulti(t))
 }
 
 func (h *Handler) registerNative(t *resp.Table) error {
@@ -76,7 +76,7 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 	}
 	hold := engine.Hold{Token: a.token, TTL: a.ttl, Name: c.Name()}
 	var g engine.Grant
-	if a.waits {
+	if lockWaits(c, a) {
 		g, err = h.waitLock(c, a, hold)
 	} else {
 		g, err = h.engine.Lock(c.Context(), owner(c), a.key, hold)

@@ -17,6 +17,8 @@ type connSession struct {
 	// when DEL is limited to the connection that took the lock.
 	taken      map[string]string
 	trackTaken bool
+	// watched are the lock keys WATCH read, by key (multi.go).
+	watched map[string]watched
 }
 
 func session(c *resp.Conn) *connSession { return c.State.(*connSession) }

@@ -308,6 +308,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		Version:       Version,
 		Limits:        respLimits(l),
 		PubSub:        in.hub,
+		Watcher:       h,
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)

@@ -184,6 +184,7 @@ func validName(n string) bool {
 }
 
 func (s *Server) reset(c *Conn, _ [][]byte) {
+	s.endTx(c)
 	s.session.Reset(c)
 	s.unsubscribeAll(c)
 	c.mu.Lock()

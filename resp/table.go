@@ -11,6 +11,9 @@ type Flags uint8
 const (
 	// NoAuth commands run before the client authenticated.
 	NoAuth Flags = 1 << iota
+	// NoMulti commands cannot join a transaction (they block or change how
+	// the connection is served): queued, they are refused and EXEC aborts.
+	NoMulti
 )
 
 // Command is one entry of the command table.

@@ -1,0 +1,237 @@
+package instance_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Transactions (issue 28 §3). Each check runs first against one plain
+// redis-server, which proves the check, then through lockproxy on the
+// embedded backend and on every backend of eachBackend. On the old main
+// MULTI, EXEC and DISCARD were unknown commands and the commands between
+// them ran at once: each check below failed there with a lock left held.
+
+// txTargets runs check as "redis", then through lockproxy on the embedded
+// backend and on each backend of eachBackend.
+func txTargets(t *testing.T, check func(t *testing.T, addr string)) {
+	t.Run("redis", func(t *testing.T) { check(t, redistest.Start(t, redistest.Options{}).Addr()) })
+	t.Run("embedded", func(t *testing.T) { check(t, startInstance(t, embeddedConfig()).Addr()) })
+	eachBackend(t, func(t *testing.T, cfg instance.Config) { check(t, startInstance(t, cfg).Addr()) })
+}
+
+// heldBy is the token GET reads for key, "" when the key is free.
+func heldBy(t *testing.T, c *redis.Client, key string) string {
+	t.Helper()
+	v, err := c.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	return v
+}
+
+// TestMultiGoRedisTxPipelined: go-redis's TxPipelined(SetNX) takes the lock
+// and says so; a second one on the held key says false and changes nothing.
+// Old main: TxPipelined returned an error and SetNX false while the lock was
+// taken.
+func TestMultiGoRedisTxPipelined(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		ctx := compatCtx(t)
+		c := newClient(t, addr, 2)
+		key := uniqueKey(t)
+		var first, second *redis.BoolCmd
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			first = p.SetNX(ctx, key, "tok-a", 30*time.Second)
+			return nil
+		})
+		if err != nil || !first.Val() {
+			t.Fatalf("TxPipelined(SetNX) on a free key: %v, %v", first.Val(), err)
+		}
+		_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			second = p.SetNX(ctx, key, "tok-b", 30*time.Second)
+			return nil
+		})
+		if err != nil || second.Val() {
+			t.Fatalf("TxPipelined(SetNX) on a held key: %v, %v", second.Val(), err)
+		}
+		if got := heldBy(t, c, key); got != "tok-a" {
+			t.Fatalf("holder %q, want tok-a", got)
+		}
+	})
+}
+
+// TestMultiDiscardRunsNothing: MULTI, SET NX, DISCARD leaves the key free.
+// Old main: the SET ran and the lock stayed taken for its TTL.
+func TestMultiDiscardRunsNothing(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		r := dialRaw(t, addr)
+		key := uniqueKey(t)
+		want := []struct {
+			cmd   []string
+			reply string
+		}{
+			{[]string{"MULTI"}, "+OK"},
+			{[]string{"SET", key, "tok", "NX", "PX", "30000"}, "+QUEUED"},
+			{[]string{"DISCARD"}, "+OK"},
+			{[]string{"GET", key}, "(nil)"},
+		}
+		for _, w := range want {
+			if got := r.do(w.cmd...); got != w.reply {
+				t.Fatalf("%v: %q, want %q", w.cmd, got, w.reply)
+			}
+		}
+	})
+}
+
+// TestMultiQueueErrors: Redis 7's queue-time errors, EXECABORT, and the
+// errors of MULTI, EXEC, DISCARD and WATCH out of place; nothing of an
+// aborted transaction runs. Old main: all unknown commands, SET ran.
+func TestMultiQueueErrors(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		r := dialRaw(t, addr)
+		key := uniqueKey(t)
+		steps := [][2]string{
+			{"EXEC", "-ERR EXEC without MULTI"},
+			{"DISCARD", "-ERR DISCARD without MULTI"},
+			{"MULTI", "+OK"},
+			{"MULTI", "-ERR MULTI calls can not be nested"},
+			{"SET " + key + " tok NX PX 30000", "+QUEUED"},
+			{"WATCH " + key, "-ERR WATCH inside MULTI is not allowed"},
+			{"NOSUCHCOMMAND a", "-ERR unknown command 'NOSUCHCOMMAND', with args beginning with: 'a' "},
+			{"GET", "-ERR wrong number of arguments for 'get' command"},
+			{"EXEC", "-EXECABORT Transaction discarded because of previous errors."},
+			{"GET " + key, "(nil)"},
+			{"MULTI", "+OK"},
+			{"SET " + key + " tok NX PX 30000", "+QUEUED"},
+			{"EXEC extra", "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command"},
+			{"GET " + key, "(nil)"},
+			{"EXEC", "-ERR EXEC without MULTI"},
+		}
+		for _, s := range steps {
+			if got := r.do(strings.Fields(s[0])...); got != s[1] {
+				t.Fatalf("%s: %q, want %q", s[0], got, s[1])
+			}
+		}
+	})
+}
+
+// TestMultiExecReplies: EXEC runs the queue in order and replies the array
+// of the replies, a command's error among them; WATCH inside MULTI does not
+// abort it.
+func TestMultiExecReplies(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		ctx := compatCtx(t)
+		c := newClient(t, addr, 2)
+		key := uniqueKey(t)
+		cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SetNX(ctx, key, "tok", 30*time.Second)
+			p.Get(ctx, key)
+			p.SetNX(ctx, key, "other", 30*time.Second)
+			p.Del(ctx, key)
+			p.Exists(ctx, key)
+			return nil
+		})
+		if err != nil || len(cmds) != 5 {
+			t.Fatalf("TxPipelined: %d replies, %v", len(cmds), err)
+		}
+		got := []any{cmds[0].(*redis.BoolCmd).Val(), cmds[1].(*redis.StringCmd).Val(), cmds[2].(*redis.BoolCmd).Val(),
+			cmds[3].(*redis.IntCmd).Val(), cmds[4].(*redis.IntCmd).Val()}
+		want := []any{true, "tok", false, int64(1), int64(0)}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("EXEC replies %v, want %v", got, want)
+			}
+		}
+	})
+}
+
+// TestMultiWatch: WATCH makes EXEC reply null once the watched lock key
+// changed holder (another client took it, or its holder released it), and
+// run when nothing changed; UNWATCH and EXEC forget the watch.
+func TestMultiWatch(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		r, other := dialRaw(t, addr), dialRaw(t, addr)
+		key := uniqueKey(t)
+		steps := []struct {
+			on   *rawConn
+			cmd  string
+			want string
+		}{
+			{r, "WATCH " + key, "+OK"},
+			{other, "SET " + key + " theirs NX PX 30000", "+OK"},
+			{r, "MULTI", "+OK"},
+			{r, "SET " + key + " mine NX PX 30000", "+QUEUED"},
+			{r, "EXEC", "(nil)"},
+			{r, "WATCH " + key, "+OK"},
+			{other, "DEL " + key, ":1"},
+			{r, "MULTI", "+OK"},
+			{r, "SET " + key + " mine NX PX 30000", "+QUEUED"},
+			{r, "EXEC", "(nil)"},
+			{r, "GET " + key, "(nil)"},
+			{r, "WATCH " + key, "+OK"},
+			{r, "MULTI", "+OK"},
+			{r, "SET " + key + " mine NX PX 30000", "+QUEUED"},
+			{r, "EXEC", "[+OK]"},
+			{r, "WATCH " + key, "+OK"},
+			{r, "UNWATCH", "+OK"},
+			{r, "DEL " + key, ":1"},
+			{r, "MULTI", "+OK"},
+			{r, "SET " + key + " again NX PX 30000", "+QUEUED"},
+			{r, "EXEC", "[+OK]"},
+		}
+		for i, s := range steps {
+			if got := s.on.do(strings.Fields(s.cmd)...); got != s.want {
+				t.Fatalf("step %d %s: %q, want %q", i, s.cmd, got, s.want)
+			}
+		}
+	})
+}
+
+// TestMultiRedisCLI: a transaction typed into redis-cli.
+func TestMultiRedisCLI(t *testing.T) {
+	txTargets(t, func(t *testing.T, addr string) {
+		key := uniqueKey(t)
+		script := "MULTI\nSET " + key + " tok NX PX 30000\nGET " + key + "\nEXEC\nMULTI\nSET " + key + " other NX PX 30000\nDISCARD\nGET " + key + "\n"
+		got := strings.Join(redisCLI(t, addr, script), "|")
+		want := "OK|QUEUED|QUEUED|OK|tok|OK|QUEUED|OK|tok"
+		if got != want {
+			t.Fatalf("redis-cli transcript %q, want %q", got, want)
+		}
+	})
+}
+
+// TestMultiRedisPy: redis-py's default pipeline() (a transaction) with SET
+// NX PX, and a WATCH pipeline (testdata/compat/python/tx.py).
+func TestMultiRedisPy(t *testing.T) {
+	if out, err := exec.Command(systemPython, "-c", "import redis").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import redis (apt-get install python3-redis): %v\n%s", systemPython, err, out)
+	}
+	txTargets(t, func(t *testing.T, addr string) {
+		compatRunSteps(t, 5, "testdata/compat/python", systemPython, "tx.py", addr, uniqueKey(t))
+	})
+}
+
+// TestMultiIoredis: ioredis multi().set(... "NX").exec() and discard()
+// (testdata/compat/node/tx.js).
+func TestMultiIoredis(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %v", err)
+	}
+	if nodeModulesStale() != "" {
+		npmCI(t)
+	}
+	txTargets(t, func(t *testing.T, addr string) {
+		compatRunSteps(t, 4, nodeCompatDir, node, "tx.js", addr, uniqueKey(t))
+	})
+}
