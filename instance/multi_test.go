@@ -235,3 +235,45 @@ func TestMultiIoredis(t *testing.T) {
 		compatRunSteps(t, 4, nodeCompatDir, node, "tx.js", addr, uniqueKey(t))
 	})
 }
+
+// TestMultiPassthrough: with a data Redis, a transaction runs there (issue
+// 27's rule): data commands queue and run on the data Redis, a lock command
+// inside it is refused at queue time and EXEC aborts, so the client is told
+// it failed and no lock is held anywhere; WATCH of a lock key is refused.
+// Without lock_keys, SET NX is the lock command.
+func TestMultiPassthrough(t *testing.T) {
+	for _, lockKeys := range [][]string{{"lock:*"}, nil} {
+		t.Run(strings.Join(append([]string{"lock_keys"}, lockKeys...), "="), func(t *testing.T) {
+			p := startPassthrough(t, lockKeys...)
+			ctx := compatCtx(t)
+			c := newClient(t, p.in.Addr(), 2)
+			data := newClient(t, p.data.Addr(), 2)
+			lockKey, dataKey := "lock:"+uniqueKey(t), "data:"+uniqueKey(t)
+			cmds, err := c.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+				pl.Incr(ctx, dataKey)
+				pl.Incr(ctx, dataKey)
+				return nil
+			})
+			if err != nil || cmds[1].(*redis.IntCmd).Val() != 2 || data.Get(ctx, dataKey).Val() != "2" {
+				t.Fatalf("data transaction: %v, data Redis has %q", err, data.Get(ctx, dataKey).Val())
+			}
+			var setnx *redis.BoolCmd
+			_, err = c.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+				pl.Incr(ctx, dataKey)
+				setnx = pl.SetNX(ctx, lockKey, "tok", 30*time.Second)
+				return nil
+			})
+			if err == nil || !strings.Contains(err.Error(), "EXECABORT") || setnx.Val() {
+				t.Fatalf("transaction with a lock command: SetNX %v, %v; want EXECABORT", setnx.Val(), err)
+			}
+			if n := p.onLockNodes(lockKey); n != 0 || data.Exists(ctx, lockKey).Val() != 0 || data.Get(ctx, dataKey).Val() != "2" {
+				t.Fatalf("after EXECABORT: lock on %d nodes, on the data Redis %d, data %q", n, data.Exists(ctx, lockKey).Val(), data.Get(ctx, dataKey).Val())
+			}
+			if lockKeys != nil {
+				if err := c.Watch(ctx, func(*redis.Tx) error { return nil }, lockKey); err == nil || !strings.Contains(err.Error(), "WATCH of a lock key") {
+					t.Fatalf("WATCH of a lock key: %v", err)
+				}
+			}
+		})
+	}
+}
