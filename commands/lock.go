@@ -59,10 +59,10 @@ func (h *Handler) Register(t *resp.Table) error {
 
 func (h *Handler) registerNative(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "renew", Arity: -3, Handler: h.renew, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo, Class: resp.Native, Keys: resp.FirstKey},
+		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey, Info: lockInfo},
+		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock, Class: resp.Native, Keys: resp.FirstKey, Info: unlockInfo},
+		resp.Command{Name: "renew", Arity: -3, Handler: h.renew, Class: resp.Native, Keys: resp.FirstKey, Info: renewInfo},
+		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo, Class: resp.Native, Keys: resp.FirstKey, Info: lockinfoInfo},
 	)
 }
 
