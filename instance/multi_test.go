@@ -277,3 +277,45 @@ func TestMultiPassthrough(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiBlockingAndRefused: inside a transaction LOCK ... WAIT tries
+// once (as Redis runs a blocking command inside MULTI without blocking);
+// BLPOP, SUBSCRIBE and CLIENT REPLY cannot join one (EXEC aborts); RESET
+// drops the transaction; RESP3's EXEC after a watched change is null.
+func TestMultiBlockingAndRefused(t *testing.T) {
+	in := startInstance(t, embeddedConfig())
+	r, holder := dialProto(t, in.Addr(), 3), dialRaw(t, in.Addr())
+	key := uniqueKey(t)
+	steps := []struct {
+		on        *rawConn
+		cmd, want string
+	}{
+		{holder, "SET " + key + " theirs NX PX 30000", "+OK"},
+		{r, "MULTI", "+OK"},
+		{r, "LOCK " + key + " PX 30000 WAIT 0", "+QUEUED"},
+		{r, "EXEC", "[(nil)]"}, // WAIT 0 would block for ever outside a transaction
+		{r, "MULTI", "+OK"},
+		{r, "BLPOP somelist 0", "-ERR lockproxy: 'blpop' cannot join a transaction"},
+		{r, "SUBSCRIBE ch", "-ERR lockproxy: 'subscribe' cannot join a transaction"},
+		{r, "CLIENT REPLY OFF", "-ERR lockproxy: 'client' cannot join a transaction"},
+		{r, "EXEC", "-EXECABORT Transaction discarded because of previous errors."},
+		{r, "MULTI", "+OK"},
+		{r, "SET " + key + ":2 mine NX PX 30000", "+QUEUED"},
+		{r, "RESET", "+RESET"},
+		{r, "EXEC", "-ERR EXEC without MULTI"},
+		{r, "GET " + key + ":2", "(nil)"},
+		{r, "HELLO 3", "[server …"},
+		{r, "WATCH " + key, "+OK"},
+		{holder, "DEL " + key, ":1"},
+		{r, "MULTI", "+OK"},
+		{r, "GET " + key, "+QUEUED"},
+		{r, "EXEC", "(nil)"},
+	}
+	for i, s := range steps {
+		got := s.on.do(strings.Fields(s.cmd)...)
+		if prefix, ok := strings.CutSuffix(s.want, "…"); ok && strings.HasPrefix(got, prefix) || got == s.want {
+			continue
+		}
+		t.Fatalf("step %d %s: %q, want %q", i, s.cmd, got, s.want)
+	}
+}

@@ -51,6 +51,12 @@ var txControl = map[string]bool{"multi": true, "exec": true, "discard": true, "w
 var subscribing = map[string]bool{"subscribe": true, "psubscribe": true, "ssubscribe": true,
 	"unsubscribe": true, "punsubscribe": true, "sunsubscribe": true}
 
+// isClientReply reports whether args are CLIENT REPLY, which cannot join
+// a transaction: OFF and SKIP would leave EXEC's array short of a reply.
+func isClientReply(def *Command, args [][]byte) bool {
+	return def.Name == "client" && len(args) > 1 && strings.EqualFold(string(args[1]), "reply")
+}
+
 // InTransaction reports whether c queues commands (after MULTI, before
 // EXEC or DISCARD).
 func (c *Conn) InTransaction() bool { return c.tx != nil }
@@ -89,7 +95,7 @@ func (c *Conn) queues(def *Command) bool { return c.tx != nil && !txControl[def.
 
 // enqueue queues a checked command and answers +QUEUED.
 func (s *Server) enqueue(c *Conn, def *Command, args [][]byte) {
-	if def.Flags&NoMulti != 0 || subscribing[def.Name] {
+	if def.Flags&NoMulti != 0 || subscribing[def.Name] || isClientReply(def, args) {
 		s.reject(c, def, "ERR lockproxy: '"+def.Name+"' cannot join a transaction")
 		return
 	}
