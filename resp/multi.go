@@ -16,7 +16,7 @@ const (
 	msgDiscNoMulti  = "ERR DISCARD without MULTI"
 	msgExecAbort    = "EXECABORT Transaction discarded because of previous errors."
 	msgExecAbortFor = "EXECABORT Transaction discarded because of: "
-	msgTxTooBig     = "ERR lockproxy: the transaction's queued commands exceed max_request bytes; it is discarded at EXEC"
+	msgTxTooBig     = "ERR lockproxy: the transaction's queued commands exceed max_request_bytes; it is discarded at EXEC"
 	msgNoBudget     = "ERR lockproxy: max buffered bytes of all clients reached; the transaction is discarded at EXEC"
 )
 
