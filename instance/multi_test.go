@@ -319,3 +319,40 @@ func TestMultiBlockingAndRefused(t *testing.T) {
 		t.Fatalf("step %d %s: %q, want %q", i, s.cmd, got, s.want)
 	}
 }
+
+// TestMultiWatchFence: what "changed" means for a watched lock key. The
+// same token granted again after its lease expired has a new fencing token:
+// changed, EXEC replies null. A RENEW by the holder is the same grant: EXEC
+// runs.
+func TestMultiWatchFence(t *testing.T) {
+	check := func(t *testing.T, addr string) {
+		r, holder := dialRaw(t, addr), dialRaw(t, addr)
+		key := uniqueKey(t)
+		if got := holder.do("LOCK", key, "PX", "300", "TOKEN", "tok"); !strings.HasPrefix(got, "[tok ") {
+			t.Fatalf("LOCK: %q", got)
+		}
+		must := func(c *rawConn, want string, args ...string) {
+			t.Helper()
+			if got := c.do(args...); got != want {
+				t.Fatalf("%v: %q, want %q", args, got, want)
+			}
+		}
+		must(r, "+OK", "WATCH", key)
+		eventually(t, 10*time.Second, "the 300 ms lease to expire", func() bool { return holder.do("LOCKINFO", key) == "(nil)" })
+		if got := holder.do("LOCK", key, "PX", "30000", "TOKEN", "tok"); !strings.HasPrefix(got, "[tok ") {
+			t.Fatalf("LOCK again: %q", got)
+		}
+		must(r, "+OK", "MULTI")
+		must(r, "+QUEUED", "LOCKINFO", key)
+		must(r, "(nil)", "EXEC")
+		must(r, "+OK", "WATCH", key)
+		if got := holder.do("RENEW", key, "tok", "PX", "60000"); !strings.HasPrefix(got, ":") {
+			t.Fatalf("RENEW: %q", got)
+		}
+		must(r, "+OK", "MULTI")
+		must(r, "+QUEUED", "UNLOCK", key, "tok")
+		must(r, "[:1]", "EXEC")
+	}
+	t.Run("embedded", func(t *testing.T) { check(t, startInstance(t, embeddedConfig()).Addr()) })
+	eachBackend(t, func(t *testing.T, cfg instance.Config) { check(t, startInstance(t, cfg).Addr()) })
+}
