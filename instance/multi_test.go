@@ -356,3 +356,70 @@ func TestMultiWatchFence(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) { check(t, startInstance(t, embeddedConfig()).Addr()) })
 	eachBackend(t, func(t *testing.T, cfg instance.Config) { check(t, startInstance(t, cfg).Addr()) })
 }
+
+// TestMultiPassthroughLibraries: with a data Redis and lock_keys, redis-py's
+// pipeline() and ioredis's multi() run data transactions on the data Redis,
+// and a transaction with a lock command fails as a whole (redis-py raises
+// the queue-time error, ioredis rejects with EXECABORT) with no lock held.
+func TestMultiPassthroughLibraries(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	host, port, _ := strings.Cut(p.in.Addr(), ":")
+	key := uniqueKey(t)
+	py := `import redis, sys
+r = redis.Redis(host=sys.argv[1], port=int(sys.argv[2]))
+k = sys.argv[3]
+p = r.pipeline(); p.incr("data:" + k); p.incr("data:" + k)
+print("ok data" if p.execute() == [1, 2] else "FAIL data")
+p = r.pipeline(); p.incr("data:" + k); p.set("lock:" + k, "tok", nx=True, px=30000)
+try:
+    p.execute(); print("FAIL lock in a transaction ran")
+except redis.exceptions.ResponseError as e:  # the queue-time error, as redis-py raises Redis's own
+    print("ok refused: %s" % e)
+print("ok not held" if r.get("lock:" + k) is None and r.get("data:" + k) == b"2" else "FAIL held")
+`
+	out, err := exec.Command(systemPython, "-c", py, host, port, "py:"+key).CombinedOutput()
+	if err != nil || okLines(out) != 3 {
+		t.Errorf("redis-py through passthrough: %v\n%s", err, out)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not installed: %v", err)
+	}
+	if nodeModulesStale() != "" {
+		npmCI(t)
+	}
+	js := `const Redis = require("ioredis");
+const [host, port, k] = process.argv.slice(1);
+const r = new Redis({ host, port: Number(port), maxRetriesPerRequest: 0 });
+(async () => {
+  const d = await r.multi().incr("data:" + k).incr("data:" + k).exec();
+  console.log(JSON.stringify(d) === JSON.stringify([[null, 1], [null, 2]]) ? "ok data" : "FAIL data " + JSON.stringify(d));
+  const e = await r.multi().incr("data:" + k).set("lock:" + k, "tok", "PX", 30000, "NX").exec().then(() => "", (err) => String(err));
+  console.log(e.includes("EXECABORT") ? "ok execabort" : "FAIL " + e);
+  console.log((await r.get("lock:" + k)) === null && (await r.get("data:" + k)) === "2" ? "ok not held" : "FAIL held");
+  r.disconnect();
+})();
+`
+	cmd := exec.Command(node, "-e", js, host, port, "js:"+key)
+	cmd.Dir = nodeCompatDir
+	out, err = cmd.CombinedOutput()
+	if err != nil || okLines(out) != 3 {
+		t.Errorf("ioredis through passthrough: %v\n%s", err, out)
+	}
+	for _, k := range []string{"lock:py:" + key, "lock:js:" + key} {
+		if n := p.onLockNodes(k); n != 0 {
+			t.Errorf("%s on %d lock nodes", k, n)
+		}
+	}
+}
+
+// okLines counts the lines of out that start with "ok ".
+func okLines(out []byte) int {
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "ok ") {
+			n++
+		}
+	}
+	return n
+}
