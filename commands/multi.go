@@ -28,10 +28,12 @@ type watched struct {
 
 func watchKeys(args [][]byte) [][]byte { return args[1:] }
 
+// registerMulti adds WATCH and UNWATCH, which every user may send, as
+// MULTI (a user's key patterns still apply to the watched keys).
 func (h *Handler) registerMulti(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "watch", Arity: -2, Handler: h.watch, Class: resp.Legacy, Keys: watchKeys},
-		resp.Command{Name: "unwatch", Arity: 1, Handler: h.unwatch, Class: resp.Legacy},
+		resp.Command{Name: "watch", Arity: -2, Handler: h.watch, Keys: watchKeys},
+		resp.Command{Name: "unwatch", Arity: 1, Handler: h.unwatch},
 	)
 }
 

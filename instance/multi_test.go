@@ -423,3 +423,34 @@ func okLines(out []byte) int {
 	}
 	return n
 }
+
+// TestMultiACL: a user's permissions are checked when a command is queued,
+// as Redis 7 does: a refused command makes EXEC abort, and nothing of the
+// transaction runs; WATCH follows the user's key patterns.
+func TestMultiACL(t *testing.T) {
+	cfg := embeddedConfig()
+	cfg.Password = "root-pw"
+	cfg.Users = []instance.UserConfig{{Name: "alice", Password: "alice-pw", Keys: []string{"app:*"}, Commands: "native"}}
+	in := startInstance(t, cfg)
+	r := dialRaw(t, in.Addr())
+	key := "app:" + uniqueKey(t)
+	for _, s := range [][2]string{
+		{"AUTH alice alice-pw", "+OK"},
+		{"WATCH other:x", "-NOPERM No permissions to access a key"},
+		{"WATCH " + key, "+OK"},
+		{"MULTI", "+OK"},
+		{"LOCK " + key + " PX 30000", "+QUEUED"},
+		{"LOCK other:x PX 30000", "-NOPERM No permissions to access a key"},
+		{"EXEC", "-EXECABORT Transaction discarded because of previous errors."},
+		{"LOCKINFO " + key, "(nil)"},
+		{"MULTI", "+OK"},
+		{"LOCK " + key + " PX 30000", "+QUEUED"},
+		{"EXEC", "[[…"},
+	} {
+		got := r.do(strings.Fields(s[0])...)
+		if prefix, ok := strings.CutSuffix(s[1], "…"); ok && strings.HasPrefix(got, prefix) || got == s[1] {
+			continue
+		}
+		t.Fatalf("%s: %q, want %q", s[0], got, s[1])
+	}
+}
