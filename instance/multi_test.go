@@ -3,6 +3,7 @@ package instance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -46,28 +47,35 @@ func heldBy(t *testing.T, c *redis.Client, key string) string {
 // taken.
 func TestMultiGoRedisTxPipelined(t *testing.T) {
 	txTargets(t, func(t *testing.T, addr string) {
-		ctx := compatCtx(t)
-		c := newClient(t, addr, 2)
-		key := uniqueKey(t)
-		var first, second *redis.BoolCmd
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			first = p.SetNX(ctx, key, "tok-a", 30*time.Second)
-			return nil
-		})
-		if err != nil || !first.Val() {
-			t.Fatalf("TxPipelined(SetNX) on a free key: %v, %v", first.Val(), err)
-		}
-		_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			second = p.SetNX(ctx, key, "tok-b", 30*time.Second)
-			return nil
-		})
-		if err != nil || second.Val() {
-			t.Fatalf("TxPipelined(SetNX) on a held key: %v, %v", second.Val(), err)
-		}
-		if got := heldBy(t, c, key); got != "tok-a" {
-			t.Fatalf("holder %q, want tok-a", got)
+		for _, proto := range []int{2, 3} {
+			t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) { txSetNX(t, addr, proto) })
 		}
 	})
+}
+
+// txSetNX is TestMultiGoRedisTxPipelined over protocol proto.
+func txSetNX(t *testing.T, addr string, proto int) {
+	ctx := compatCtx(t)
+	c := newClient(t, addr, proto)
+	key := uniqueKey(t)
+	var first, second *redis.BoolCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		first = p.SetNX(ctx, key, "tok-a", 30*time.Second)
+		return nil
+	})
+	if err != nil || !first.Val() {
+		t.Fatalf("TxPipelined(SetNX) on a free key: %v, %v", first.Val(), err)
+	}
+	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		second = p.SetNX(ctx, key, "tok-b", 30*time.Second)
+		return nil
+	})
+	if err != nil || second.Val() {
+		t.Fatalf("TxPipelined(SetNX) on a held key: %v, %v", second.Val(), err)
+	}
+	if got := heldBy(t, c, key); got != "tok-a" {
+		t.Fatalf("holder %q, want tok-a", got)
+	}
 }
 
 // TestMultiDiscardRunsNothing: MULTI, SET NX, DISCARD leaves the key free.
