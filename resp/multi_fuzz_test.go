@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockproxy/lockproxy/resp"
 )
@@ -19,8 +20,12 @@ func FuzzMulti(f *testing.F) {
 		f.Add(s)
 	}
 	s := newOpsServer(f, resp.Config{})
+	c := s.dial(f) // one connection for every input: a dial each would fill the host with TIME-WAIT sockets
 	f.Fuzz(func(t *testing.T, in string) {
-		c := s.dial(t)
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if got := c.do(t, "DISCARD"); got != "+OK" && got != "-ERR DISCARD without MULTI" { // a clean start
+			t.Fatalf("DISCARD: %q", got)
+		}
 		m := &txModel{locks: s.locks.Load()}
 		steps := strings.Split(in, ";")
 		if len(steps) > 64 {
