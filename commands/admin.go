@@ -25,7 +25,7 @@ var lockproxyHelp = []string{
 }
 
 func (h *Handler) registerAdmin(t *resp.Table) error {
-	return t.Add(resp.Command{Name: "lockproxy", Arity: -2, Handler: h.lockproxy, Class: resp.Native})
+	return t.Add(resp.Command{Name: "lockproxy", Arity: -2, Handler: h.lockproxy, Class: resp.Native, Info: lockproxyInfo})
 }
 
 // lockproxy is LOCKPROXY LOCKS|WAITERS|HELP. A user limited to key

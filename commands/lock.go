@@ -54,15 +54,15 @@ func New(e *engine.Engine, cfg Config, log *zap.Logger) *Handler {
 
 // Register adds the lock commands, native and legacy, to t.
 func (h *Handler) Register(t *resp.Table) error {
-	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t), h.registerReads(t))
+	return errors.Join(h.registerNative(t), h.registerLegacy(t), h.registerScripts(t), h.registerAdmin(t), h.registerDurability(t), h.registerReads(t), h.registerMulti(t))
 }
 
 func (h *Handler) registerNative(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "renew", Arity: -3, Handler: h.renew, Class: resp.Native, Keys: resp.FirstKey},
-		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo, Class: resp.Native, Keys: resp.FirstKey},
+		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey, Info: lockInfo},
+		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock, Class: resp.Native, Keys: resp.FirstKey, Info: unlockInfo},
+		resp.Command{Name: "renew", Arity: -3, Handler: h.renew, Class: resp.Native, Keys: resp.FirstKey, Info: renewInfo},
+		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo, Class: resp.Native, Keys: resp.FirstKey, Info: lockinfoInfo},
 	)
 }
 
@@ -76,7 +76,7 @@ func (h *Handler) lock(c *resp.Conn, args [][]byte) {
 	}
 	hold := engine.Hold{Token: a.token, TTL: a.ttl, Name: c.Name()}
 	var g engine.Grant
-	if a.waits {
+	if lockWaits(c, a) {
 		g, err = h.waitLock(c, a, hold)
 	} else {
 		g, err = h.engine.Lock(c.Context(), owner(c), a.key, hold)

@@ -19,6 +19,8 @@ type connSession struct {
 	// the lock.
 	taken      map[string]grantID
 	trackTaken bool
+	// watched are the lock keys WATCH read, by key (multi.go).
+	watched map[string]watched
 }
 
 // grantID names one grant of a key: its token and its fencing token.

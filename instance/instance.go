@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -308,11 +309,16 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		Version:       Version,
 		Limits:        respLimits(l),
 		PubSub:        in.hub,
+		Watcher:       h,
 	}, table, session, in.log)
-	if err == nil {
-		srv.SetUsers(in.secrets.users)
+	if err != nil {
+		return nil, err
 	}
-	return srv, err
+	if u := table.Unlisted(); len(u) > 0 { // COMMAND must list every command served (clients find keys there)
+		return nil, fmt.Errorf("commands without a COMMAND INFO entry: %s", strings.Join(u, ", "))
+	}
+	srv.SetUsers(in.secrets.users)
+	return srv, nil
 }
 
 // nodeCallTimeout bounds one pub/sub or list call to one node:

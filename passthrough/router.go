@@ -132,6 +132,10 @@ func (r *Router) dispatch(c *resp.Conn, st *client, name string, args [][]byte, 
 	case refused:
 		c.Error("ERR lockproxy does not forward '" + name + "' to the data Redis (a replication stream)")
 	case toLocks:
+		if name == "watch" { // transactions run on the data Redis, which cannot see lock keys change
+			c.Error("ERR lockproxy: WATCH of a lock key is not served with a data Redis: transactions run there, and lock commands cannot join them")
+			return true
+		}
 		if !st.multi {
 			return false
 		}

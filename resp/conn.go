@@ -29,6 +29,10 @@ type Conn struct {
 	replyOff bool // OFF: no command's replies are written until ON
 	skipNext bool // SKIP: the next command's replies are not written
 
+	// MULTI's queue (multi.go), read and changed by the connection's goroutine only.
+	tx     *tx  // nil: not in a transaction
+	inExec bool // the command served runs from EXEC's queue
+
 	// State is the Session's per-connection value.
 	State any
 

@@ -6,7 +6,11 @@
 // RESP2 or RESP3 (redcon writes only RESP2, so RESP3 maps and nulls are
 // framed here), dispatches commands through one Table, and answers the
 // connection handshake that clients send (HELLO, AUTH, PING, ECHO, SELECT,
-// CLIENT, COMMAND, INFO, READONLY, QUIT, RESET). A handler that blocks
+// CLIENT, COMMAND, INFO, READONLY, QUIT, RESET), and transactions: MULTI
+// queues copies of the commands that follow and EXEC runs them, asking a
+// TxWatcher (commands/'s WATCH) first (multi.go). COMMAND answers from each
+// command's Redis 7 entry (commandinfo.go; Redis's own entries in
+// redis_commands.json, taken from a real redis-server). A handler that blocks
 // (LOCK ... WAIT) watches its connection with WatchClose, so that a client
 // that disconnects or sends QUIT stops waiting at once. Push sends a RESP3
 // push from any goroutine, between two replies, never inside one.

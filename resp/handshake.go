@@ -184,6 +184,7 @@ func validName(n string) bool {
 }
 
 func (s *Server) reset(c *Conn, _ [][]byte) {
+	s.endTx(c)
 	s.session.Reset(c)
 	s.unsubscribeAll(c)
 	c.mu.Lock()
@@ -273,20 +274,6 @@ func (s *Server) clientList() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-// command is COMMAND [COUNT|DOCS|INFO|LIST]: an empty listing is enough for
-// the clients that ask, and COUNT is the size of the table.
-func (s *Server) command(c *Conn, args [][]byte) {
-	if len(args) > 1 && strings.EqualFold(string(args[1]), "COUNT") {
-		c.Int(int64(s.table.Len()))
-		return
-	}
-	if len(args) > 1 && strings.EqualFold(string(args[1]), "DOCS") {
-		c.Map(0)
-		return
-	}
-	c.Array(0)
 }
 
 // info is INFO [section ...]: lockproxy's server and clients sections

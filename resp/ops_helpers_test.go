@@ -38,7 +38,7 @@ func (nopSession) Reset(*resp.Conn)   {}
 func (nopSession) Closed(*resp.Conn)  {}
 func (nopSession) Info(string) string { return "" }
 
-func newOpsServer(t *testing.T, cfg resp.Config) *opsServer {
+func newOpsServer(t testing.TB, cfg resp.Config) *opsServer {
 	t.Helper()
 	s := &opsServer{}
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -80,7 +80,7 @@ type opsClient struct {
 	r *bufio.Reader
 }
 
-func (s *opsServer) dial(t *testing.T) *opsClient {
+func (s *opsServer) dial(t testing.TB) *opsClient {
 	t.Helper()
 	var c net.Conn
 	var err error

@@ -39,6 +39,8 @@ type Config struct {
 	// Route, when set, sees each authenticated command before the table
 	// and returns true when it answered it (passthrough to a data Redis).
 	Route func(c *Conn, args [][]byte) bool
+	// Watcher serves WATCH for EXEC (multi.go); nil: EXEC checks nothing.
+	Watcher TxWatcher
 	// PubSub carries PUBLISH to SUBSCRIBE clients; nil: a hub of this
 	// process only.
 	PubSub *pubsub.Hub
@@ -102,7 +104,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every, s.acceptLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery, refusalLogEvery
-	if err := table.Add(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...)...); err != nil {
+	if err := table.Add(append(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...), s.txCommands()...)...); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -392,6 +394,7 @@ func (s *Server) finish(c *Conn, err error) {
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
 	}
+	s.endTx(c)
 	s.session.Closed(c) // releases bound locks first: leaving the nodes' channels may wait on a slow node
 	s.unsubscribeAll(c)
 }
@@ -434,7 +437,7 @@ func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 	}
 	def := s.table.lookup(args[0])
 	if def == nil {
-		c.Error(unknownCommand(args))
+		s.reject(c, nil, unknownCommand(args))
 		return
 	}
 	c.mu.Lock()
@@ -442,14 +445,18 @@ func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 	c.mu.Unlock()
 	switch {
 	case !authed && def.Flags&NoAuth == 0:
-		c.Error("NOAUTH Authentication required.")
+		s.reject(c, def, "NOAUTH Authentication required.")
 	case !def.arityOK(len(args)):
-		c.Error("ERR wrong number of arguments for '" + def.Name + "' command")
+		s.reject(c, def, "ERR wrong number of arguments for '"+def.Name+"' command")
 	case c.refusedSubscribed(def.Name) != "":
 		c.Error(c.refusedSubscribed(def.Name))
 	default:
 		if e := s.noPerm(c, def, args); e != "" {
-			c.Error(e)
+			s.reject(c, def, e)
+			return
+		}
+		if c.queues(def) {
+			s.enqueue(c, def, args)
 			return
 		}
 		inDB(c.DB(), def, args)

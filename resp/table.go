@@ -2,6 +2,7 @@ package resp
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -11,6 +12,9 @@ type Flags uint8
 const (
 	// NoAuth commands run before the client authenticated.
 	NoAuth Flags = 1 << iota
+	// NoMulti commands cannot join a transaction (they block or change how
+	// the connection is served): queued, they are refused and EXEC aborts.
+	NoMulti
 )
 
 // Command is one entry of the command table.
@@ -27,6 +31,9 @@ type Command struct {
 	// Keys returns the keys among args (arity already checked), which a
 	// user's key patterns must match; nil: the command touches no key.
 	Keys func(args [][]byte) [][]byte
+	// Info is the command's COMMAND INFO entry; nil: Redis's entry for the
+	// name, if Redis has the command (commandinfo.go).
+	Info *CommandInfo
 }
 
 // Table maps command names to commands.
@@ -51,6 +58,9 @@ func (t *Table) Add(cmds ...Command) error {
 			return fmt.Errorf("command %q needs an arity and a handler", name)
 		}
 		c.Name = name
+		if err := checkInfo(&c); err != nil {
+			return err
+		}
 		t.cmds[name] = &c
 	}
 	return nil
@@ -58,6 +68,19 @@ func (t *Table) Add(cmds ...Command) error {
 
 // Len is the number of commands.
 func (t *Table) Len() int { return len(t.cmds) }
+
+// Unlisted names the commands that have no COMMAND INFO entry, apart from
+// the answers to HTTP requests, which Redis does not list either.
+func (t *Table) Unlisted() []string {
+	var out []string
+	for name, c := range t.cmds {
+		if c.Info == nil && !unlisted[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 // lookup finds the command named by name in any letter case, without
 // allocating or changing name (errors quote it as the client sent it).
