@@ -305,3 +305,57 @@ func TestZKHandedOverValidityFromSend(t *testing.T) {
 		t.Fatalf("handed-over validity %v ends %v after the session timeout counted from the handoff's send", g.Validity, end.Sub(bound)+slack)
 	}
 }
+
+// TestZKBoundLockMovesBetweenSessions: a bound lock taken again through
+// another instance (LOCK … TOKEN, a retry) becomes that instance's
+// session's, with the same fence; taken back, its node is made again under
+// the same name in the first session, in one multi.
+func TestZKBoundLockMovesBetweenSessions(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "moves"
+	first := mustGrant(t, a, key, boundHold("T", 30*time.Second))
+	for i, z := range []*ZooKeeper{b, a, b} {
+		g := mustGrant(t, z, key, boundHold("T", 30*time.Second))
+		if g.Fence != first.Fence {
+			t.Fatalf("move %d: fence %d, want %d", i, g.Fence, first.Fence)
+		}
+		if data, stat := lowest(t, raw, key); stat.EphemeralOwner != z.conn.SessionID() {
+			t.Fatalf("move %d: %s owned by %x, want %x", i, data, stat.EphemeralOwner, z.conn.SessionID())
+		}
+		if n := lockNodes(t, raw, key); len(n) != 1 {
+			t.Fatalf("move %d: nodes %v", i, n)
+		}
+	}
+	b.Close() // the session that holds it last: the lock goes with it
+	eventually(t, 10*time.Second, "the key free after B closed", func() bool {
+		_, err := a.Acquire(testCtx(t), key, hold("C", time.Second))
+		return err == nil
+	})
+}
+
+// TestZKExpiredLeaseNotHeld (issue 25, also seen): a lease past its
+// expires_at that no instance has deleted yet (its instance is gone, and
+// the others allow for clock skew first) is not held: RENEW answers not
+// held and UNLOCK false, as Redis does for a key past its TTL.
+func TestZKExpiredLeaseNotHeld(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newZK(t, []string{srv.Addr()}, Options{ClockSkew: 10 * time.Second})
+	raw := rawZK(t, srv.Addr())
+	key := "expired"
+	mustGrant(t, a, key, hold("T", 300*time.Millisecond))
+	a.Close()
+	data, _ := lowest(t, raw, key)
+	expiry := zkDataOf(data).expiry()
+	eventually(t, 5*time.Second, "past expires_at", func() bool { return time.Now().After(expiry) })
+	if v, err := b.Extend(testCtx(t), key, "T", time.Minute, engine.Lease); !errors.Is(err, engine.ErrNotHeld) {
+		t.Fatalf("renew of an expired lease: %v, %v; want not held", v, err)
+	}
+	zkRelease(t, b, key, "T", false)
+	if n := lockNodes(t, raw, key); len(n) != 1 {
+		t.Fatalf("nodes %v: want the expired lease's, not yet ended", n)
+	}
+}
