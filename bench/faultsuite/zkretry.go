@@ -64,18 +64,28 @@ func (c *client) retryCycle(ctx context.Context, key string) {
 }
 
 // lockRetry takes key with token, a lease of the client's ttl, waiting up
-// to waitMs; after an error it retries the same LOCK through the next
-// instance. It returns the grant, recorded, and the instance that gave it;
-// nil when the key was not granted (a null reply, or every try failed).
+// to waitMs half the time (a wait outlasts a passing outage, so the other
+// half tries once, and sees the errors a retry is for); after an error it
+// retries the same LOCK through the next instance. It returns the grant,
+// recorded, and the instance that gave it; nil when the key was not
+// granted (a null reply, or every try failed).
 func (c *client) lockRetry(key, token string, at int) (*grant, int) {
+	args := []any{"LOCK", key, "PX", c.ttl.Milliseconds(), "TOKEN", token}
+	wait := c.rng.IntN(2) == 0
+	if wait {
+		args = append(args, "WAIT", waitMs)
+	}
 	for try := range retryTries {
 		if try > 0 {
 			c.s.zk.retried.Add(1)
 		}
 		sent := time.Now()
-		v, err := c.do(c.conns[at], "LOCK", key, "PX", c.ttl.Milliseconds(), "WAIT", waitMs, "TOKEN", token)
+		v, err := c.do(c.conns[at], args...)
 		switch {
 		case errors.Is(err, redis.Nil):
+			if !wait {
+				time.Sleep(time.Duration(20+c.rng.IntN(50)) * time.Millisecond)
+			}
 			return nil, at
 		case err == nil:
 			g, ok := c.lockReply(key, sent, v)

@@ -251,8 +251,12 @@ func TestZKHandoffToADepartedWaiter(t *testing.T) {
 		released <- err
 	}()
 	eventually(t, 10*time.Second, "the handoff on the server", func() bool {
-		data, _ := lowest(t, raw, key)
-		return data != "" && zkDataOf(data).heldBy("W")
+		kids := parseChildren(lockNodes(t, raw, key))
+		if len(kids) == 0 {
+			return false
+		}
+		data, _, err := raw.Get(DefaultRoot + "/" + encodeKey(key) + "/" + kids[0].name)
+		return err == nil && zkDataOf(string(data)).heldBy("W") // not err: deleted since listed
 	})
 	if err := a.Leave(testCtx(t), key, "W"); err != nil { // the waiter's WAIT ended
 		t.Fatal(err)
