@@ -129,6 +129,9 @@ func (c *client) changeOrRenew(g *grant, bound bool) (held, nowBound bool) {
 // other mode with LOCK … TOKEN through a random instance; it reports
 // whether g is still held and its mode now.
 func (c *client) change(g *grant, bound bool) (held, nowBound bool) {
+	if !time.Now().Before(c.h.end(g)) { // ran out: a LOCK now is a new grant
+		return false, bound
+	}
 	r := c.conns[c.rng.IntN(len(c.conns))]
 	args := []any{"LOCK", g.Key, "TOKEN", g.Token}
 	if bound {
