@@ -99,14 +99,14 @@ func errKind(err error) int {
 // checked for overlaps only).
 type client struct {
 	legacy bool
-	// retries: a ZooKeeper client that retries with TOKEN and changes modes (zkretry.go)
-	retries bool
-	keys    []string
-	conns   []*redis.Client // one per instance
-	ttl     time.Duration
-	h       *history
-	s       *stats
-	rng     *mrand.Rand
+	keys   []string
+	conns  []*redis.Client // one per instance
+	ttl    time.Duration
+	h      *history
+	s      *stats
+	rng    *mrand.Rand
+
+	retries bool // a ZooKeeper client that retries with TOKEN and changes modes (zkretry.go)
 }
 
 func newClient(legacy bool, keys, addrs []string, ttl time.Duration, h *history, s *stats, seed uint64) *client {
