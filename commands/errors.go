@@ -45,6 +45,7 @@ var noQuorumOutcome = map[string]string{
 
 // unknownOutcome says what an undecided operation leaves behind, by operation.
 var unknownOutcome = map[string]string{
+	"acquire": "the lock may have been granted to that token; retry LOCK with the same TOKEN, or UNLOCK it",
 	"extend":  "the lease may not be renewed, and the lock was not seen lost; retry RENEW",
 	"release": "the lock may still be held; the release is retried on the silent nodes, and UNLOCK may be retried",
 }

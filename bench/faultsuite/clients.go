@@ -54,6 +54,7 @@ type stats struct {
 	errs        [numErrKinds]atomic.Int64
 	mu          sync.Mutex
 	samples     map[int][]string // a few error texts per kind
+	zk          retryCounts      // the retrying clients' (zkretry.go)
 }
 
 func (s *stats) fail(err error) {
@@ -104,6 +105,8 @@ type client struct {
 	h      *history
 	s      *stats
 	rng    *mrand.Rand
+
+	retries bool // a ZooKeeper client that retries with TOKEN and changes modes (zkretry.go)
 }
 
 func newClient(legacy bool, keys, addrs []string, ttl time.Duration, h *history, s *stats, seed uint64) *client {
@@ -131,6 +134,8 @@ func (c *client) run(ctx context.Context) {
 		r := c.conns[c.rng.IntN(len(c.conns))]
 		if c.legacy {
 			c.legacyCycle(ctx, r, key)
+		} else if c.retries {
+			c.retryCycle(ctx, key)
 		} else {
 			c.nativeCycle(ctx, r, key)
 		}

@@ -236,6 +236,7 @@ func (b *bed) drive(ctx context.Context, cfg config, kind string, h *history, s 
 	var wg sync.WaitGroup
 	for i := range cfg.clients {
 		c := newClient(i%2 == 1, keys, addrs, cfg.ttl, h, s, uint64(i)+uint64(time.Now().UnixNano()))
+		c.retries = cfg.backend == "zookeeper" && i%4 == 0 // half the native clients (zkretry.go)
 		wg.Go(func() {
 			defer c.close()
 			c.run(ctx)
@@ -281,6 +282,9 @@ func longestGap(grants []grant, start, end time.Time) time.Duration {
 func report(cfg config, r result, s *stats) {
 	for _, e := range r.verdict.Examples {
 		fmt.Fprintf(os.Stderr, "faultsuite: %s: VIOLATION %s\n", r.fault, e)
+	}
+	if cfg.backend == "zookeeper" {
+		reportRetries(os.Stderr, r.fault, s)
 	}
 	if !cfg.verbose {
 		return

@@ -47,9 +47,12 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, h engine.Hold) (eng
 	if h.Mode == "" {
 		h.Mode = engine.Lease
 	}
+	if h.Waiter != nil {
+		z.arrive(key, h.Waiter.ID)
+	}
 	a := &acquisition{z: z, key: key, dir: z.dir(key), h: h, start: time.Now()}
 	g, err := a.run(ctx)
-	if cerr := ctx.Err(); cerr != nil { // the caller is gone: keep nothing for it
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, engine.ErrOutcomeUnknown) { // the caller is gone: keep nothing for it
 		err, a.kept = cerr, ""
 	}
 	a.cleanup(ctx, err == nil)
@@ -80,6 +83,9 @@ type acquisition struct {
 	// waiter's own call.
 	onBehalf bool
 	mine     string // the node this call made the lock
+	// mineVersion is mine's version as this call left it: a retry of the
+	// same token through another instance that rewrote it since owns it.
+	mineVersion int32
 }
 
 func (a *acquisition) run(ctx context.Context) (engine.Grant, error) {
@@ -94,10 +100,10 @@ func (a *acquisition) run(ctx context.Context) (engine.Grant, error) {
 // failed after all.
 func (a *acquisition) cleanup(ctx context.Context, granted bool) {
 	if !granted && a.mine != "" {
-		a.z.drop(ctx, a.mine)
+		a.z.drop(ctx, a.mine, a.mineVersion)
 	}
 	if c := a.created; c != "" && c != a.kept && c != a.mine {
-		a.z.drop(ctx, c)
+		a.z.drop(ctx, c, 0)
 	}
 }
 
@@ -146,7 +152,7 @@ func (a *acquisition) own(c created, d zkData, session int64) (engine.Grant, err
 	if nodeFlags(d)&zk.FlagEphemeral == 0 { // a lease: no session owns it
 		session = 0
 	}
-	return a.grant(c.path, c.czxid, session, d, true)
+	return a.grant(written{path: c.path, fence: c.czxid, owner: session}, d, true)
 }
 
 // against answers for p, the lowest node, which this call did not make:
@@ -166,33 +172,32 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 		return engine.Grant{}, a.z.busy(top.data)
 	}
 	d := a.holdData()
-	d.Fence = top.data.Fence
-	stat, err := a.z.set(ctx, p, d, top.stat.Version)
-	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
-		return engine.Grant{}, errAgain
-	}
+	d.Fence = top.fence()
+	w, err := a.z.rewrite(ctx, a.key, a.h.Token, top, d)
 	if err != nil {
 		return engine.Grant{}, err
 	}
-	return a.grant(p, lockNode{path: p, data: d, stat: stat}.fence(), stat.EphemeralOwner, d, false)
+	return a.grant(w, d, false)
 }
 
-// grant is the lock held by node p, created at zxid fence by session
-// owner, with data d. made says this call made p the lock: then this
-// session must own it still, else the session expired meanwhile and the
-// node is gone.
-func (a *acquisition) grant(p string, fence, owner int64, d zkData, made bool) (engine.Grant, error) {
-	if !a.z.track(a.key, a.h.Token, p, owner, d) && made {
+// grant is the lock held by node w with data d. The node must fit d's
+// mode for this session (modeFits): a bound lock's node is this session's,
+// else the session expired meanwhile and the node is gone. made says this
+// call made w the lock: should the call fail after all, cleanup deletes
+// it, at the version it left. The validity counts from before the call's
+// first request was sent.
+func (a *acquisition) grant(w written, d zkData, made bool) (engine.Grant, error) {
+	if !modeFits(d.Mode, w.owner, a.z.conn.SessionID()) || !a.z.track(a.key, a.h.Token, w.path, w.owner, d) {
 		return engine.Grant{}, ErrNotConnected
 	}
 	if made {
-		a.mine = p
+		a.mine, a.mineVersion = w.path, w.version
 	}
 	v := a.z.guaranteed(a.h.Mode, a.h.TTL) - time.Since(a.start)
 	if v <= 0 {
 		return engine.Grant{}, errTooLate
 	}
-	return engine.Grant{Token: a.h.Token, Fence: fence, Validity: v}, nil
+	return engine.Grant{Token: a.h.Token, Fence: w.fence, Validity: v}, nil
 }
 
 // busy refuses an acquire while d holds the key. RetryAfter is how long

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"path"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -62,9 +63,8 @@ func (b *batcher) multi(ops ...any) ([]zk.MultiResponse, error) {
 func (b *batcher) drain(own *batchCall) {
 	for {
 		b.mu.Lock()
-		n := min(len(b.pending), maxBatch)
-		batch := b.pending[:n:n]
-		b.pending = b.pending[n:]
+		batch := b.take()
+		n := len(batch)
 		if n == 0 {
 			b.pending = nil
 			b.sending--
@@ -79,6 +79,38 @@ func (b *batcher) drain(own *batchCall) {
 			return
 		}
 	}
+}
+
+// take removes the calls of the next multi from the pending ones: the
+// longest run, from the first, of at most maxBatch calls no two of which
+// create a sequential node under the same parent. Nodes that one multi
+// creates share its zxid, which is their fence: two locks of one key
+// created together would share a fence. b.mu is held.
+func (b *batcher) take() []*batchCall {
+	parents := map[string]bool{}
+	n := 0
+	for ; n < len(b.pending) && n < maxBatch; n++ {
+		if !claimParents(parents, b.pending[n].ops) && n > 0 {
+			break
+		}
+	}
+	batch := b.pending[:n:n]
+	b.pending = b.pending[n:]
+	return batch
+}
+
+// claimParents adds to parents the parents of the sequential nodes that
+// ops create; false if one of them was there already.
+func claimParents(parents map[string]bool, ops []any) bool {
+	ok := true
+	for _, op := range ops {
+		if c, isCreate := op.(*zk.CreateRequest); isCreate && c.Flags&zk.FlagSequence != 0 {
+			dir := path.Dir(c.Path)
+			ok = ok && !parents[dir]
+			parents[dir] = true
+		}
+	}
+	return ok
 }
 
 // flush sends batch in one multi and answers its calls.

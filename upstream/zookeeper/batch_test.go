@@ -170,3 +170,25 @@ func TestBatcherDeletesAloneWithDelete(t *testing.T) {
 		t.Fatalf("multis %v, deletes %v", f.sent(), deleted)
 	}
 }
+
+// TestBatcherOneSequentialCreatePerParent: a multi creates at most one
+// sequential node under each parent, since the nodes it creates share its
+// zxid, their fence; the calls after the first that would make a second
+// wait for the next multi, in order.
+func TestBatcherOneSequentialCreatePerParent(t *testing.T) {
+	seq := func(p string) *batchCall {
+		return &batchCall{ops: []any{&zk.CreateRequest{Path: p, Flags: zk.FlagSequence}, &zk.SetDataRequest{Path: "/k"}}}
+	}
+	del := &batchCall{ops: []any{&zk.DeleteRequest{Path: "/k/x", Version: 3}}}
+	calls := []*batchCall{seq("/k/a-"), seq("/j/a-"), del, seq("/k/b-"), seq("/j/c-")}
+	b := &batcher{pending: calls}
+	if got := b.take(); len(got) != 3 || got[0] != calls[0] || got[2] != del {
+		t.Fatalf("first multi: %d calls, want the first 3", len(got))
+	}
+	if got := b.take(); len(got) != 2 || got[0] != calls[3] || got[1] != calls[4] {
+		t.Fatalf("second multi: %d calls, want the last 2", len(got))
+	}
+	if got := b.take(); len(got) != 0 {
+		t.Fatalf("third multi: %d calls, want none", len(got))
+	}
+}

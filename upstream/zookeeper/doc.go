@@ -16,9 +16,12 @@
 //   - line.go: waiting — places in line, watching the predecessor, Leave;
 //   - release.go: release, and the handoff of a released key to this
 //     instance's next waiter in the same multi;
-//   - lease.go: Extend (and a bound lock's promotion to a lease), Inspect,
-//     the validity a grant may claim, and the timers that end expired
-//     leases;
+//   - lease.go: Extend, Inspect, the validity a grant may claim, and the
+//     timers that end expired leases;
+//   - mode.go: the node a lock's mode needs (persistent for a lease,
+//     ephemeral and this session's for a bound lock), checked in one
+//     place (modeFits), and the conversion of a node whose mode changes
+//     or whose bound lock is another session's (rewrite);
 //   - held.go: locks taken through another instance (a DEL there): the
 //     mark that delete leaves, and the watch on the marks that tells the
 //     engine (Events' Taken);
@@ -34,6 +37,12 @@
 // the three, lockproxy made 0.66x the recipe's cycles/s at concurrency 32
 // and 0.56x its contended grants/s; after them, 1.1x to 2.3x and 1.1x to
 // 1.5x (README, Benchmark).
+//
+// What may be deleted: a node that may have become a lock is deleted only
+// at the version its deleter saw (a retry of the same token through any
+// instance rewrites the node it takes), or when its data names a waiter
+// that leaves without the lock. A lock's create whose reply was lost is an
+// unknown outcome (engine.UnknownOutcomeError), never "not granted".
 //
 // What a call does with its context: a request to ZooKeeper cannot be
 // cancelled (go-zookeeper takes no context). A call whose ctx has a deadline

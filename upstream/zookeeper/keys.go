@@ -161,6 +161,11 @@ const (
 	// (promoted): persistent, with the replaced node's sequence, so it
 	// keeps that node's place in line.
 	kindLease = 'l'
+	// kindBound is a connection-bound lock that replaced a lease, or a
+	// bound lock of another session, when the same token took it bound
+	// through this session (converted): ephemeral, this session's, with
+	// the replaced node's sequence.
+	kindBound = 'b'
 )
 
 // tokenIDLen is the length of tokenID's hex digits.
@@ -171,12 +176,19 @@ const tokenIDLen = 16
 // sequential node is never given that name: ZooKeeper numbers a parent's
 // children by its count of child changes, which only grows, and the
 // container is only deleted once empty.
-func promoted(p string) string {
+func promoted(p string) string { return converted(p, kindLease) }
+
+// converted is the path of the node that replaces lock node p when its
+// mode changes: p's name with kind, kindLease or kindBound, so at p's
+// sequence. It may be p itself: a bound lock of another session taken
+// again through this one is deleted and made again under its own name,
+// in one multi.
+func converted(p string, kind byte) string {
 	dir, name := path.Split(p)
 	if len(name) <= tokenIDLen+1 {
 		return p
 	}
-	return dir + name[:tokenIDLen+1] + string(kindLease) + name[tokenIDLen+2:]
+	return dir + name[:tokenIDLen+1] + string(kind) + name[tokenIDLen+2:]
 }
 
 // tokenID names a token's nodes: 16 hex digits of its SHA-256. A node is

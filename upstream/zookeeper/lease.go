@@ -20,6 +20,7 @@ type ownNode struct {
 	held       bool      // a lock; false: a waiter's place
 	persistent bool      // a lease's node, which outlives the session
 	until      time.Time // a place's end, unless its waiter calls again
+	expires    time.Time // a lock's expires_at, as last written through this instance
 	timer      *time.Timer
 	placeFacts // a place's: what a handoff needs
 }
@@ -65,7 +66,7 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	if !n.held && z.places[zkLock{key, n.token}] == p {
 		delete(z.places, zkLock{key, n.token})
 	}
-	n.held, n.token, n.persistent = true, token, owner == 0
+	n.held, n.token, n.persistent, n.expires = true, token, owner == 0, d.expiry()
 	n.timer.Reset(max(d.left(), 0))
 	z.locks[zkLock{key, token}] = p
 	orphan := z.servedLocked(key, token, p)
@@ -100,11 +101,15 @@ func (z *ZooKeeper) servedLocked(key, token, p string) (orphan string) {
 }
 
 // ownLock is the path of the lock node this session made for key and
-// token, "" if none.
+// token, "" if none or if its lease ran out as last written here.
 func (z *ZooKeeper) ownLock(key, token string) string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	return z.locks[zkLock{key, token}]
+	p := z.locks[zkLock{key, token}]
+	if n := z.own[p]; n == nil || !time.Now().Before(n.expires) {
+		return ""
+	}
+	return p
 }
 
 // owns reports whether p is an own node, not deleted through this
@@ -307,30 +312,43 @@ func (z *ZooKeeper) cleanupCtx(ctx context.Context) (context.Context, context.Ca
 // call leaves behind; the background carries on after it.
 const dropWithin = 2 * time.Second
 
-// drop deletes node p, which a call created and does not keep: once now,
-// and if that fails, in the background for as long as the session lives.
-func (z *ZooKeeper) drop(ctx context.Context, p string) {
-	z.forget(p)
+// drop deletes node p, which a call created or made the lock and does
+// not keep, if it is still at version, as the call left it: a lock that a
+// retry of the same token rewrote since (against) is that retry's. Once
+// now, and if that fails, in the background for as long as the session
+// lives.
+func (z *ZooKeeper) drop(ctx context.Context, p string, version int32) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(dropWithin, z.opts.SessionTimeout))
 	defer cancel()
-	if err := z.delete(ctx, p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		z.spawn(func() { z.discard(p) })
+	if err := z.deleteAt(ctx, p, version); err != nil {
+		z.spawn(func() { z.discard(p, version) })
 	}
 }
 
-// discard deletes node p, retrying while the session that made it lives.
-func (z *ZooKeeper) discard(p string) {
-	z.forget(p)
-	z.retry(func(ctx context.Context) error {
-		if err := z.delete(ctx, p, -1); !errors.Is(err, zk.ErrNoNode) {
-			return err
-		}
-		return nil
-	})
+// discard deletes node p at version, retrying while the session that made
+// it lives.
+func (z *ZooKeeper) discard(p string, version int32) {
+	z.retry(func(ctx context.Context) error { return z.deleteAt(ctx, p, version) })
+}
+
+// deleteAt deletes node p if it is at version, and forgets it; a node
+// gone is forgotten too. One changed since is no failure: a lock now,
+// which its holder or its own timer ends.
+func (z *ZooKeeper) deleteAt(ctx context.Context, p string, version int32) error {
+	switch err := z.delete(ctx, p, version); {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		z.forget(p)
+	case !errors.Is(err, zk.ErrBadVersion):
+		return err
+	}
+	return nil
 }
 
 // sweep deletes the nodes whose names start with prefix — the node of a
-// create whose outcome is unknown — retrying while the session lives.
+// create whose outcome is unknown — retrying while the session lives. It
+// deletes them only as created (version 0): nobody was told of such a
+// node, so it was granted to no one unless a retry of its token through
+// another instance took it since (against), which writes it.
 func (z *ZooKeeper) sweep(prefix string) {
 	dir, name := path.Split(prefix)
 	dir = strings.TrimSuffix(dir, "/")
@@ -343,9 +361,7 @@ func (z *ZooKeeper) sweep(prefix string) {
 			if !strings.HasPrefix(c.name, name) {
 				continue
 			}
-			p := dir + "/" + c.name
-			z.forget(p)
-			if err := z.delete(ctx, p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			if err := z.deleteAt(ctx, dir+"/"+c.name, 0); err != nil {
 				return err
 			}
 		}
@@ -376,8 +392,10 @@ func (z *ZooKeeper) retry(step func(ctx context.Context) error) {
 // Extend resets the lease of key held by token to ttl from now — a zero
 // ttl reuses the stored ttl_ms — and records mode unless it is empty. Mode
 // Bound, the watchdog's renewal, fails with ErrNotBound once the lock is
-// a lease. The write is version-checked; the instance that owns the node
-// re-arms its timer, here or when the old deadline comes.
+// a lease. The write is version-checked, and converts the node when the
+// mode changes or a bound lock's node is another session's (rewrite): the
+// validity is then this session's, counted from before the first request
+// was sent. The instance that owns the node re-arms its timer.
 func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	if err := z.usable(key); err != nil {
 		return 0, err
@@ -393,47 +411,19 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 			return 0, err
 		}
 		d.By = z.id
-		if d.Mode == engine.Lease && v.top.stat.EphemeralOwner != 0 {
-			err = z.promote(ctx, key, token, v.top, d)
-			if errors.Is(err, errAgain) {
-				continue
-			}
-			return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), err
+		w, err := z.rewrite(ctx, key, token, v.top, d)
+		if errors.Is(err, errAgain) {
+			continue
 		}
-		stat, err := z.set(ctx, v.top.path, d, v.top.stat.Version)
-		switch {
-		case err == nil:
-			z.track(key, token, v.top.path, stat.EphemeralOwner, d)
-			return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), nil
-		case errors.Is(err, zk.ErrNoNode):
-			return 0, engine.ErrNotHeld
-		case !errors.Is(err, zk.ErrBadVersion):
+		if err != nil {
 			return 0, err
 		}
+		if !z.track(key, token, w.path, w.owner, d) && d.Mode != engine.Lease {
+			return 0, ErrNotConnected // the session changed: the node went with it
+		}
+		return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), nil
 	}
 	return 0, errContended
-}
-
-// promote makes lock node n, ephemeral, held by token, the lease d: the
-// connection-bound lock became a lease (EXPIRE), which must outlive the
-// session. n is replaced by its promoted node, persistent, at the same
-// place in line and with the same fence; the multi is checked against
-// n's version, and errAgain means n changed meanwhile.
-func (z *ZooKeeper) promote(ctx context.Context, key, token string, n lockNode, d zkData) error {
-	d.Fence = n.fence()
-	ops := z.promoteOps(n.path, n.stat.Version, d)
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
-	switch err = multiDone(ops, res, err); {
-	case err == nil:
-		z.forget(n.path)
-		z.track(key, token, promoted(n.path), 0, d)
-		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		return engine.ErrNotHeld
-	case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
-		return errAgain
-	}
-	return zkErr("promote", n.path, err)
 }
 
 // extended is lock data d with its lease reset to ttl (zero: d's own) and

@@ -47,7 +47,7 @@ func (a *acquisition) place(ctx context.Context) (kids []child, i int, err error
 			return kids, i, nil
 		}
 		if a.created != "" { // made by this call and deleted since
-			a.z.drop(ctx, a.created)
+			a.z.drop(ctx, a.created, 0)
 		}
 		c, err := a.create(ctx, a.h.Waiter.ID, kindPlace, zkData{Token: a.h.Waiter.ID, Name: a.h.Name})
 		if err != nil {
@@ -71,7 +71,7 @@ func (a *acquisition) claim(ctx context.Context, p string) (engine.Grant, error)
 	stat, err := a.claimWrite(ctx, p, d)
 	switch {
 	case err == nil:
-		return a.grant(p, stat.Czxid, stat.EphemeralOwner, d, true)
+		return a.grant(written{path: p, fence: stat.Czxid, version: stat.Version, owner: stat.EphemeralOwner}, d, true)
 	case errors.Is(err, zk.ErrBadVersion):
 		return a.against(ctx, p)
 	case errors.Is(err, zk.ErrNoNode):
@@ -131,7 +131,7 @@ func (a *acquisition) claimLease(ctx context.Context, p string, d zkData) (engin
 	a.z.forget(p)
 	lease := promoted(p)
 	next.made(a.z, a.key, res, lease, version)
-	return a.grant(lease, fence, 0, d, true)
+	return a.grant(written{path: lease, fence: fence}, d, true)
 }
 
 // claimWrite writes the lock d into the waiter's place p, expected at
@@ -168,7 +168,7 @@ func (a *acquisition) behind(ctx context.Context, kids []child, i int) (engine.G
 	p := a.dir + "/" + kids[i].name
 	g, err := a.against(ctx, a.dir+"/"+kids[0].name)
 	if err == nil {
-		a.z.drop(ctx, p)
+		a.z.drop(ctx, p, 0)
 		if a.created == p {
 			a.created = ""
 		}
@@ -343,7 +343,7 @@ func (z *ZooKeeper) unwatched(p string) {
 }
 
 // listen waits for the watch on p. A deletion announces key, unless p was
-// replaced by its promoted node (its lock became a lease), which is then
+// replaced by its converted node (its lock's mode changed), which is then
 // watched instead; a change of data (an extension) only renews the watch.
 // A watch that ends with the session or the backend announces nothing:
 // the waiter's place went too, and its next try says so.
@@ -355,9 +355,11 @@ func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
 		if z.deletedHere(p) {
 			return
 		}
-		if q := promoted(p); q != p {
-			if ok, err := z.setWatch(key, q); err == nil && ok {
-				return
+		for _, kind := range []byte{kindLease, kindBound} { // its mode changed (rewrite)
+			if q := converted(p, kind); q != p {
+				if ok, err := z.setWatch(key, q); err == nil && ok {
+					return
+				}
 			}
 		}
 		z.announce(key)
@@ -410,9 +412,10 @@ func (z *ZooKeeper) watching(p string) bool {
 	return z.watched[p] > 0
 }
 
-// Leave deletes waiter's place in key's line, unless it has become the
-// lock — but a lock handed to the waiter and not taken is released. The
-// waiter behind it, watching it, is woken.
+// Leave deletes waiter's place in key's line. The waiter leaves without
+// the lock, so a place that a claim or a handoff made its lock meanwhile
+// is deleted too (leavePlace), and a handoff still on its way undoes
+// itself (dropHanded). The waiter behind it, watching it, is woken.
 func (z *ZooKeeper) Leave(ctx context.Context, key, waiter string) error {
 	if err := z.usable(key); err != nil {
 		return err
@@ -422,7 +425,41 @@ func (z *ZooKeeper) Leave(ctx context.Context, key, waiter string) error {
 	if err != nil {
 		return err
 	}
-	return z.dropPlaces(ctx, key, kids, waiter)
+	dir, prefix := z.dir(key), placePrefix(waiter)
+	var errs []error
+	for _, c := range kids {
+		if strings.HasPrefix(c.name, prefix) {
+			errs = append(errs, z.leavePlace(ctx, key, dir+"/"+c.name, waiter))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// leavePlace deletes place p of waiter id, which leaves its line without
+// the lock: as created (version 0), or, if it became id's lock meanwhile,
+// at the version read — nobody was told of that lock.
+func (z *ZooKeeper) leavePlace(ctx context.Context, key, p, id string) error {
+	if err := z.delete(ctx, p, 0); !errors.Is(err, zk.ErrBadVersion) {
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			z.forget(p)
+			return nil
+		}
+		return err
+	}
+	n, err := z.get(ctx, p)
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode):
+		return nil
+	case err != nil:
+		return err
+	case !n.data.heldBy(id):
+		return nil
+	}
+	if err := z.deleteAt(ctx, p, n.stat.Version); err != nil {
+		return err
+	}
+	z.announce(key)
+	return nil
 }
 
 // dropPlaces deletes the places of waiter id among key's nodes kids. The

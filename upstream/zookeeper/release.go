@@ -17,7 +17,7 @@ type handoff struct {
 	fence   int64
 	version int32 // the place's data version after the handoff's write
 	data    zkData
-	at      time.Time // when the ensemble answered the handoff
+	at      time.Time // when the handoff's multi was sent: validity counts from then
 }
 
 // Release deletes key's lock node if token holds it, and hands key to
@@ -78,6 +78,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	// multi's answer comes: it must not wake that waiter before the
 	// handoff is recorded, or the waiter reads and rewrites its place.
 	undo := z.deleteHere(lock)
+	sent := time.Now()
 	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		undo()
@@ -89,7 +90,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 		return false
 	}
 	z.forget(lock)
-	h := handoff{path: place, data: d, at: time.Now()}
+	h := handoff{path: place, data: d, at: sent}
 	owner := int64(0)
 	if lease {
 		z.forget(place)
@@ -104,11 +105,36 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	if !z.track(key, next, h.path, owner, d) {
 		return true // the session changed: the place, and the lock, went with it
 	}
-	z.mu.Lock()
-	z.handed[zkLock{key, next}] = h
-	z.mu.Unlock()
+	if !z.recordHanded(key, next, h) {
+		z.undoHanded(ctx, key, h) // the waiter left meanwhile (Leave)
+	}
 	after.made(z, key, res, h.path, facts.version)
 	return true
+}
+
+// recordHanded records h, key handed to waiter next, for next to take,
+// unless next has left meanwhile (departLocked): false then.
+func (z *ZooKeeper) recordHanded(key, next string, h handoff) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if _, gone := z.departed[zkLock{key, next}]; gone {
+		return false
+	}
+	z.handed[zkLock{key, next}] = h
+	return true
+}
+
+// undoHanded deletes the lock h that a handoff of key made for a waiter
+// that did not take it, at the version the handoff left: whichever of the
+// handoff and the waiter's departure comes second undoes the first.
+func (z *ZooKeeper) undoHanded(ctx context.Context, key string, h handoff) {
+	switch err := z.delete(ctx, h.path, h.version); {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		z.forget(h.path)
+		z.announce(key)
+	case !errors.Is(err, zk.ErrBadVersion): // the lease timer deletes it
+		z.log.Debug("handed lock not released", zap.String("key", key), zap.Error(err))
+	}
 }
 
 // nextPlace is the place that a handoff's or a claim's multi makes for
@@ -244,22 +270,38 @@ func (a *acquisition) handedOver() (engine.Grant, bool) {
 	return engine.Grant{Token: a.h.Token, Fence: h.fence, Validity: v}, true
 }
 
-// dropHanded releases a key handed to waiter id that it did not take.
+// dropHanded releases a key handed to waiter id that it did not take,
+// and marks id as gone, so that a handoff to it still on its way undoes
+// itself (recordHanded).
 func (z *ZooKeeper) dropHanded(ctx context.Context, key, id string) {
 	z.mu.Lock()
+	z.departLocked(key, id)
 	h, ok := z.handed[zkLock{key, id}]
 	delete(z.handed, zkLock{key, id})
 	z.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		z.undoHanded(ctx, key, h)
 	}
-	switch err := z.delete(ctx, h.path, h.version); {
-	case err == nil, errors.Is(err, zk.ErrNoNode):
-		z.forget(h.path)
-		z.announce(key)
-	case !errors.Is(err, zk.ErrBadVersion): // the lease timer deletes it
-		z.log.Debug("handed lock not released", zap.String("key", key), zap.Error(err))
+}
+
+// maxDeparted bounds the waiters remembered as gone; past it, they are all
+// forgotten.
+const maxDeparted = 4096
+
+// departLocked marks waiter id of key as gone, until it waits again
+// (arrive); z.mu is held.
+func (z *ZooKeeper) departLocked(key, id string) {
+	if len(z.departed) >= maxDeparted {
+		clear(z.departed)
 	}
+	z.departed[zkLock{key, id}] = struct{}{}
+}
+
+// arrive clears the mark of waiter id of key as gone: it waits again.
+func (z *ZooKeeper) arrive(key, id string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	delete(z.departed, zkLock{key, id})
 }
 
 // release deletes key's lock node if token holds it (version-checked), and

@@ -146,7 +146,9 @@ func (z *ZooKeeper) read(ctx context.Context, dir string) (view, error) {
 
 // holder reads key's lock, which token must hold, else ErrNotHeld (with
 // the nodes read). Another session may read from a server that lags: a
-// "not held" is confirmed after a sync with the leader.
+// "not held" is confirmed after a sync with the leader. A lock whose
+// expires_at has passed on this instance's clock is not held, as a Redis
+// key past its TTL, though nobody has deleted its node yet.
 func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error) {
 	dir := z.dir(key)
 	v, err := z.read(ctx, dir)
@@ -158,7 +160,7 @@ func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error)
 	switch {
 	case err != nil:
 		return view{}, err
-	case !v.held() || !v.top.data.heldBy(token):
+	case !v.held() || !v.top.data.heldBy(token), v.top.data.left() <= 0:
 		return v, engine.ErrNotHeld
 	}
 	return v, nil
@@ -181,13 +183,19 @@ func (z *ZooKeeper) sync(ctx context.Context, p string) error {
 // the create (ZooKeeper applies a multi as one transaction): then it is the
 // lowest, with no listing needed.
 // A node whose creation the caller does not learn of — ctx ended, or the
-// connection failed before the answer — is deleted in the background.
+// connection failed before the answer — is deleted in the background, as
+// created only (sweep); a lock's create whose answer the connection lost
+// is an unknown outcome (lostCreate).
 func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData) (created, error) {
 	answered := func(r created) (created, error) {
-		if unknownOutcome(r.err) {
+		unknown := unknownOutcome(r.err)
+		if unknown {
 			z.spawn(func() { z.sweep(prefix) })
 		}
 		r.err = zkErr("create", prefix, r.err)
+		if unknown && !d.waiting() {
+			r.err = lostCreate(r.err)
+		}
 		return r, r.err
 	}
 	if err := ctx.Err(); err != nil {
@@ -250,12 +258,10 @@ func nodeFlags(d zkData) int32 {
 
 // promoteOps are the ops of a multi that makes lock node or place p, at
 // version, the lease d: p is deleted and its promoted node, persistent,
-// created in its place in line. d.Fence must carry p's fence.
+// created in its place in line (convertOps). d.Fence must carry p's fence.
 func (z *ZooKeeper) promoteOps(p string, version int32, d zkData) []any {
-	return []any{
-		&zk.DeleteRequest{Path: p, Version: version},
-		&zk.CreateRequest{Path: promoted(p), Data: d.encode(), Acl: z.opts.ACL, Flags: 0},
-	}
+	d.Mode = engine.Lease
+	return z.convertOps(p, version, d)
 }
 
 // multiDone is the error of a multi of ops, as multiErr, or an error if a
@@ -302,10 +308,18 @@ type created struct {
 func (z *ZooKeeper) abandon(r created, prefix string) {
 	switch {
 	case r.err == nil:
-		z.discard(r.path)
+		z.discard(r.path, 0) // as created: a retry through another instance may have taken it since
 	case unknownOutcome(r.err):
 		z.sweep(prefix)
 	}
+}
+
+// lostCreate is the error of a lock's create whose reply was lost: the
+// node may have been made, and a retry of its token through any instance
+// takes it (against), so the outcome is unknown — never "not granted".
+// The node is swept meanwhile, as created only (sweep).
+func lostCreate(err error) error {
+	return &engine.UnknownOutcomeError{Op: "acquire", Silent: 1, Err: err}
 }
 
 // unknownOutcome reports whether a failed request may have been carried

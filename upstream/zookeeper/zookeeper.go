@@ -119,7 +119,10 @@ func (o Options) validate() error {
 // ephemeral: a place or a connection-bound lock that becomes a lease is
 // replaced, in one multi, by a persistent node of the same name but kind
 // 'l' — at the same sequence, so at the same place in line — that carries
-// the replaced node's fence (promoted).
+// the replaced node's fence (promoted). A lease that becomes
+// connection-bound, or a bound lock of another session taken or renewed
+// through this one, is replaced the same way by an ephemeral node of this
+// session, kind 'b' (mode.go): persistent ⇔ lease, after every write.
 //
 // Why the guarantees hold:
 //   - Mutual exclusion: ZooKeeper numbers a parent's sequential children in
@@ -134,7 +137,9 @@ func (o Options) validate() error {
 //     the lock was granted in, or of the node a promoted lease replaced.
 //     Zxids grow strictly with every transaction of the ensemble, across
 //     leader changes (the epoch is their high half), and a later grant is
-//     always a younger node, even after the container was deleted.
+//     always a younger node, even after the container was deleted. One
+//     multi creates at most one node under a key (batcher.take): nodes
+//     made in one multi share its zxid.
 //   - Crash: places and connection-bound locks are ephemeral. If lockproxy
 //     dies, its session expires and ZooKeeper deletes them. Leases are
 //     persistent, as on Redis: they live their whole validity, whatever
@@ -152,7 +157,8 @@ func (o Options) validate() error {
 //     waits ClockSkew + 1% of the lease + 2ms past it (zkData.overdue):
 //     safe as long as the instances' clocks differ by less than ClockSkew
 //     (default 1s) and run at rates within 1% of each other.
-//   - Validity: a lease is valid for its ttl less the time the grant took.
+//   - Validity: a lease is valid for its ttl less the time the grant took,
+//     counted from before its first request was sent (a handoff's too).
 //     A connection-bound lock ends with the session, which may expire the
 //     negotiated session timeout after the server last heard from this
 //     instance: it is never reported valid for longer (guaranteed).
@@ -198,6 +204,7 @@ type ZooKeeper struct {
 	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
 	reaping   map[string]bool     // others' lock nodes this instance ends when overdue, for its waiters
 	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
+	departed  map[zkLock]struct{} // waiters that left their line, until they wait again (dropHanded)
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
 }
@@ -227,6 +234,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		deleting: map[string]struct{}{},
 		reaping:  map[string]bool{},
 		served:   map[zkLock]struct{}{},
+		departed: map[zkLock]struct{}{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
 	if opts.TLS != nil {
