@@ -179,3 +179,31 @@ func TestMatcher(t *testing.T) {
 		t.Error("Lines: an extra line matched")
 	}
 }
+
+// TestReadmeReachesEverySection: every page in docs/ is linked from the
+// README, and so is every section (##) of the topic pages, so that a
+// reader is one click from any of them. lock-scripts.md is reached as a
+// page: its sections are the catalogue's.
+func TestReadmeReachesEverySection(t *testing.T) {
+	pages, err := Load("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked := map[string]bool{}
+	for _, l := range Links(pages[0]) {
+		linked[l.Target] = true
+	}
+	for _, p := range pages[1:] {
+		if !linked[p.Path] {
+			t.Errorf("README.md does not link %s", p.Path)
+		}
+		if p.Path == "docs/lock-scripts.md" {
+			continue
+		}
+		for _, m := range sectionHeading.FindAllStringSubmatch(prose(p), -1) {
+			if target := p.Path + "#" + Slug(m[1]); !linked[target] {
+				t.Errorf("README.md does not link %s (%q)", target, m[1])
+			}
+		}
+	}
+}

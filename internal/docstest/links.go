@@ -142,3 +142,6 @@ func checkLink(root string, byPath map[string]Page, l Link) error {
 	}
 	return nil
 }
+
+// sectionHeading is a level-2 heading: a section of a page.
+var sectionHeading = regexp.MustCompile(`(?m)^## +(.*?)[ \t]*$`)
