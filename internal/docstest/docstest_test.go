@@ -183,7 +183,9 @@ func TestMatcher(t *testing.T) {
 // TestReadmeReachesEverySection: every page in docs/ is linked from the
 // README, and so is every section (##) of the topic pages, so that a
 // reader is one click from any of them. lock-scripts.md is reached as a
-// page: its sections are the catalogue's.
+// page: its sections are the catalogue's. docs/pending-<issue>.md pages are
+// text waiting to be merged into the topic pages, not pages of their own
+// (their links, snippets and transcripts are checked all the same).
 func TestReadmeReachesEverySection(t *testing.T) {
 	pages, err := Load("../..")
 	if err != nil {
@@ -194,6 +196,9 @@ func TestReadmeReachesEverySection(t *testing.T) {
 		linked[l.Target] = true
 	}
 	for _, p := range pages[1:] {
+		if strings.HasPrefix(p.Path, "docs/pending-") {
+			continue
+		}
 		if !linked[p.Path] {
 			t.Errorf("README.md does not link %s", p.Path)
 		}
