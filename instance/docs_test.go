@@ -86,14 +86,16 @@ func runTranscript(t *testing.T, b docstest.Block) {
 	}
 	in, env := setup(t)
 	m := docstest.NewMatcher()
+	started := time.Now()
 	for _, s := range sessions {
-		runSession(t, in.Addr(), env, m, b.Page, s)
+		runSession(t, in.Addr(), env, m, b.Page, s, started)
 	}
 }
 
 // runSession runs one redis-cli of a transcript against addr and compares
-// its output with the page's.
-func runSession(t *testing.T, addr string, env map[string]string, m *docstest.Matcher, page string, s docstest.Session) {
+// its output with the page's; a validity may be lower by the time the
+// transcript has run since started.
+func runSession(t *testing.T, addr string, env map[string]string, m *docstest.Matcher, page string, s docstest.Session, started time.Time) {
 	t.Helper()
 	opts := cliOptions(addr, s.Options, env)
 	var input string
@@ -110,6 +112,7 @@ func runSession(t *testing.T, addr string, env map[string]string, m *docstest.Ma
 		}
 	}
 	got := runCLI(t, opts, input)
+	m.SlackMS = time.Since(started).Milliseconds()
 	if err := m.Lines(want, got); err != nil {
 		t.Errorf("%s:%d: %v\nthe run printed:\n%s", page, s.Line, err, strings.Join(got, "\n"))
 	}

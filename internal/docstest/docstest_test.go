@@ -169,6 +169,10 @@ func TestMatcher(t *testing.T) {
 			t.Errorf("Line(%q, %q) = %v, want %v", c.want, c.got, got, c.ok)
 		}
 	}
+	m.SlackMS = 5000
+	if !m.Line("(integer) 29695", "(integer) 24000") || m.Line("(integer) 29695", "(integer) 36000") {
+		t.Error("SlackMS widens the tolerance below, and only below")
+	}
 	if got := m.Substitute("UNLOCK k " + page); got != "UNLOCK k "+run {
 		t.Errorf("Substitute: %q", got)
 	}
