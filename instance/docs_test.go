@@ -16,12 +16,16 @@ import (
 )
 
 // docSetups start the lockproxy a transcript runs against, named by the
-// "<!-- transcript: NAME -->" line before its block ("embedded" when
-// there is none: what `go run ./cmd/lockproxy` starts), and return the
-// environment its $VARIABLES read.
+// "<!-- transcript: NAME[,NAME...] -->" line before its block ("embedded"
+// when there is none: what `go run ./cmd/lockproxy` starts; several names:
+// the transcript runs on each), and return the environment its $VARIABLES
+// read.
 var docSetups = map[string]func(t *testing.T) (*instance.Instance, map[string]string){
 	"embedded": func(t *testing.T) (*instance.Instance, map[string]string) {
 		return startInstance(t, docConfig()), nil
+	},
+	"redlock": func(t *testing.T) (*instance.Instance, map[string]string) {
+		return startInstance(t, testConfig(redistest.StartN(t, 3, redistest.Options{}))), nil
 	},
 	"users": func(t *testing.T) (*instance.Instance, map[string]string) {
 		cfg := docConfig()
@@ -62,8 +66,14 @@ func TestDocsTranscripts(t *testing.T) {
 			if !docstest.IsTranscript(b) {
 				continue
 			}
-			ran++
-			t.Run(fmt.Sprintf("%s:%d", p.Path, b.Line), func(t *testing.T) { runTranscript(t, b) })
+			setups := strings.Split(b.Setup, ",")
+			if b.Setup == "" {
+				setups = []string{"embedded"}
+			}
+			for _, name := range setups {
+				ran++
+				t.Run(fmt.Sprintf("%s:%d/%s", p.Path, b.Line, name), func(t *testing.T) { runTranscript(t, b, name) })
+			}
 		}
 	}
 	if ran < 5 {
@@ -71,14 +81,10 @@ func TestDocsTranscripts(t *testing.T) {
 	}
 }
 
-func runTranscript(t *testing.T, b docstest.Block) {
+func runTranscript(t *testing.T, b docstest.Block, name string) {
 	sessions, err := docstest.ParseTranscript(b)
 	if err != nil {
 		t.Fatal(err)
-	}
-	name := b.Setup
-	if name == "" {
-		name = "embedded"
 	}
 	setup, ok := docSetups[name]
 	if !ok {
