@@ -90,14 +90,14 @@ func Links(p Page) []Link {
 // exists, and its anchor (#...) is one of the target page's anchors. Links
 // with a scheme (https:, mailto:) are not followed.
 func CheckLinks(root string, pages []Page) []error {
-	byPath := map[string]Page{}
+	anchors := map[string]map[string]bool{} // by page, read once
 	for _, p := range pages {
-		byPath[p.Path] = p
+		anchors[p.Path] = Anchors(p)
 	}
 	var errs []error
 	for _, p := range pages {
 		for _, l := range Links(p) {
-			if err := checkLink(root, byPath, l); err != nil {
+			if err := checkLink(root, anchors, l); err != nil {
 				errs = append(errs, fmt.Errorf("%s:%d: %w: %s", l.Page, l.Line, ErrBrokenLink, err))
 			}
 		}
@@ -105,7 +105,7 @@ func CheckLinks(root string, pages []Page) []error {
 	return errs
 }
 
-func checkLink(root string, byPath map[string]Page, l Link) error {
+func checkLink(root string, anchors map[string]map[string]bool, l Link) error {
 	if l.Target == "" {
 		return errors.New("empty target")
 	}
@@ -129,15 +129,14 @@ func checkLink(root string, byPath map[string]Page, l Link) error {
 	if !strings.HasSuffix(target, ".md") {
 		return fmt.Errorf("%s: an anchor into a file that is not Markdown", l.Target)
 	}
-	p, ok := byPath[target]
-	if !ok {
+	if _, ok := anchors[target]; !ok {
 		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(target)))
 		if err != nil {
 			return err
 		}
-		p = Page{Path: target, Text: string(b)}
+		anchors[target] = Anchors(Page{Path: target, Text: string(b)})
 	}
-	if !Anchors(p)[anchor] {
+	if !anchors[target][anchor] {
 		return fmt.Errorf("%s: no heading or anchor %q in %s", l.Target, anchor, target)
 	}
 	return nil
