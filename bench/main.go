@@ -31,6 +31,10 @@
 //	               [-inprocess] [-procs N] [-cpuprofile FILE]
 //	go run ./bench -passthrough [-concurrency 1,32] [-twemproxy nutcracker]
 //
+// -docs docs/benchmarks.md writes a complete run (date, machine, load,
+// every bar line, the whole output) into that page's marked block for its
+// kind of run, so that the published figures are never edited by hand.
+//
 // -passthrough measures forwarded GET/SET instead (issue 14): the data
 // Redis directly, through twemproxy when it is installed, and through
 // lockproxy, in one run.
@@ -40,10 +44,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -72,6 +78,7 @@ type options struct {
 	twemproxy   string // twemproxy's executable, the reference proxy
 	faults      bool
 	rss         bool
+	docs        string // a Markdown page whose marked block gets the run; empty: none
 }
 
 func main() {
@@ -83,17 +90,45 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if o.passthrough {
-		err = runPassthrough(ctx, o, os.Stdout)
-	} else {
-		err = run(ctx, o, os.Stdout)
+	if o.docs != "" {
+		if err := checkDocs(o.docs, docsBlock(o)); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -docs:", err)
+			os.Exit(2)
+		}
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = measureAndWrite(ctx, o, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// measureAndWrite runs what o asks for, printing on standard output, and
+// with -docs writes a complete run into the page.
+func measureAndWrite(ctx context.Context, o options, args []string) error {
+	var out bytes.Buffer
+	w := io.Writer(os.Stdout)
+	if o.docs != "" {
+		w = io.MultiWriter(os.Stdout, &out)
+	}
+	r := docsRun{block: docsBlock(o), command: commandLine(args), started: time.Now(), machine: machineLine()}
+	var err error
+	if o.passthrough {
+		err = runPassthrough(ctx, o, w)
+	} else {
+		err = run(ctx, o, w)
+	}
+	if err != nil || o.docs == "" {
+		return err
+	}
+	r.took, r.output = time.Since(r.started), out.String()
+	if err := writeDocs(o.docs, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote this run into %s\n", o.docs)
+	return nil
 }
 
 func parseFlags(args []string) (options, error) {
@@ -117,6 +152,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.twemproxy, "twemproxy", "nutcracker", "twemproxy's executable, measured in the same run as a reference proxy (left out if not found)")
+	fs.StringVar(&o.docs, "docs", "", "after a complete run, write its date, machine, load, bar lines and output into this page's marked block (docs/benchmarks.md)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to FILE (use with -inprocess)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

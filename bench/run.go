@@ -197,8 +197,11 @@ func closeTargets(targets []*target, px *proxy) error {
 	return errors.Join(errs...)
 }
 
-func writeMachine(w io.Writer) {
-	fmt.Fprintf(w, "machine: NumCPU=%d GOMAXPROCS=%d %s %s/%s; load average at start: %s\n",
+func writeMachine(w io.Writer) { fmt.Fprintln(w, machineLine()) }
+
+// machineLine names the machine and its load now.
+func machineLine() string {
+	return fmt.Sprintf("machine: NumCPU=%d GOMAXPROCS=%d %s %s/%s; load average at start: %s",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadAverage())
 }
 
