@@ -144,6 +144,10 @@ $ redis-cli -p 6380 EVAL "return 'x y'" 0
 			t.Errorf("ParseTranscript(%q) = %v, want ErrTranscript", bad, err)
 		}
 	}
+	tx, err := ParseTranscript(Block{Page: "x.md", Body: "127.0.0.1:6380> MULTI\nOK\n127.0.0.1:6380(TX)> PING\nQUEUED\n"})
+	if err != nil || len(tx) != 1 || len(tx[0].Commands) != 2 || tx[0].Commands[1].Text != "PING" {
+		t.Errorf("redis-cli's (TX) prompt inside MULTI: %+v, %v", tx, err)
+	}
 }
 
 func TestMatcher(t *testing.T) {

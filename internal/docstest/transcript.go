@@ -30,14 +30,14 @@ type Command struct {
 }
 
 var (
-	prompt     = regexp.MustCompile(`^\S+:\d+> ?(.*)$`)
+	prompt     = regexp.MustCompile(`^\S+:\d+(?:\(TX\))?> ?(.*)$`) // redis-cli shows (TX) inside MULTI
 	shellLine  = regexp.MustCompile(`^\$ redis-cli(\s.*)?$`)
 	annotation = regexp.MustCompile(`\s{2,}<-.*$`)
 )
 
 // IsTranscript reports whether b shows a redis-cli session: a block without
 // a language (or "console"/"text") whose first line is "$ redis-cli ..." or
-// a "host:port> " prompt.
+// a "host:port> " prompt ("host:port(TX)> " inside MULTI).
 func IsTranscript(b Block) bool {
 	if b.Lang != "" && b.Lang != "console" && b.Lang != "text" {
 		return false
