@@ -29,6 +29,8 @@ type Conn struct {
 	replyOff bool // OFF: no command's replies are written until ON
 	skipNext bool // SKIP: the next command's replies are not written
 
+	authFails int // wrong passwords sent (authfail.go); RESET keeps it
+
 	// State is the Session's per-connection value.
 	State any
 

@@ -89,7 +89,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		user = string(args[1])
 	}
 	if !s.checkAuth(user, pass) {
-		c.Error(msgWrongPass)
+		s.authFailed(c, user)
 		return
 	}
 	c.mu.Lock()
@@ -121,7 +121,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		switch {
 		case opt == "AUTH" && i+2 < len(args):
 			if !s.checkAuth(string(args[i+1]), string(args[i+2])) {
-				c.Error(msgWrongPass)
+				s.authFailed(c, string(args[i+1]))
 				return
 			}
 			authed = true
@@ -303,6 +303,10 @@ func (s *Server) info(c *Conn, args [][]byte) {
 	}
 	if wants(section, "clients") {
 		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.Clients(), s.maxClients.Load())
+	}
+	if wants(section, "stats") {
+		// Redis 7.2's name for the count of failed AUTH and HELLO AUTH.
+		fmt.Fprintf(&b, "# Stats\r\nacl_access_denied_auth:%d\r\n\r\n", s.AuthFailures())
 	}
 	b.WriteString(s.session.Info(section))
 	c.BulkString(strings.TrimSuffix(b.String(), "\r\n"))

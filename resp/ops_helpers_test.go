@@ -38,7 +38,7 @@ func (nopSession) Reset(*resp.Conn)   {}
 func (nopSession) Closed(*resp.Conn)  {}
 func (nopSession) Info(string) string { return "" }
 
-func newOpsServer(t *testing.T, cfg resp.Config) *opsServer {
+func newOpsServer(t testing.TB, cfg resp.Config) *opsServer {
 	t.Helper()
 	s := &opsServer{}
 	core, logs := observer.New(zapcore.InfoLevel)

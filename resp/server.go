@@ -73,6 +73,9 @@ type Server struct {
 	attackLog rateLog                // HTTP requests closed
 	tlsLog    rateLog                // failed TLS handshakes
 	acceptLog rateLog                // failed accepts
+	authLog   rateLog                // wrong passwords (authfail.go)
+
+	authFailures atomic.Int64 // wrong passwords since start
 
 	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
 
@@ -102,6 +105,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every, s.acceptLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery, refusalLogEvery
+	s.authLog.every = refusalLogEvery
 	if err := table.Add(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...)...); err != nil {
 		return nil, err
 	}
