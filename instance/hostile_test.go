@@ -3,7 +3,10 @@ package instance_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,5 +101,71 @@ func TestAuthGuessing(t *testing.T) {
 	}
 	if n := linesWith(logs, "authentication failed"); n < 1 || n > 2 {
 		t.Fatalf("%d log lines for 14 wrong passwords, want 1 (rate-limited)", n)
+	}
+}
+
+// garbage are the byte strings the flood sends, one per connection, each
+// of which makes the server close the connection: malformed RESP that
+// redcon rejects, a broken limit, an HTTP request, binary noise.
+var garbage = []string{
+	"*2\r\n$1\r\na\r\n:5\r\n",
+	"*1\r\n$-5x\r\n",
+	"*99999999\r\n",
+	"POST / HTTP/1.1\r\nHost: x\r\n\r\n",
+	"*\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n",
+	"\"unbalanced\r\n",
+}
+
+// flood opens n connections, at most par at a time, each sending one
+// garbage string and reading until the server closes it (or 5 s pass).
+func flood(t *testing.T, addr string, n, par int) {
+	t.Helper()
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return // counted by the caller through the server's log only
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.WriteString(c, garbage[i%len(garbage)])
+			_, _ = io.Copy(io.Discard, c)
+		})
+	}
+	wg.Wait()
+}
+
+// TestLogFlood: 3,000 connections sending garbage write a bounded number of
+// log lines, each saying how many it stands for (on the old code every
+// connection that ended on a protocol error wrote its own "connection
+// closed" line: 6,192 lines for 10,000 connections).
+func TestLogFlood(t *testing.T) {
+	cfg := embeddedConfig()
+	in, logs := startObserved(t, cfg)
+	before := logs.Len()
+	const n = 3000
+	start := time.Now()
+	flood(t, in.Addr(), n, 50)
+	c := dialRaw(t, in.Addr())
+	eventually(t, 30*time.Second, "the flood's connections closed", func() bool {
+		return strings.Contains(c.do("INFO", "clients"), "connected_clients:1\r\n")
+	})
+	took := time.Since(start)
+	lines := logs.Len() - before
+	t.Logf("%d garbage connections in %v: %d log lines", n, took, lines)
+	for _, e := range logs.All()[before:] {
+		t.Logf("  %.60s %v", e.Message, e.ContextMap())
+	}
+	// Each kind of per-connection event (closed on an error, refused at
+	// max_clients, HTTP, TLS, accept, AUTH) logs a line per 10 s at most.
+	if bound := 6 * (int(took/(10*time.Second)) + 1); lines > bound {
+		t.Fatalf("%d garbage connections wrote %d log lines in %v, want at most %d", n, lines, took, bound)
+	}
+	if c.do("PING") != "+PONG" {
+		t.Fatal("PING after the flood")
 	}
 }

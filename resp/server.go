@@ -74,6 +74,7 @@ type Server struct {
 	tlsLog    rateLog                // failed TLS handshakes
 	acceptLog rateLog                // failed accepts
 	authLog   rateLog                // wrong passwords (authfail.go)
+	closeLog  rateLog                // connections closed on an error (ratelog.go)
 
 	authFailures atomic.Int64 // wrong passwords since start
 
@@ -105,7 +106,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every, s.acceptLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery, refusalLogEvery
-	s.authLog.every = refusalLogEvery
+	s.authLog.every, s.closeLog.every = refusalLogEvery, refusalLogEvery
 	if err := table.Add(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...)...); err != nil {
 		return nil, err
 	}
@@ -329,7 +330,6 @@ func (s *Server) protocolError(c *Conn, err error) {
 // finish runs once a connection is gone: its counters, its state and the
 // Closed callbacks.
 func (s *Server) finish(c *Conn, err error) {
-	rc := c.rc
 	defer s.handled.Done()
 	s.clients.Add(-1)
 	c.cancel()
@@ -340,7 +340,7 @@ func (s *Server) finish(c *Conn, err error) {
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
+		s.closedOnError(c, err)
 	}
 	s.session.Closed(c) // releases bound locks first: leaving the nodes' channels may wait on a slow node
 	s.unsubscribeAll(c)
