@@ -2,15 +2,19 @@ package instance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/tlstest"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -168,4 +172,86 @@ func TestLogFlood(t *testing.T) {
 	if c.do("PING") != "+PONG" {
 		t.Fatal("PING after the flood")
 	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// settledFDs is openFDs once it has not changed for 200 ms (at most 3 s).
+func settledFDs(t *testing.T) int {
+	n := openFDs(t)
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		m := openFDs(t)
+		if m == n {
+			break
+		}
+		n = m
+	}
+	return n
+}
+
+// TestTLSSilentConnections: with max_clients = 5, 3,000 TCP connections
+// that never send a ClientHello are not all accepted and held: beyond 16
+// handshakes under way (max_clients, but at least 16) each is closed at once (on the old code every one
+// was held for the 10 s handshake timeout: file descriptors 25 -> 3,025),
+// and a real TLS client gets through once the silent ones are gone.
+func TestTLSSilentConnections(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	srvFiles := ca.Server(t, "server")
+	cfg := embeddedConfig()
+	cfg.TLS = instance.TLSConfig{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key}
+	cfg.Limits.MaxClients = 5
+	in, _ := startObserved(t, cfg)
+
+	const n = 3000
+	base := openFDs(t)
+	silent := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.DialTimeout("tcp", in.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatalf("connect %d: %v", len(silent), err)
+		}
+		silent = append(silent, c)
+	}
+	// Count the connections the server closed: a read ends at once with EOF
+	// (or a reset) on those, and times out on those it holds.
+	fds := settledFDs(t) - base
+	// Counting stops past 20 (the test has failed by then), well within
+	// the 10 s handshake timeout that would close them anyway.
+	held := 0
+	for _, c := range silent {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			held++
+		}
+		if held > 20 {
+			break
+		}
+	}
+	t.Logf("%d silent TCP connections to the TLS listener: %d held by the server; fds of the process +%d (%d of them the test's own)", n, held, fds, n)
+	if held > 16 {
+		t.Fatalf("%d of %d silent connections held, want at most 16", held, n)
+	}
+	for _, c := range silent {
+		c.Close()
+	}
+	silent = nil
+	c := redis.NewClient(&redis.Options{Addr: in.Addr(), TLSConfig: clientTLS(t, ca, nil), MaxRetries: -1})
+	defer c.Close()
+	eventually(t, 30*time.Second, "PING over TLS after the silent connections left", func() bool {
+		return c.Ping(context.Background()).Err() == nil
+	})
 }

@@ -118,7 +118,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 // parses its commands, the loop reads and writes them.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
-		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
+		ln = newTLSListener(ln, s.cfg.TLS, s)
 	}
 	gl := &guardListener{Listener: ln, src: &s.limits, budget: s.budget}
 	s.mu.Lock()
