@@ -119,6 +119,7 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	}
 	go func() { in.served <- in.resp.Serve(in.ln) }()
 	in.logServing()
+	in.warnUsersOpen()
 	return in, nil
 }
 

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"crypto/subtle"
+	"slices"
 	"strings"
 )
 
@@ -116,26 +117,49 @@ func (c *Conn) MayTouch(key string) bool {
 // any one byte (no classes or escapes), as users' key patterns.
 func Glob(pattern, s string) bool { return glob(pattern, s) }
 
-// noPerm is the NOPERM error, in Redis's words, when the connection's user
-// may not run def with args; "" when it may.
 // restricted reports whether c authenticated as an ACL user rather than
 // the default user.
-func (c *Conn) restricted() bool {
+func (c *Conn) restricted() bool { return c.userName() != "default" }
+
+// userName is the user c authenticated as, "default" for the default user.
+func (c *Conn) userName() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.user != "" && c.user != "default"
+	if c.user == "" {
+		return "default"
+	}
+	return c.user
 }
 
+// visible reports whether c may see and kill other in CLIENT LIST and
+// CLIENT KILL: the default user sees every connection, as Redis's admin
+// does; a restricted user only its own user's, so that it can neither
+// learn of other clients nor close one (and release its bound locks).
+func (c *Conn) visible(other *Conn) bool {
+	me := c.userName()
+	return me == "default" || other.userName() == me
+}
+
+// adminOnly are the subcommands only the default user may run (as Redis's
+// @admin and @dangerous): SCRIPT FLUSH empties the script cache that
+// every user shares.
+var adminOnly = map[string]bool{"script|flush": true}
+
+// noPerm is the NOPERM error, in Redis's words, when the connection's user
+// may not run def with args; "" when it may.
 func (s *Server) noPerm(c *Conn, def *Command, args [][]byte) string {
-	c.mu.Lock()
-	name := c.user
-	c.mu.Unlock()
-	if name == "" || name == "default" {
+	name := c.userName()
+	if name == "default" {
 		return ""
 	}
 	u := s.user(name)
 	if u == nil || !u.mayRun(def.Class) {
 		return "NOPERM User " + name + " has no permissions to run the '" + def.Name + "' command"
+	}
+	if len(args) > 1 {
+		if sub := def.Name + "|" + strings.ToLower(string(args[1])); adminOnly[sub] {
+			return "NOPERM User " + name + " has no permissions to run the '" + sub + "' command"
+		}
 	}
 	if def.Keys == nil {
 		return ""
@@ -174,3 +198,21 @@ func FirstKey(args [][]byte) [][]byte { return args[1:2] }
 
 // AllKeys is the key position of commands whose every argument is a key.
 func AllKeys(args [][]byte) [][]byte { return args[1:] }
+
+// deploymentSections are the INFO sections that describe the deployment
+// (the nodes' and the data Redis's addresses): with them and nodes without
+// a password, a client could go around lockproxy. Only the default user
+// sees them.
+var deploymentSections = []string{"# Nodes\r\n", "# Passthrough\r\n"}
+
+// withoutDeployment is INFO's text less the deployment sections.
+func withoutDeployment(info string) string {
+	parts := strings.SplitAfter(info, "\r\n\r\n")
+	kept := parts[:0]
+	for _, p := range parts {
+		if !slices.ContainsFunc(deploymentSections, func(h string) bool { return strings.HasPrefix(p, h) }) {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "")
+}

@@ -222,7 +222,7 @@ func (s *Server) client(c *Conn, args [][]byte) {
 	case sub == "INFO" && len(args) == 2:
 		c.BulkString(c.describe() + "\n")
 	case sub == "LIST":
-		c.BulkString(s.clientList())
+		c.BulkString(s.clientList(c))
 	case (sub == "NO-EVICT" || sub == "NO-TOUCH") && len(args) == 3:
 		c.OK()
 	case sub == "REPLY":
@@ -259,11 +259,15 @@ func (c *Conn) describe() string {
 		c.id, c.rc.RemoteAddr(), c.name, int(time.Since(c.created).Seconds()), c.db, c.proto, c.libName, c.libVer, c.lastCmd)
 }
 
-func (s *Server) clientList() string {
+// clientList is CLIENT LIST as me may see it: every connection for the
+// default user, a restricted user's own connections only (visible).
+func (s *Server) clientList(me *Conn) string {
 	s.mu.Lock()
 	conns := make([]*Conn, 0, len(s.conns))
 	for _, c := range s.conns {
-		conns = append(conns, c)
+		if me.visible(c) {
+			conns = append(conns, c)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(conns, func(i, j int) bool { return conns[i].id < conns[j].id })
@@ -309,7 +313,11 @@ func (s *Server) info(c *Conn, args [][]byte) {
 		fmt.Fprintf(&b, "# Stats\r\nacl_access_denied_auth:%d\r\n\r\n", s.AuthFailures())
 	}
 	b.WriteString(s.session.Info(section))
-	c.BulkString(strings.TrimSuffix(b.String(), "\r\n"))
+	out := b.String()
+	if c.restricted() {
+		out = withoutDeployment(out)
+	}
+	c.BulkString(strings.TrimSuffix(out, "\r\n"))
 }
 
 // wants reports whether INFO section asked for includes name.
