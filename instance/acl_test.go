@@ -2,6 +2,7 @@ package instance_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -209,5 +210,48 @@ func TestUsersWithoutDefaultPassword(t *testing.T) {
 	_, logs = startObserved(t, cfg)
 	if n := linesWith(logs, "the default user has no password"); n != 0 {
 		t.Fatalf("a warning with a default password set")
+	}
+}
+
+// TestACLWaitShares: with max_waiters 2 and max_blocked_clients 1, two
+// LOCK ... WAIT and one BLPOP by a user limited to billing:* refused every
+// other user. Each restricted user now has a share, limit/(users+1): here
+// one waiter and no blocked client; the default user keeps the rest.
+func TestACLWaitShares(t *testing.T) {
+	cfg := aclConfig(t, false)
+	cfg.Limits.MaxWaiters = 2
+	cfg.Limits.MaxBlockedClients = 1
+	in := startInstance(t, cfg)
+	root := asUser(t, in.Addr(), "", "root-pw")
+	held := "billing:" + uniqueKey(t)
+	if r := root.do("LOCK", held, "PX", "60000"); !strings.HasPrefix(r, "[") {
+		t.Fatalf("LOCK %s: %q", held, r)
+	}
+	waitCmd := func(key string) string {
+		return "*6\r\n$4\r\nLOCK\r\n$" + strconv.Itoa(len(key)) + "\r\n" + key + "\r\n$2\r\nPX\r\n$4\r\n5000\r\n$4\r\nWAIT\r\n$5\r\n30000\r\n"
+	}
+	first := asUser(t, in.Addr(), "billing", "billing-pw")
+	first.send(waitCmd(held)) // waits: billing's one place
+	eventually(t, 30*time.Second, "billing's first waiter in line", func() bool {
+		return strings.Contains(root.do("INFO", "locks"), "waiters:1\r\n")
+	})
+	second := asUser(t, in.Addr(), "billing", "billing-pw")
+	if r := second.do("LOCK", held, "PX", "5000", "WAIT", "30000"); !strings.HasPrefix(r, "-ERR max number of waiters reached for this user") {
+		t.Fatalf("billing's second LOCK ... WAIT: %q", r)
+	}
+	if r := second.do("BLPOP", "billing:list", "30"); !strings.HasPrefix(r, "-ERR max number of blocked clients reached for this user") {
+		t.Fatalf("billing's BLPOP: %q", r)
+	}
+	// The default user still has a waiter place and the blocked client.
+	other := "orders:" + uniqueKey(t)
+	if r := root.do("LOCK", other, "PX", "60000"); !strings.HasPrefix(r, "[") {
+		t.Fatalf("LOCK %s: %q", other, r)
+	}
+	rootWaiter := asUser(t, in.Addr(), "", "root-pw")
+	if r := rootWaiter.do("LOCK", other, "PX", "5000", "WAIT", "200"); r != "(nil)" {
+		t.Fatalf("the default user's LOCK ... WAIT: %q", r)
+	}
+	if r := rootWaiter.do("BLPOP", "orders:list", "0.2"); r != "(nil)" {
+		t.Fatalf("the default user's BLPOP: %q", r)
 	}
 }

@@ -312,6 +312,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 	}, table, session, in.log)
 	if err == nil {
 		srv.SetUsers(in.secrets.users)
+		srv.SetWaitLimits(l.MaxWaiters, l.MaxBlockedClients)
 	}
 	return srv, err
 }

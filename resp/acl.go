@@ -4,6 +4,8 @@ import (
 	"crypto/subtle"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Class is the family of a command, for users' permissions.
@@ -215,4 +217,92 @@ func withoutDeployment(info string) string {
 		}
 	}
 	return strings.Join(kept, "")
+}
+
+// Waits is the limit a blocking call counts against.
+type Waits uint8
+
+const (
+	// NoWait: this call does not block.
+	NoWait Waits = iota
+	// LockWaiter counts against limits.max_waiters (LOCK ... WAIT).
+	LockWaiter
+	// BlockedClient counts against limits.max_blocked_clients (BLPOP, BRPOP).
+	BlockedClient
+)
+
+// shares bounds the blocking calls of each restricted user to its share of
+// the instance's limits, so that one user cannot take every waiter or
+// blocked-client slot and refuse everyone else: with n users configured,
+// a user's share of a limit is limit/(n+1). The default user is bounded
+// by the limits themselves only.
+type shares struct {
+	limits [3]atomic.Int64 // by Waits: the instance's limits (SetWaitLimits)
+
+	mu      sync.Mutex
+	running map[shareKey]int
+}
+
+type shareKey struct {
+	user string
+	kind Waits
+}
+
+// SetWaitLimits tells the server the instance's max_waiters and
+// max_blocked_clients, of which each restricted user gets a share.
+func (s *Server) SetWaitLimits(maxWaiters, maxBlocked int) {
+	s.shares.limits[LockWaiter].Store(int64(maxWaiters))
+	s.shares.limits[BlockedClient].Store(int64(maxBlocked))
+}
+
+// share is a restricted user's share of the limit of kind; -1 when no
+// limit is known.
+func (s *Server) share(kind Waits) int {
+	limit := s.shares.limits[kind].Load()
+	if limit <= 0 {
+		return -1
+	}
+	users := 0
+	if m := s.users.Load(); m != nil {
+		users = len(*m)
+	}
+	return int(limit) / (users + 1)
+}
+
+// takeShare counts a restricted user's call of def that may block against
+// the user's share. It returns the function that gives the place back
+// (when the call returns), or the error for a user whose share is taken.
+func (s *Server) takeShare(c *Conn, def *Command, args [][]byte) (release func(), msg string) {
+	release = func() {}
+	if def.Waits == nil || !c.restricted() {
+		return release, ""
+	}
+	kind := def.Waits(args)
+	share := s.share(kind)
+	if kind == NoWait || share < 0 {
+		return release, ""
+	}
+	k := shareKey{c.userName(), kind}
+	sh := &s.shares
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.running[k] >= share {
+		return release, shareMsg[kind]
+	}
+	if sh.running == nil {
+		sh.running = map[shareKey]int{}
+	}
+	sh.running[k]++
+	return func() {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if sh.running[k]--; sh.running[k] == 0 {
+			delete(sh.running, k)
+		}
+	}, ""
+}
+
+var shareMsg = [3]string{
+	LockWaiter:    "ERR max number of waiters reached for this user (its share of limits.max_waiters)",
+	BlockedClient: "ERR max number of blocked clients reached for this user (its share of limits.max_blocked_clients)",
 }

@@ -78,7 +78,8 @@ type Server struct {
 
 	authFailures atomic.Int64 // wrong passwords since start
 
-	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+	users  atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+	shares shares                           // restricted users' blocked calls (acl.go)
 
 	// The limits in force; SetLimits changes them. cfg's are the first.
 	limits     atomic.Pointer[Limits]
@@ -402,6 +403,12 @@ func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 			c.Error(e)
 			return
 		}
+		release, e := s.takeShare(c, def, args)
+		if e != "" {
+			c.Error(e)
+			return
+		}
+		defer release()
 		inDB(c.DB(), def, args)
 		def.Handler(c, args)
 	}

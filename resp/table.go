@@ -27,6 +27,9 @@ type Command struct {
 	// Keys returns the keys among args (arity already checked), which a
 	// user's key patterns must match; nil: the command touches no key.
 	Keys func(args [][]byte) [][]byte
+	// Waits says which limit a call that may block counts against (a
+	// restricted user's share of it, acl.go); nil: it never blocks.
+	Waits func(args [][]byte) Waits
 }
 
 // Table maps command names to commands.
