@@ -23,7 +23,8 @@ const memorySlack = 48 << 20
 // stacks, and the test's.
 const memoryLeft = 16 << 20
 
-// TestMaxBufferedBoundsMemory: 100 clients each hold a 3.9 MB partial
+// TestMaxBufferedBoundsMemory (memory is RSS, or under -race what Go
+// holds: processMemory): 100 clients each hold a 3.9 MB partial
 // request (max_request_bytes allows 4 MiB) against max_buffered_bytes of
 // 64 MiB. The process's RSS grows by at most the cap plus memorySlack (on
 // the old code 100 such clients took RSS to 464-479 MB with a 256 MiB cap:
@@ -43,7 +44,7 @@ func TestMaxBufferedBoundsMemory(t *testing.T) {
 	partial := []byte(req[:len(req)-10])
 	runtime.GC()
 	debug.FreeOSMemory()
-	base := rssBytes(t)
+	base := processMemory(t)
 	conns := make([]net.Conn, clients)
 	var wg sync.WaitGroup
 	for i := range conns {
@@ -60,7 +61,7 @@ func TestMaxBufferedBoundsMemory(t *testing.T) {
 	wg.Wait()
 	peak := base
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		peak = max(peak, rssBytes(t))
+		peak = max(peak, processMemory(t))
 	}
 	refused := 0
 	for _, c := range conns {
@@ -69,7 +70,7 @@ func TestMaxBufferedBoundsMemory(t *testing.T) {
 			refused++
 		}
 	}
-	t.Logf("%d clients x %d-byte partial request, max_buffered_bytes %d MiB: %d refused; RSS %d MiB -> peak %d MiB (+%d MiB)",
+	t.Logf("%d clients x %d-byte partial request, max_buffered_bytes %d MiB: %d refused; memory %d MiB -> peak %d MiB (+%d MiB)",
 		clients, size, maxBuffered>>20, refused, base>>20, peak>>20, (peak-base)>>20)
 	for _, c := range conns {
 		c.Close()
@@ -77,16 +78,16 @@ func TestMaxBufferedBoundsMemory(t *testing.T) {
 	after := peak
 	start := time.Now()
 	for time.Since(start) < 30*time.Second {
-		if after = rssBytes(t); after-base <= memoryLeft {
+		if after = processMemory(t); after-base <= memoryLeft {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("after the clients left: RSS %d MiB (+%d MiB) within %v", after>>20, (after-base)>>20, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("after the clients left: memory %d MiB (+%d MiB) within %v", after>>20, (after-base)>>20, time.Since(start).Round(100*time.Millisecond))
 	if peak-base > maxBuffered+memorySlack {
-		t.Errorf("RSS grew by %d MiB, over max_buffered_bytes (%d MiB) + %d MiB", (peak-base)>>20, maxBuffered>>20, memorySlack>>20)
+		t.Errorf("memory grew by %d MiB, over max_buffered_bytes (%d MiB) + %d MiB", (peak-base)>>20, maxBuffered>>20, memorySlack>>20)
 	}
 	if after-base > memoryLeft {
-		t.Errorf("RSS still %d MiB over its start 30 s after the clients left, want at most %d MiB", (after-base)>>20, memoryLeft>>20)
+		t.Errorf("memory still %d MiB over its start 30 s after the clients left, want at most %d MiB", (after-base)>>20, memoryLeft>>20)
 	}
 }
