@@ -60,9 +60,14 @@ func TestMaxBufferedBoundsMemory(t *testing.T) {
 	}
 	wg.Wait()
 	peak := base
+	var ms runtime.MemStats
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		peak = max(peak, processMemory(t))
+		if m := processMemory(t); m > peak {
+			peak = m
+			runtime.ReadMemStats(&ms)
+		}
 	}
+	t.Logf("at the peak: heap in use %d MiB, released %d MiB, from the OS %d MiB", ms.HeapInuse>>20, ms.HeapReleased>>20, ms.Sys>>20)
 	refused := 0
 	for _, c := range conns {
 		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))

@@ -358,14 +358,19 @@ func (g *guardConn) unreserve() {
 	}
 }
 
-// expected is how many more bytes the command being read needs at least,
-// when the framing says (in a bulk string: the rest of it and its "\r\n"),
-// else 0.
+// expected is how many more bytes the command being read is likely to
+// need, when the framing gives a clue, else 0: in a bulk string, the rest
+// of it and as much again for each bulk string still to come (the values
+// of a long command are alike: ECHO's, a list's), within MaxRequest. One
+// read buffer of that size is then reserved and allocated for the whole
+// command, instead of one per string, each the garbage of the next.
 func (g *guardConn) expected() int {
-	if g.fr.st == stData {
-		return g.fr.left + 2
+	if g.fr.st != stData {
+		return 0
 	}
-	return 0
+	rest := g.fr.left + 2
+	likely := rest + (g.fr.args-1)*(g.fr.bulk+2+maxHeader)
+	return min(likely, max(g.lim.MaxRequest-g.fr.req, rest))
 }
 
 // fail writes the pending reply, once and best effort, and returns the sticky error.
@@ -462,6 +467,7 @@ type framer struct {
 	req    int // bytes of the current command so far
 	args   int // bulk strings still expected
 	left   int // bulk data bytes still expected
+	bulk   int // the length of the bulk string being read
 	bad    bool
 	line   []byte // the header line so far, after '*' or '$'
 	spaces int    // spaces in the inline line so far
@@ -630,7 +636,7 @@ func (f *framer) length(v int, ok bool, lim *Limits) error {
 	if f.firstAt < 0 {
 		f.firstAt, f.firstLen = f.req+1, v // f.req counts the bytes before this '\n'
 	}
-	f.st, f.left = stData, v
+	f.st, f.left, f.bulk = stData, v, v
 	if v == 0 {
 		f.st = stCR
 	}

@@ -216,16 +216,17 @@ func (r *cmdReader) make() {
 	}
 }
 
-// grow moves buf's bytes to a larger buffer: twice their size, or more if
-// the framing says the bulk string being read needs more (so a long string
-// is read into one buffer, not into a string of doublings that are
-// garbage). A buffer larger than a borrowed one
-// is reserved from the MaxBuffered budget first; if the budget has no
-// room, buf stays as it is and the next Read fails.
+// grow moves buf's bytes to a larger buffer: twice their size or, when
+// the framing says how much the command is likely to need (expected), that
+// much (and at least a quarter more, so that growth stays geometric), so
+// that a long command is read into one buffer, not into a string of
+// doublings that are garbage. A buffer larger than a borrowed one is reserved from the
+// MaxBuffered budget first; if the budget has no room, buf stays as it is
+// and the next Read fails.
 func (r *cmdReader) grow() {
 	size := 2 * len(r.buf)
 	if want := r.g.expected(); want > 0 {
-		size = max(len(r.buf)+want+growSlack, size)
+		size = len(r.buf) + max(want+growSlack, len(r.buf)/4)
 	}
 	var nb []byte
 	var np *[]byte
