@@ -360,16 +360,19 @@ func (g *guardConn) unreserve() {
 
 // expected is how many more bytes the command being read is likely to
 // need, when the framing gives a clue, else 0: in a bulk string, the rest
-// of it and as much again for each bulk string still to come (the values
-// of a long command are alike: ECHO's, a list's), within MaxRequest. One
-// read buffer of that size is then reserved and allocated for the whole
-// command, instead of one per string, each the garbage of the next.
+// of it and, if more strings are to come, as much again for them (the
+// values of a long command are often alike: ECHO's, a list's), within
+// MaxRequest. A read buffer of that size is then reserved and allocated,
+// so that a long command is read into one or two buffers rather than a
+// string of doublings, each the garbage of the next; a command whose
+// other strings are short (SET key value NX) reserves at most twice its
+// size for the moment it is read.
 func (g *guardConn) expected() int {
 	if g.fr.st != stData {
 		return 0
 	}
 	rest := g.fr.left + 2
-	likely := rest + (g.fr.args-1)*(g.fr.bulk+2+maxHeader)
+	likely := rest + min((g.fr.args-1)*(g.fr.bulk+2+maxHeader), rest)
 	return min(likely, max(g.lim.MaxRequest-g.fr.req, rest))
 }
 
