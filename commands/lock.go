@@ -59,11 +59,23 @@ func (h *Handler) Register(t *resp.Table) error {
 
 func (h *Handler) registerNative(t *resp.Table) error {
 	return t.Add(
-		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey, Info: lockInfo},
+		resp.Command{Name: "lock", Arity: -2, Handler: h.lock, Class: resp.Native, Keys: resp.FirstKey, Info: lockInfo, Waits: lockLimit},
 		resp.Command{Name: "unlock", Arity: 3, Handler: h.unlock, Class: resp.Native, Keys: resp.FirstKey, Info: unlockInfo},
 		resp.Command{Name: "renew", Arity: -3, Handler: h.renew, Class: resp.Native, Keys: resp.FirstKey, Info: renewInfo},
 		resp.Command{Name: "lockinfo", Arity: 2, Handler: h.lockinfo, Class: resp.Native, Keys: resp.FirstKey, Info: lockinfoInfo},
 	)
+}
+
+// lockLimit reports that LOCK with a WAIT option may wait in line, so it
+// counts against the waiters' limit (every option takes a value, so options
+// are at even places).
+func lockLimit(args [][]byte) resp.Waits {
+	for i := 2; i < len(args); i += 2 {
+		if strings.EqualFold(string(args[i]), "WAIT") {
+			return resp.LockWaiter
+		}
+	}
+	return resp.NoWait
 }
 
 // lock is LOCK key [PX ms | EX s] [WAIT ms] [TOKEN token]: an array of

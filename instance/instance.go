@@ -120,6 +120,7 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	}
 	go func() { in.served <- in.resp.Serve(in.ln) }()
 	in.logServing()
+	in.warnUsersOpen()
 	return in, nil
 }
 
@@ -318,6 +319,7 @@ func (in *Instance) respServer() (*resp.Server, error) {
 		return nil, fmt.Errorf("commands without a COMMAND INFO entry: %s", strings.Join(u, ", "))
 	}
 	srv.SetUsers(in.secrets.users)
+	srv.SetWaitLimits(l.MaxWaiters, l.MaxBlockedClients)
 	return srv, nil
 }
 

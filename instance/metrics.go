@@ -94,6 +94,7 @@ func (in *Instance) registry() *prometheus.Registry {
 	counter("locks_lost_total", "Locks lost or taken from their holder (renewal failed, session expired, DEL from another connection).", s.Lost.Load)
 	gauge("bound_locks", "Connection-bound locks this instance keeps alive.", func() int64 { return int64(in.engine.BoundHeld()) })
 	gauge("clients", "Open client connections.", func() int64 { return int64(in.resp.Clients()) })
+	counter("auth_failures_total", "Wrong passwords sent by clients (AUTH, HELLO AUTH).", in.resp.AuthFailures)
 	reg.MustRegister(in.lockCollectors()...)
 	if in.nodeSet != nil {
 		reg.MustRegister(in.nodeSet.collectors()...)

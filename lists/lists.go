@@ -67,8 +67,8 @@ const errNoBackend = "ERR list commands (BLPOP, BRPOP, LPUSH ...) need the redlo
 // Commands are the list commands for resp's table.
 func (l *Lists) Commands() []resp.Command {
 	return []resp.Command{
-		{Name: "blpop", Arity: -3, Flags: resp.NoMulti, Handler: l.bpop(true), Class: resp.Legacy, Keys: blockKeys},
-		{Name: "brpop", Arity: -3, Flags: resp.NoMulti, Handler: l.bpop(false), Class: resp.Legacy, Keys: blockKeys},
+		{Name: "blpop", Arity: -3, Flags: resp.NoMulti, Handler: l.bpop(true), Class: resp.Legacy, Keys: blockKeys, Waits: blocks},
+		{Name: "brpop", Arity: -3, Flags: resp.NoMulti, Handler: l.bpop(false), Class: resp.Legacy, Keys: blockKeys, Waits: blocks},
 		{Name: "lpop", Arity: -2, Handler: l.pop, Class: resp.Legacy, Keys: resp.FirstKey},
 		{Name: "rpop", Arity: -2, Handler: l.pop, Class: resp.Legacy, Keys: resp.FirstKey},
 		{Name: "lpush", Arity: -3, Handler: l.push, Class: resp.Legacy, Keys: resp.FirstKey},
@@ -76,6 +76,9 @@ func (l *Lists) Commands() []resp.Command {
 		{Name: "llen", Arity: 2, Handler: l.llen, Class: resp.Legacy, Keys: resp.FirstKey},
 	}
 }
+
+// blocks says BLPOP and BRPOP count against max_blocked_clients.
+func blocks([][]byte) resp.Waits { return resp.BlockedClient }
 
 // blockKeys are BLPOP's keys: all arguments but the timeout.
 func blockKeys(args [][]byte) [][]byte { return args[1 : len(args)-1] }

@@ -57,6 +57,7 @@ func clientHelp(c *Conn) {
 // killFilter is what CLIENT KILL matches; every set field must match.
 type killFilter struct {
 	addr, laddr string
+	user        string // "" matches any user
 	id          uint64
 	noneMatch   bool // TYPE other than NORMAL: lockproxy has only normal clients
 	skipMe      bool
@@ -69,7 +70,7 @@ func (s *Server) clientKill(c *Conn, args [][]byte) {
 	var f killFilter
 	if len(args) == 3 {
 		f.addr = string(args[2])
-	} else if msg := parseKill(&f, args[2:]); msg != "" {
+	} else if msg := s.parseKill(&f, args[2:]); msg != "" {
 		c.Error(msg)
 		return
 	}
@@ -88,7 +89,7 @@ func (s *Server) clientKill(c *Conn, args [][]byte) {
 }
 
 // parseKill reads the filter options; it returns an error text or "".
-func parseKill(f *killFilter, opts [][]byte) string {
+func (s *Server) parseKill(f *killFilter, opts [][]byte) string {
 	f.skipMe = true
 	if len(opts)%2 != 0 {
 		return "ERR syntax error"
@@ -115,9 +116,10 @@ func parseKill(f *killFilter, opts [][]byte) string {
 				return "ERR Unknown client type '" + clip(opts[i+1]) + "'"
 			}
 		case "USER":
-			if val != "default" {
+			if val != "default" && s.user(val) == nil {
 				return "ERR No such user '" + clip(opts[i+1]) + "'"
 			}
+			f.user = val
 		case "SKIPME":
 			switch strings.ToLower(val) {
 			case "yes":
@@ -134,8 +136,9 @@ func parseKill(f *killFilter, opts [][]byte) string {
 	return ""
 }
 
-// kill closes the connections f matches and reports how many, and whether
-// the caller's own connection is among them (it closes after its reply).
+// kill closes the connections f matches that me may see (visible) and
+// reports how many, and whether the caller's own connection is among them
+// (it closes after its reply).
 func (s *Server) kill(me *Conn, f killFilter) (killed int, self bool) {
 	if f.noneMatch {
 		return 0, false
@@ -143,7 +146,7 @@ func (s *Server) kill(me *Conn, f killFilter) (killed int, self bool) {
 	s.mu.Lock()
 	var victims []*Conn
 	for _, c := range s.conns {
-		if f.matches(c) && !(c == me && f.skipMe) {
+		if me.visible(c) && f.matches(c) && !(c == me && f.skipMe) {
 			victims = append(victims, c)
 		}
 	}
@@ -162,7 +165,7 @@ func (s *Server) kill(me *Conn, f killFilter) (killed int, self bool) {
 // matches skips connections already closing: a second KILL of the same
 // client finds no such client, as in Redis.
 func (f killFilter) matches(c *Conn) bool {
-	return !c.closing.Load() && (f.id == 0 || c.id == f.id) &&
+	return !c.closing.Load() && (f.id == 0 || c.id == f.id) && (f.user == "" || c.userName() == f.user) &&
 		(f.addr == "" || c.rc.RemoteAddr() == f.addr) &&
 		(f.laddr == "" || c.rc.NetConn().LocalAddr().String() == f.laddr)
 }

@@ -10,13 +10,15 @@ import (
 // panic; an accepted set is an even list of known options whose ID is
 // positive.
 func FuzzParseKill(f *testing.F) {
-	for _, s := range []string{"ID 1", "ADDR 127.0.0.1:1 SKIPME no", "TYPE pubsub", "USER default", "ID 0", "ID", "LADDR x ID -1", "skipme YES id 99999999999999999999"} {
+	for _, s := range []string{"ID 1", "ADDR 127.0.0.1:1 SKIPME no", "TYPE pubsub", "USER default", "USER alice TYPE normal", "ID 0", "ID", "LADDR x ID -1", "skipme YES id 99999999999999999999"} {
 		f.Add([]byte(s))
 	}
+	s := &Server{}
+	s.SetUsers([]User{{Name: "alice"}})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		opts := bytes.Fields(in)
 		var k killFilter
-		msg := parseKill(&k, opts)
+		msg := s.parseKill(&k, opts)
 		if msg != "" {
 			if !strings.HasPrefix(msg, "ERR ") || strings.ContainsAny(msg, "\r\n") {
 				t.Fatalf("error %q", msg)

@@ -30,8 +30,9 @@ type Conn struct {
 	skipNext bool // SKIP: the next command's replies are not written
 
 	// MULTI's queue (multi.go), read and changed by the connection's goroutine only.
-	tx     *tx  // nil: not in a transaction
-	inExec bool // the command served runs from EXEC's queue
+	tx        *tx  // nil: not in a transaction
+	inExec    bool // the command served runs from EXEC's queue
+	authFails int  // wrong passwords sent (authfail.go); RESET keeps it
 
 	// State is the Session's per-connection value.
 	State any

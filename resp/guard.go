@@ -85,8 +85,9 @@ func (l Limits) unauthenticated() Limits {
 
 // budget counts the bytes buffered for all the connections of a listener.
 type budget struct {
-	max  atomic.Int64
-	used atomic.Int64
+	max     atomic.Int64
+	used    atomic.Int64
+	reclaim reclaimer
 }
 
 func newBudget(max int) *budget {
@@ -185,6 +186,7 @@ type guardConn struct {
 	authed atomic.Bool // the unauthenticated limits do not apply
 	fr     framer      // has framed every byte Read returned
 	held   int         // bytes of the incomplete command held from the budget
+	room   int         // bytes held from the budget for read-buffer room beyond held (reserve)
 	// charged is what g holds from the budget (held and look), or -1 once closed.
 	charged atomic.Int64
 	err     error  // sticky, returned by every Read once set
@@ -312,13 +314,66 @@ func (g *guardConn) scan(p []byte) (int, bool, error) {
 	if err != nil {
 		g.reply = replyFor(err, g.fr.st, authed)
 	}
-	if !g.hold(g.fr.req-g.held, true) {
-		g.giveBack() // the connection ends here: its bytes go back to the others at once
-		g.reply = replyBufferedTooMuch
-		return 0, false, &LimitError{Err: ErrBufferedTooMuch, Limit: lim.MaxBuffered, Got: int(g.budget.used.Load())}
+	grew := g.fr.req - g.held
+	fromRoom := min(max(grew, 0), g.room) // bytes read into room already reserved
+	g.room -= fromRoom
+	if !g.hold(grew-fromRoom, true) {
+		return 0, false, g.overBudget()
 	}
 	g.held = g.fr.req
 	return used, ended, err
+}
+
+// overBudget ends the connection for want of budget: its bytes go back to
+// the others at once, and Redis's reply is written by fail.
+func (g *guardConn) overBudget() error {
+	g.giveBack()
+	g.reply = replyBufferedTooMuch
+	return &LimitError{Err: ErrBufferedTooMuch, Limit: g.lim.MaxBuffered, Got: int(g.budget.used.Load())}
+}
+
+// reserve holds from the budget what a read buffer of size bytes needs
+// beyond what g holds already, before the buffer is made, so that memory
+// is budgeted when it is allocated and not only once bytes fill it. If the
+// budget has no room, the connection is refused as scan refuses it: every
+// Read fails from then on.
+func (g *guardConn) reserve(size int) bool {
+	need := size - g.held - g.room
+	if need <= 0 || g.err != nil {
+		return g.err == nil
+	}
+	if !g.hold(need, true) {
+		g.err = g.overBudget()
+		return false
+	}
+	g.room += need
+	return true
+}
+
+// unreserve gives back the room held for a read buffer that was dropped.
+func (g *guardConn) unreserve() {
+	if g.room > 0 {
+		g.hold(-g.room, false)
+		g.room = 0
+	}
+}
+
+// expected is how many more bytes the command being read is likely to
+// need, when the framing gives a clue, else 0: in a bulk string, the rest
+// of it and, if more strings are to come, as much again for them (the
+// values of a long command are often alike: ECHO's, a list's), within
+// MaxRequest. A read buffer of that size is then reserved and allocated,
+// so that a long command is read into one or two buffers rather than a
+// string of doublings, each the garbage of the next; a command whose
+// other strings are short (SET key value NX) reserves at most twice its
+// size for the moment it is read.
+func (g *guardConn) expected() int {
+	if g.fr.st != stData {
+		return 0
+	}
+	rest := g.fr.left + 2
+	likely := rest + min((g.fr.args-1)*(g.fr.bulk+2+maxHeader), rest)
+	return min(likely, max(g.lim.MaxRequest-g.fr.req, rest))
 }
 
 // fail writes the pending reply, once and best effort, and returns the sticky error.
@@ -415,6 +470,7 @@ type framer struct {
 	req    int // bytes of the current command so far
 	args   int // bulk strings still expected
 	left   int // bulk data bytes still expected
+	bulk   int // the length of the bulk string being read
 	bad    bool
 	line   []byte // the header line so far, after '*' or '$'
 	spaces int    // spaces in the inline line so far
@@ -583,7 +639,7 @@ func (f *framer) length(v int, ok bool, lim *Limits) error {
 	if f.firstAt < 0 {
 		f.firstAt, f.firstLen = f.req+1, v // f.req counts the bytes before this '\n'
 	}
-	f.st, f.left = stData, v
+	f.st, f.left, f.bulk = stData, v, v
 	if v == 0 {
 		f.st = stCR
 	}

@@ -89,7 +89,7 @@ func (s *Server) auth(c *Conn, args [][]byte) {
 		user = string(args[1])
 	}
 	if !s.checkAuth(user, pass) {
-		c.Error(msgWrongPass)
+		s.authFailed(c, user)
 		return
 	}
 	c.mu.Lock()
@@ -121,7 +121,7 @@ func (s *Server) hello(c *Conn, args [][]byte) {
 		switch {
 		case opt == "AUTH" && i+2 < len(args):
 			if !s.checkAuth(string(args[i+1]), string(args[i+2])) {
-				c.Error(msgWrongPass)
+				s.authFailed(c, string(args[i+1]))
 				return
 			}
 			authed = true
@@ -223,7 +223,7 @@ func (s *Server) client(c *Conn, args [][]byte) {
 	case sub == "INFO" && len(args) == 2:
 		c.BulkString(c.describe() + "\n")
 	case sub == "LIST":
-		c.BulkString(s.clientList())
+		c.BulkString(s.clientList(c))
 	case (sub == "NO-EVICT" || sub == "NO-TOUCH") && len(args) == 3:
 		c.OK()
 	case sub == "REPLY":
@@ -260,11 +260,15 @@ func (c *Conn) describe() string {
 		c.id, c.rc.RemoteAddr(), c.name, int(time.Since(c.created).Seconds()), c.db, c.proto, c.libName, c.libVer, c.lastCmd)
 }
 
-func (s *Server) clientList() string {
+// clientList is CLIENT LIST as me may see it: every connection for the
+// default user, a restricted user's own connections only (visible).
+func (s *Server) clientList(me *Conn) string {
 	s.mu.Lock()
 	conns := make([]*Conn, 0, len(s.conns))
 	for _, c := range s.conns {
-		conns = append(conns, c)
+		if me.visible(c) {
+			conns = append(conns, c)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(conns, func(i, j int) bool { return conns[i].id < conns[j].id })
@@ -291,8 +295,16 @@ func (s *Server) info(c *Conn, args [][]byte) {
 	if wants(section, "clients") {
 		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n\r\n", s.Clients(), s.maxClients.Load())
 	}
+	if wants(section, "stats") {
+		// Redis 7.2's name for the count of failed AUTH and HELLO AUTH.
+		fmt.Fprintf(&b, "# Stats\r\nacl_access_denied_auth:%d\r\n\r\n", s.AuthFailures())
+	}
 	b.WriteString(s.session.Info(section))
-	c.BulkString(strings.TrimSuffix(b.String(), "\r\n"))
+	out := b.String()
+	if c.restricted() {
+		out = withoutDeployment(out)
+	}
+	c.BulkString(strings.TrimSuffix(out, "\r\n"))
 }
 
 // wants reports whether INFO section asked for includes name.

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -87,6 +88,12 @@ func (s *Server) subscribe(c *Conn, args [][]byte) {
 	kind := kindOf(args[0])
 	cmd := strings.ToLower(string(args[0]))
 	for _, a := range args[1:] {
+		if !c.mayChannel(string(a), kind) {
+			c.Error(msgNoChannel) // as Redis: none of them is subscribed
+			return
+		}
+	}
+	for _, a := range args[1:] {
 		name := string(a)
 		c.mu.Lock()
 		tab := c.subTable(kind)
@@ -162,6 +169,10 @@ func (s *Server) unsubscribeAll(c *Conn) {
 // publish is PUBLISH channel message and SPUBLISH shardchannel message:
 // the number of receivers.
 func (s *Server) publish(c *Conn, args [][]byte) {
+	if !c.mayChannel(string(args[1]), pubsub.Channel) {
+		c.Error(msgNoChannel)
+		return
+	}
 	publish := s.hub.Publish
 	if kindOf(args[0]) == pubsub.Shard {
 		publish = s.hub.SPublish
@@ -306,6 +317,7 @@ func (s *Server) pubsubInfo(c *Conn, args [][]byte) {
 		} else {
 			names = s.hub.Names(kind, "", true)
 		}
+		names = slices.DeleteFunc(names, func(n string) bool { return !c.mayChannel(n, pubsub.Channel) })
 		c.Array(len(names))
 		for _, n := range names {
 			c.BulkString(n)
@@ -318,9 +330,43 @@ func (s *Server) pubsubInfo(c *Conn, args [][]byte) {
 		c.Array(2 * (len(args) - 2))
 		for _, a := range args[2:] {
 			c.Bulk(a)
-			c.Int(int64(s.hub.NumSub(kind, string(a))))
+			n := 0 // a channel the user may not use has no subscriber it may know of
+			if c.mayChannel(string(a), pubsub.Channel) {
+				n = s.hub.NumSub(kind, string(a))
+			}
+			c.Int(int64(n))
 		}
 	default:
 		c.Error("ERR unknown subcommand '" + clip(args[1]) + "'. Try PUBSUB HELP.")
 	}
+}
+
+// msgNoChannel is Redis's NOPERM error for a channel outside the user's
+// patterns.
+const msgNoChannel = "NOPERM No permissions to access a channel"
+
+// mayChannel reports whether c's user may subscribe or publish to name, a
+// channel (or, for kind Pattern, a pattern). Channels follow the user's key
+// patterns: the user may use a channel they match (a Redisson user limited
+// to billing:* lists redisson_lock__channel:{billing:*} too). A pattern
+// must be one of the user's patterns itself (Redis's rule for PSUBSCRIBE),
+// without Redis's [classes] or escapes, or a channel name without
+// wildcards that the user may use, so that every channel it matches is
+// one the user may see.
+func (c *Conn) mayChannel(name string, kind pubsub.Kind) bool {
+	if !c.restricted() {
+		return true
+	}
+	u := c.srv.user(c.userName())
+	switch {
+	case u == nil:
+		return false
+	case kind == pubsub.Pattern && strings.ContainsAny(name, "[\\"):
+		return false // Redis's classes and escapes, which key patterns do not have
+	case kind == pubsub.Pattern && slices.Contains(u.Keys, name):
+		return true
+	case kind == pubsub.Pattern && strings.ContainsAny(name, "*?"):
+		return false
+	}
+	return u.mayTouch([]byte(name))
 }

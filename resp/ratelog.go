@@ -3,6 +3,8 @@ package resp
 import (
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // rateLog lets a repeated event log at most one line per interval, so that
@@ -29,4 +31,14 @@ func (r *rateLog) allow() (bool, int) {
 	dropped := r.dropped
 	r.last, r.dropped = now, 0
 	return true, dropped
+}
+
+// closedOnError logs a connection that ended on an error (a protocol
+// error, a broken limit, a reset), a line per refusalLogEvery at most:
+// every client can cause one, so a flood of them must not flood the log.
+func (s *Server) closedOnError(c *Conn, err error) {
+	if ok, dropped := s.closeLog.allow(); ok {
+		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", c.RemoteAddr()), zap.Error(err),
+			zap.Int("not_logged_since_last", dropped))
+	}
 }

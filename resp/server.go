@@ -75,8 +75,13 @@ type Server struct {
 	attackLog rateLog                // HTTP requests closed
 	tlsLog    rateLog                // failed TLS handshakes
 	acceptLog rateLog                // failed accepts
+	authLog   rateLog                // wrong passwords (authfail.go)
+	closeLog  rateLog                // connections closed on an error (ratelog.go)
 
-	users atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+	authFailures atomic.Int64 // wrong passwords since start
+
+	users  atomic.Pointer[map[string]*User] // by name; SetUsers changes them
+	shares shares                           // restricted users' blocked calls (acl.go)
 
 	// The limits in force; SetLimits changes them. cfg's are the first.
 	limits     atomic.Pointer[Limits]
@@ -104,6 +109,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 	s.SetLimits(cfg.MaxClients, cfg.Limits)
 	s.SetPassword(cfg.Password)
 	s.fullLog.every, s.attackLog.every, s.tlsLog.every, s.acceptLog.every = refusalLogEvery, refusalLogEvery, refusalLogEvery, refusalLogEvery
+	s.authLog.every, s.closeLog.every = refusalLogEvery, refusalLogEvery
 	if err := table.Add(append(append(append(s.handshake(), s.httpCommands()...), s.pubsubCommands()...), s.txCommands()...)...); err != nil {
 		return nil, err
 	}
@@ -115,7 +121,7 @@ func NewServer(cfg Config, table *Table, session Session, log *zap.Logger) (*Ser
 // parses its commands, the loop reads and writes them.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
-		ln = newTLSListener(ln, s.cfg.TLS, s.tlsFailed)
+		ln = newTLSListener(ln, s.cfg.TLS, s)
 	}
 	gl := &guardListener{Listener: ln, src: &s.limits, budget: s.budget}
 	s.mu.Lock()
@@ -381,7 +387,6 @@ func (s *Server) protocolError(c *Conn, err error) {
 // finish runs once a connection is gone: its counters, its state and the
 // Closed callbacks.
 func (s *Server) finish(c *Conn, err error) {
-	rc := c.rc
 	defer s.handled.Done()
 	s.clients.Add(-1)
 	c.cancel()
@@ -392,7 +397,7 @@ func (s *Server) finish(c *Conn, err error) {
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
-		s.log.Info("connection closed", zap.Uint64("client", c.id), zap.String("addr", rc.RemoteAddr()), zap.Error(err))
+		s.closedOnError(c, err)
 	}
 	s.endTx(c)
 	s.session.Closed(c) // releases bound locks first: leaving the nodes' channels may wait on a slow node
@@ -459,6 +464,12 @@ func (s *Server) dispatch(c *Conn, cmd redcon.Command) {
 			s.enqueue(c, def, args)
 			return
 		}
+		release, e := s.takeShare(c, def, args)
+		if e != "" {
+			c.Error(e)
+			return
+		}
+		defer release()
 		inDB(c.DB(), def, args)
 		def.Handler(c, args)
 	}

@@ -34,6 +34,9 @@ type Command struct {
 	// Info is the command's COMMAND INFO entry; nil: Redis's entry for the
 	// name, if Redis has the command (commandinfo.go).
 	Info *CommandInfo
+	// Waits says which limit a call that may block counts against (a
+	// restricted user's share of it, acl.go); nil: it never blocks.
+	Waits func(args [][]byte) Waits
 }
 
 // Table maps command names to commands.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,23 +14,35 @@ import (
 // handshakeTimeout bounds a client's TLS handshake.
 const handshakeTimeout = 10 * time.Second
 
+// minHandshakes is the least bound on TLS handshakes under way, whatever
+// max_clients.
+const minHandshakes = 16
+
 // tlsListener hands out TLS connections whose handshake is complete. Each
 // handshake runs in its own goroutine within handshakeTimeout, so that a
 // client that never finishes one holds up neither the accept loop (where
-// refusals are written) nor anyone else.
+// refusals are written) nor anyone else. At most maxPending() handshakes
+// run at once (max_clients, and never fewer than minHandshakes, so that a
+// client refused at max_clients still hears why): a connection accepted
+// beyond them is closed at once, so that silent connections cannot hold a
+// file descriptor each for handshakeTimeout without bound.
 type tlsListener struct {
 	net.Listener
-	cfg    *tls.Config
-	failed func(addr string, err error)
-	conns  chan net.Conn
+	cfg        *tls.Config
+	failed     func(addr string, err error)
+	refused    func(addr string, pending int64)
+	maxPending func() int64
+	pending    atomic.Int64 // handshakes under way
+	conns      chan net.Conn
 
 	once sync.Once
 	err  error // why Accept stopped; set before done closes
 	done chan struct{}
 }
 
-func newTLSListener(ln net.Listener, cfg *tls.Config, failed func(addr string, err error)) *tlsListener {
-	l := &tlsListener{Listener: ln, cfg: cfg, failed: failed, conns: make(chan net.Conn), done: make(chan struct{})}
+func newTLSListener(ln net.Listener, cfg *tls.Config, s *Server) *tlsListener {
+	l := &tlsListener{Listener: ln, cfg: cfg, failed: s.tlsFailed, refused: s.tlsRefused, maxPending: s.maxClients.Load,
+		conns: make(chan net.Conn), done: make(chan struct{})}
 	go l.acceptLoop()
 	return l
 }
@@ -41,6 +54,12 @@ func (l *tlsListener) acceptLoop() {
 			l.stop(err)
 			return
 		}
+		if n := l.pending.Add(1); n > max(l.maxPending(), minHandshakes) {
+			l.pending.Add(-1)
+			_ = c.Close()
+			l.refused(c.RemoteAddr().String(), n-1)
+			continue
+		}
 		go l.handshake(c)
 	}
 }
@@ -49,7 +68,9 @@ func (l *tlsListener) handshake(c net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	tc := tls.Server(c, l.cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	err := tc.HandshakeContext(ctx)
+	l.pending.Add(-1)
+	if err != nil {
 		c.Close()
 		l.failed(c.RemoteAddr().String(), err)
 		return
@@ -89,5 +110,14 @@ func (l *tlsListener) stop(err error) {
 func (s *Server) tlsFailed(addr string, err error) {
 	if ok, dropped := s.tlsLog.allow(); ok {
 		s.log.Info("TLS handshake failed", zap.String("addr", addr), zap.Error(err), zap.Int("not_logged_since_last", dropped))
+	}
+}
+
+// tlsRefused logs connections closed because max_clients handshakes were
+// under way, a line per refusalLogEvery at most.
+func (s *Server) tlsRefused(addr string, pending int64) {
+	if ok, dropped := s.tlsLog.allow(); ok {
+		s.log.Warn("TLS connection closed before its handshake: max_clients handshakes under way", zap.String("addr", addr),
+			zap.Int64("handshakes", pending), zap.Int("not_logged_since_last", dropped))
 	}
 }

@@ -168,13 +168,15 @@ func (r *cmdReader) next(cmds [][]byte) ([][]byte, error) {
 		r.buf = r.buf[:have+n]
 		if ends := r.g.ends(); len(ends) > 0 {
 			last := have + ends[len(ends)-1]
-			batch := append([]byte(nil), r.buf[:last]...)
+			batch := r.take(last)
 			begin := 0
 			for _, e := range ends {
 				cmds = append(cmds, batch[begin:have+e:have+e])
 				begin = have + e
 			}
-			r.buf = r.buf[:copy(r.buf, r.buf[last:])]
+			if r.buf != nil {
+				r.buf = r.buf[:copy(r.buf, r.buf[last:])]
+			}
 			return cmds, nil
 		}
 		if err != nil {
@@ -183,13 +185,28 @@ func (r *cmdReader) next(cmds [][]byte) ([][]byte, error) {
 	}
 }
 
+// take returns the first n bytes of buf, complete commands, in memory of
+// their own. A large buffer that holds nothing else is handed over whole
+// rather than copied (buf is then nil), so that a long command is not
+// held twice.
+func (r *cmdReader) take(n int) []byte {
+	if n < len(r.buf) || cap(r.buf) <= readChunk {
+		return append([]byte(nil), r.buf[:n]...)
+	}
+	b := r.buf[:n:n]
+	r.buf = nil
+	r.g.unreserve()
+	r.g.budget.dropped(cap(b))
+	return b
+}
+
 // make readies buf for a Read: the small buffer when the connection is
 // idle, a borrowed one while a batch may still be arriving, a larger one
 // while a command fills the one it has.
 func (r *cmdReader) make() {
 	switch {
 	case len(r.buf) == 0 && !r.more:
-		r.release()
+		r.drop()
 		if r.small == nil {
 			r.small = make([]byte, idleReadSize)
 		}
@@ -199,25 +216,50 @@ func (r *cmdReader) make() {
 	}
 }
 
-// grow moves buf's bytes to a buffer of at least twice their size.
+// grow moves buf's bytes to a larger buffer: twice their size or, when
+// the framing says how much the command is likely to need (expected), that
+// much (and at least a quarter more, so that growth stays geometric), so
+// that a long command is read into one buffer, not into a string of
+// doublings that are garbage. A buffer larger than a borrowed one is reserved from the
+// MaxBuffered budget first; if the budget has no room, buf stays as it is
+// and the next Read fails.
 func (r *cmdReader) grow() {
+	size := 2 * len(r.buf)
+	if want := r.g.expected(); want > 0 {
+		size = len(r.buf) + max(want+growSlack, len(r.buf)/4)
+	}
 	var nb []byte
 	var np *[]byte
-	if size := 2 * len(r.buf); size <= readChunk {
+	if size <= readChunk {
 		np = readBufs.Get().(*[]byte)
 		nb = (*np)[:0]
-	} else {
+	} else if r.g.reserve(size) {
 		nb = make([]byte, 0, size)
+	} else {
+		return
 	}
 	nb = append(nb, r.buf...)
 	r.release()
 	r.buf, r.bufP = nb, np
 }
 
-// release gives a borrowed buffer back.
+// growSlack is room beyond a bulk string's end, for the header of the
+// next (or the next command) to be read with it.
+const growSlack = 512
+
+// drop lets go of buf and of the budget reserved for it.
+func (r *cmdReader) drop() {
+	r.release()
+	r.g.unreserve()
+}
+
+// release gives a borrowed buffer back, and tells the budget of a large
+// one dropped.
 func (r *cmdReader) release() {
 	if r.bufP != nil {
 		readBufs.Put(r.bufP)
+	} else if cap(r.buf) > readChunk {
+		r.g.budget.dropped(cap(r.buf))
 	}
 	r.buf, r.bufP = nil, nil
 }
