@@ -34,7 +34,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
 			r.settle(key, h, attempt, c.calls)
-			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v}, nil
+			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v, Attempt: attempt}, nil
 		}
 		err = engine.ErrNotAcquired
 	}
@@ -81,8 +81,9 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 // takes nothing, whatever order the node runs the two in; and it is sent
 // again until each node answers.
 func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
-	// Only what this attempt took or refreshed: a rollback that lands late
-	// must not remove a later attempt's hold of the same token.
+	// Only what this attempt took and nobody refreshed since: neither a
+	// refused retry nor a rollback that lands late removes a hold of the
+	// same token that another attempt took or refreshed.
 	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
@@ -198,7 +199,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.ReleaseAttempt(ctx)}
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}

@@ -124,13 +124,18 @@ type Op struct {
 	Hold  engine.Hold // OpAcquire
 	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave; the run id, for OpFloor
 	// Rollback marks an OpRelease that undoes a failed acquire: the token
-	// keeps its place in the key's line. A release by the holder gives up
-	// the token's place on every node.
+	// keeps its place in the key's line, and only a hold that Attempt took
+	// is deleted (see Attempt). A release by the holder gives up the
+	// token's place on every node.
 	Rollback bool
-	// Attempt names one acquire on every node (the lock records it). On an
-	// OpRelease it limits the release to holds that attempt took: a fresh
-	// acquire's rollback (engine.Hold.Fresh) must not remove a hold the same
-	// token had before. Empty: any hold of Token.
+	// Attempt names one acquire on every node. The lock records the last
+	// attempt that took or refreshed it, and whether that attempt took it.
+	// On an OpRelease it binds the release to that attempt: only a hold
+	// Attempt was the last to land on is deleted, and for a Rollback only
+	// one Attempt took (a refused retry that refreshed a hold, or an
+	// earlier attempt landing late on a later grant's hold, removes
+	// nothing; nor does a fresh acquire's rollback remove a hold the same
+	// token had before). Empty: any hold of Token.
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless

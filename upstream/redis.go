@@ -281,9 +281,9 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpExtend:
 		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode)}
 	case quorum.OpRelease:
-		leave := "1"
+		leave, took := "1", ""
 		if op.Rollback {
-			leave = "0"
+			leave, took = "0", "1"
 		}
 		line, deadlines := n.lineKeys(op.Key)
 		first, second := "", ""
@@ -294,7 +294,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			second = op.Line[1].ID
 		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor), second}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor), second, took}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}

@@ -24,10 +24,13 @@
 -- fsync rejoins: no counter on the node counts below it), KEYS[7] the
 -- largest counter on the node (raised with every counter, so that a node
 -- that rejoins learns the floor from the others), KEYS[8] the lock's meta
--- hash (token, fence, mode, name, ttl, attempt; it describes the holder
--- only while its token is the lock key's value, and has the key's TTL).
+-- hash (token, fence, mode, name, ttl; attempt, the last attempt to take or
+-- refresh the key, and took, '1' when that attempt took it and '0' when it
+-- only refreshed it; it describes the holder only while its token is the
+-- lock key's value, and has the key's TTL).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
--- mine (n is the fence of that grant), 0 refused (n is how long, in ms, the
+-- mine (n is the fence of that grant, or the counter where it is not
+-- known), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
 -- The meta hash keeps the ttl so that a renewal without one reuses it.
 local counter = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(redis.call('GET', KEYS[6])) or 0)
@@ -39,8 +42,12 @@ local holder = redis.pcall('GET', KEYS[1])
 local waiter = ARGV[5]
 if holder == ARGV[1] and ARGV[12] ~= '1' then
   local m = redis.call('HMGET', KEYS[8], 'token', 'fence')
-  local fence = m[1] == holder and tonumber(m[2]) or 0
-  redis.call('HSET', KEYS[8], 'token', holder, 'fence', fence, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
+  -- Where the hold's fence is unknown (its meta hash expired before the
+  -- key), the key's counter stands for it: never below the grant's fence.
+  local fence = m[1] == holder and tonumber(m[2]) or counter
+  -- A refresh records its attempt as the last to land, but not as the one
+  -- that took the key: its rollback deletes nothing (see release.lua).
+  redis.call('HSET', KEYS[8], 'token', holder, 'fence', fence, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11], 'took', '0')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[8], ARGV[2])
   return {2, counter, fence}
@@ -76,7 +83,7 @@ else
       redis.call('SET', KEYS[7], counter)
     end
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('HSET', KEYS[8], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11])
+    redis.call('HSET', KEYS[8], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[11], 'took', '1')
     redis.call('PEXPIRE', KEYS[8], ARGV[2])
     return {1, counter, counter}
   end
