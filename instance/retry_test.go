@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,40 +18,50 @@ import (
 // hurt. Each test forces one interleaving that gave two holders at once
 // (or a fence of 0) before the fix, on three real redis-servers.
 
-// scriptCalls is how many scripts node s has run (EVALSHA and EVAL).
-func scriptCalls(t *testing.T, s *redistest.Server) int {
+// scriptCalls counts the scripts clients run on one key on one node, as
+// MONITOR shows them: acquires (they name the fence floor) and releases
+// and rollbacks (they name the release channel).
+type scriptCalls struct{ acquires, releases atomic.Int64 }
+
+// watchScripts counts the scripts run on key on node s from now on.
+func watchScripts(t *testing.T, s *redistest.Server, key string) *scriptCalls {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer c.Close()
-	info, err := c.Info(t.Context(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
+	c := dialRaw(t, s.Addr())
+	if got := c.do("MONITOR"); got != "+OK" {
+		t.Fatalf("MONITOR: %q", got)
 	}
-	n := 0
-	for _, l := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(l, "cmdstat_evalsha:calls=") && !strings.HasPrefix(l, "cmdstat_eval:calls=") {
-			continue
+	_ = c.c.SetReadDeadline(time.Time{})
+	calls := &scriptCalls{}
+	go func() {
+		for {
+			l, err := c.rd.ReadString('\n')
+			if err != nil {
+				return // the test ended
+			}
+			if strings.Contains(l, " lua] ") || !strings.Contains(l, `"`+key+`"`) {
+				continue
+			}
+			switch {
+			case strings.Contains(l, `"lockproxy:released"`):
+				calls.releases.Add(1)
+			case strings.Contains(l, `"lockproxy:fence-floor"`):
+				calls.acquires.Add(1)
+			}
 		}
-		v, _, _ := strings.Cut(l[strings.Index(l, "=")+1:], ",")
-		calls, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", l, err)
-		}
-		n += calls
-	}
-	return n
+	}()
+	return calls
 }
 
-// waitScripts waits until each node has run at least more scripts than
-// base[i], its count before.
-func waitScripts(t *testing.T, nodes []*redistest.Server, base []int, more int) {
+// waitCalls waits until count reaches n on every node.
+func waitCalls(t *testing.T, what string, n int64, calls []*scriptCalls, count func(*scriptCalls) int64) {
 	t.Helper()
-	for i, s := range nodes {
-		eventually(t, 30*time.Second, "node "+strconv.Itoa(i)+" ran the late calls", func() bool {
-			return scriptCalls(t, s) >= base[i]+more
-		})
+	for i, c := range calls {
+		eventually(t, 30*time.Second, what+" on watched node "+strconv.Itoa(i), func() bool { return count(c) >= n })
 	}
 }
+
+func acquires(c *scriptCalls) int64 { return c.acquires.Load() }
+func releases(c *scriptCalls) int64 { return c.releases.Load() }
 
 // heldEverywhere fails unless every node holds key for token.
 func heldEverywhere(t *testing.T, nodes []*redistest.Server, key, token string) {
@@ -107,7 +118,7 @@ func TestRefusedRetryKeepsGrant(t *testing.T) {
 	key, token := uniqueKey(t), "retry-token-1"
 	g := mustLock(t, c, key, "PX", 60000, "TOKEN", token)
 	heldOn(t, nodes, key, token)
-	base := []int{scriptCalls(t, nodes[1]), scriptCalls(t, nodes[2])}
+	calls := []*scriptCalls{watchScripts(t, nodes[1], key), watchScripts(t, nodes[2], key)}
 	pause(t, nodes[1])
 	pause(t, nodes[2])
 	if _, ok, err := lock(t.Context(), c, key, "PX", 60000, "TOKEN", token); ok || err == nil {
@@ -115,7 +126,7 @@ func TestRefusedRetryKeepsGrant(t *testing.T) {
 	}
 	resume(t, nodes[1])
 	resume(t, nodes[2])
-	waitScripts(t, nodes[1:], base, 2) // the retry's acquire and its rollback
+	waitCalls(t, "the retry's rollback", 1, calls, releases)
 	heldEverywhere(t, nodes, key, token)
 	refused(t, other, key)
 	if f := lockInfoFence(t, other, key); f != g.fence {
@@ -138,8 +149,9 @@ func heldOn(t *testing.T, nodes []*redistest.Server, key, token string) {
 // the three nodes through a link that delays 3 s. The client gives up on
 // LOCK ... TOKEN T through instance 1 after 0.2 s and retries through
 // instance 2, which grants it. Instance 1's acquires then land on the
-// delayed nodes (the retry holds the key there), followed by its
-// rollback: neither removes the retry's grant.
+// delayed nodes (the retry holds the key there); the link recovers and
+// instance 1's carried rollback lands too: neither removes the retry's
+// grant.
 func TestLateFirstAttemptKeepsRetry(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	cfg1 := testConfig(nodes)
@@ -163,7 +175,7 @@ func TestLateFirstAttemptKeepsRetry(t *testing.T) {
 		p.SetDelay(delay)
 	}
 	key, token := uniqueKey(t), "retry-token-2"
-	start := time.Now()
+	calls := []*scriptCalls{watchScripts(t, nodes[1], key), watchScripts(t, nodes[2], key)}
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	_, ok, err := lock(ctx, c1, key, "PX", 30000, "TOKEN", token)
 	cancel()
@@ -172,12 +184,11 @@ func TestLateFirstAttemptKeepsRetry(t *testing.T) {
 	}
 	g := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
 	heldOn(t, nodes, key, token)
-	base := []int{scriptCalls(t, nodes[1]), scriptCalls(t, nodes[2])}
-	waitScripts(t, nodes[1:], base, 2)            // instance 1's acquire and rollback
-	for time.Since(start) < 2*delay+time.Second { // and whatever else was on the link
-		heldEverywhere(t, nodes, key, token)
-		time.Sleep(50 * time.Millisecond)
+	waitCalls(t, "instance 1's late acquire", 2, calls, acquires) // after instance 2's
+	for _, p := range links {
+		p.SetDelay(0) // the link recovers: instance 1's carried rollback gets through
 	}
+	waitCalls(t, "instance 1's rollback", 1, calls, releases)
 	heldEverywhere(t, nodes, key, token)
 	refused(t, other, key)
 	if f := lockInfoFence(t, other, key); f != g.fence {
