@@ -320,7 +320,7 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	if h.Fresh {
 		fresh = "1"
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt, fresh}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh}
 }
 
 // wrap adds the node's address to err.
