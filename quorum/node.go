@@ -96,6 +96,15 @@ const (
 	OpTurnBack
 )
 
+// UndoGrace is how much longer than the attempt's lease an undo mark
+// (Op.Undo) is kept: an acquire that reaches a node later than that after
+// the release that marked it undone (a link that held it back, or a node
+// paused with it unread, for more than the lease and a minute) can take
+// the key on that node for one lease. It is the time a release is carried
+// to a silent node (carryFor): the node is expected to have answered by
+// then.
+const UndoGrace = carryFor
+
 // Status is what a node says of itself: enough to tell that it restarted
 // and whether a restart can have lost what it held.
 type Status struct {
@@ -139,10 +148,11 @@ type Op struct {
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless
-	// the node shows it landed, the release marks it undone for UndoFor, and
-	// the attempt takes nothing if it lands later. This keeps a late acquire
-	// from outliving the release, whatever the order in which the node runs
-	// the two (a call on a dropped connection may run after a later one).
+	// the node shows it landed, the release marks it undone for UndoFor
+	// (the attempt's lease) plus UndoGrace, and the attempt takes nothing
+	// if it lands later. This keeps a late acquire from outliving the
+	// release, whatever the order in which the node runs the two (a call on
+	// a dropped connection may run after a later one).
 	Undo    string
 	UndoFor time.Duration
 	// Line is, for an OpRelease, the releasing instance's first waiters for

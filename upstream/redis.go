@@ -294,7 +294,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			second = op.Line[1].ID
 		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor), second, took}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}

@@ -69,3 +69,23 @@ func aheadBy(args []any, d time.Duration) []any {
 	}
 	return out
 }
+
+// TestUndoMarkOutlivesLease (issue 24): a rollback that finds its attempt
+// not landed marks it undone for the lease and quorum.UndoGrace more, so
+// that an acquire held back longer than its lease still takes nothing.
+func TestUndoMarkOutlivesLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		op := &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "a", Rollback: true, Attempt: "a-1", Undo: "a-1", UndoFor: time.Second}
+		if r := n.do(ctx, op); r.Err != nil || r.OK {
+			t.Fatalf("rollback = %+v; want not held", r)
+		}
+		if ttl := raw.PTTL(ctx, "lockproxy:undone:a-1").Val(); ttl <= quorum.UndoGrace-10*time.Second {
+			t.Fatalf("undo mark PTTL %v, want above %v", ttl, quorum.UndoGrace)
+		}
+		c := n.do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: "k", Hold: hold("a", time.Second), Attempt: "a-1"})
+		if c.Err != nil || c.Claim.State != quorum.Taken {
+			t.Fatalf("the undone attempt's late acquire = %+v; want it to take nothing", c)
+		}
+	})
+}
