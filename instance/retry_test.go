@@ -267,3 +267,48 @@ func TestRetryFenceAfterMetaExpired(t *testing.T) {
 		t.Fatalf("LOCKINFO fence %d, want the retry's %d", f, r.fence)
 	}
 }
+
+// TestCarriedReleaseSparesNewGrant (issue 24): an UNLOCK whose outcome is
+// unknown is carried on to the nodes that did not answer. Instance 1
+// reaches node 2 through a link that delays 3 s; node 1 is paused. The
+// holder's UNLOCK through instance 1 is undecided; node 1 resumes and gets
+// the carried release, the delayed one reaches node 2, and the client locks
+// again with the same token through instance 2. When the link recovers,
+// instance 1's carried release reaches node 2 late: it is bound to the hold
+// it released, and the new grant stays on every node.
+func TestCarriedReleaseSparesNewGrant(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1 := testConfig(nodes)
+	link, err := netfault.Listen(nodes[2].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	cfg1.Redlock.Nodes[2] = link.Addr()
+	in1, in2 := startInstance(t, cfg1), startInstance(t, testConfig(nodes))
+	c1, c2, other := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2)
+	mustLock(t, c1, uniqueKey(t), "PX", 1000) // instance 1 reaches every node
+	key, token := uniqueKey(t), "retry-token-5"
+	calls := watchScripts(t, nodes[2], key)
+	mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	link.SetDelay(3 * time.Second)
+	pause(t, nodes[1])
+	if n, err := c1.Do(t.Context(), "UNLOCK", key, token).Int(); err == nil {
+		t.Fatalf("UNLOCK with a node paused and one slow = %d; want an unknown outcome", n)
+	}
+	resume(t, nodes[1])
+	for i, s := range nodes {
+		eventually(t, 30*time.Second, "node "+strconv.Itoa(i)+" released", func() bool { return lockHolder(t, s, key) == "" })
+	}
+	g := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	landed := releases(calls)
+	link.SetDelay(0) // instance 1's carried release gets through
+	waitCalls(t, "instance 1's carried release", landed+1, []*scriptCalls{calls}, releases)
+	heldEverywhere(t, nodes, key, token)
+	refused(t, other, key)
+	if f := lockInfoFence(t, other, key); f != g.fence {
+		t.Fatalf("LOCKINFO fence %d, want the new grant's %d", f, g.fence)
+	}
+}

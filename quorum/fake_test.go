@@ -224,9 +224,9 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	return ttl, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string, rollback bool) (bool, error) {
+func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string, rollback bool) (bool, string, error) {
 	if err := f.enter(ctx); err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer f.mu.Unlock()
 	e := f.live(key)
@@ -234,10 +234,10 @@ func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string
 		f.undone[undo] = true
 	}
 	if e == nil || e.Token != token || attempt != "" && (e.attempt != attempt || rollback && !e.took) {
-		return false, nil
+		return false, "", nil
 	}
 	delete(f.entries, key)
-	return true, nil
+	return true, e.attempt, nil
 }
 
 func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error) {
@@ -295,7 +295,7 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply
 		case op.Kind == OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
 		case op.Kind == OpRelease:
-			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt, op.Undo, op.Rollback)
+			r.OK, r.Attempt, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt, op.Undo, op.Rollback)
 		case op.Kind == OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
 		}

@@ -184,6 +184,10 @@ type Reply struct {
 	Entry  Entry
 	Status Status          // OpStatus
 	Value  luascript.Reply // OpEval
+	// Attempt is, for an OpRelease that deleted a hold (OK), the attempt
+	// that last took or refreshed it there ("" if the node did not record
+	// one): a release carried on to silent nodes is bound to it.
+	Attempt string
 	// Incarnation is the run id of the node process that answered, when
 	// the node knows it ("" otherwise). The restart rule counts an answer
 	// only from the process it has vetted.

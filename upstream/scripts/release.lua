@@ -22,7 +22,9 @@
 -- remember it: unless the lock shows that attempt landed, the release marks
 -- it undone, so that it takes nothing when it lands later (on a connection
 -- that was dropped meanwhile, its order against this release is unknown).
--- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
+-- Returns {1, attempt} if the token held the lock (attempt: the last attempt
+-- that took or refreshed the hold deleted, '' if not recorded), else 0.
+-- It publishes only when it deleted, and
 -- only while someone other than ARGV[6] and ARGV[9] waits in the key's
 -- line: a waiter refused through any instance holds a place on the nodes
 -- that refused it, and its own instance wakes it directly. The message is
@@ -35,7 +37,7 @@ local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another
 -- the last attempt that took or refreshed the lock key, and whether it took
 -- it, when known and asked
 local attempt, took = false, false
-if holder and (ARGV[5] ~= '' or ARGV[7] ~= '') then
+if holder == ARGV[1] or holder and ARGV[7] ~= '' then
   local m = redis.call('HMGET', KEYS[5], 'token', 'attempt', 'took')
   if m[1] == holder then
     attempt, took = m[2], m[3]
@@ -60,4 +62,4 @@ end
 if others > 0 then
   redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
 end
-return 1
+return {1, attempt or ''}
