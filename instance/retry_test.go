@@ -272,8 +272,9 @@ func TestRetryFenceAfterMetaExpired(t *testing.T) {
 // unknown is carried on to the nodes that did not answer. Instance 1
 // reaches node 2 through a link that delays 3 s; node 1 is paused. The
 // holder's UNLOCK through instance 1 is undecided; node 1 resumes and gets
-// the carried release, the delayed one reaches node 2, and the client locks
-// again with the same token through instance 2. When the link recovers,
+// the carried release, and the client locks again with the same token
+// through instance 2 (on node 2 it takes the key, or refreshes the old hold
+// if instance 1's release has not got through). When the link recovers,
 // instance 1's carried release reaches node 2 late: it is bound to the hold
 // it released, and the new grant stays on every node.
 func TestCarriedReleaseSparesNewGrant(t *testing.T) {
@@ -298,7 +299,7 @@ func TestCarriedReleaseSparesNewGrant(t *testing.T) {
 		t.Fatalf("UNLOCK with a node paused and one slow = %d; want an unknown outcome", n)
 	}
 	resume(t, nodes[1])
-	for i, s := range nodes {
+	for i, s := range nodes[:2] { // node 2 still holds it, or not: its release may not be through
 		eventually(t, 30*time.Second, "node "+strconv.Itoa(i)+" released", func() bool { return lockHolder(t, s, key) == "" })
 	}
 	g := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
