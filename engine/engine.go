@@ -275,11 +275,12 @@ func (e *Engine) release(ctx context.Context, key, token string) error {
 
 type attemptKey struct{}
 
-// WithAttempt binds a Backend.Release called with the returned context to
-// the grant of attempt (Grant.Attempt): the backend releases only a hold
-// that grant's attempt was the last to take or refresh, and leaves one that
-// a later grant of the same token refreshed to its lease. An empty attempt
-// returns ctx: any hold of the token.
+// WithAttempt binds a Backend.Release or Extend called with the returned
+// context to the grant of attempt (Grant.Attempt): the backend releases or
+// extends only a hold that grant's attempt was the last to take or
+// refresh, and leaves one that a later grant of the same token refreshed
+// to its lease (Extend then reports ErrNotHeld). An empty attempt returns
+// ctx: any hold of the token.
 func WithAttempt(ctx context.Context, attempt string) context.Context {
 	if attempt == "" {
 		return ctx
@@ -287,9 +288,9 @@ func WithAttempt(ctx context.Context, attempt string) context.Context {
 	return context.WithValue(ctx, attemptKey{}, attempt)
 }
 
-// ReleaseAttempt is the attempt a Backend.Release called with ctx is bound
-// to (WithAttempt); "" for any hold of the token.
-func ReleaseAttempt(ctx context.Context) string {
+// BoundAttempt is the attempt a Backend.Release or Extend called with ctx
+// is bound to (WithAttempt); "" for any hold of the token.
+func BoundAttempt(ctx context.Context) string {
 	a, _ := ctx.Value(attemptKey{}).(string)
 	return a
 }

@@ -238,6 +238,18 @@ func TestBoundRetryAcrossInstances(t *testing.T) {
 	boundRetry(t, nodes, newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2))
 }
 
+// TestBoundRetryAcrossInstancesLockDelay (issue 24.3): the same with a
+// lock-delay: the first instance's close, which would make its own grant a
+// lease of the delay, leaves the second instance's later grant bound and
+// renewed.
+func TestBoundRetryAcrossInstancesLockDelay(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg := testConfig(nodes)
+	cfg.Locks.LockDelayMS = 1000
+	in1, in2 := startInstance(t, cfg), startInstance(t, cfg)
+	boundRetry(t, nodes, newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2))
+}
+
 // TestRetryFenceAfterMetaExpired (issue 24.4): a script outside the
 // catalog extends the lock key, so lockproxy's bookkeeping of the hold
 // expires before it. A retry with the token keeps a fence no lower than

@@ -159,7 +159,8 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
-	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode}, nil,
+	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
+	_, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
 			leased = leased || rep.Err == nil && rep.TTL < 0
@@ -200,7 +201,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.ReleaseAttempt(ctx)}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx)}
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}

@@ -144,7 +144,9 @@ type Op struct {
 	// one Attempt took (a refused retry that refreshed a hold, or an
 	// earlier attempt landing late on a later grant's hold, removes
 	// nothing; nor does a fresh acquire's rollback remove a hold the same
-	// token had before). Empty: any hold of Token.
+	// token had before). On an OpExtend it extends only a hold Attempt was
+	// the last to land on (a lock-delay set on close must not touch a
+	// later grant). Empty: any hold of Token.
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless

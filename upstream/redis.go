@@ -279,7 +279,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
-		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode)}
+		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt}
 	case quorum.OpRelease:
 		leave, took := "1", ""
 		if op.Rollback {
