@@ -61,6 +61,9 @@ type Grant struct {
 	Token    string
 	Fence    int64         // strictly increasing per key across grants
 	Validity time.Duration // how long the grant is safe to use from now
+	// Attempt names the backend's attempt that made this grant, for a
+	// release bound to it (WithAttempt); "" when the backend has none.
+	Attempt string
 }
 
 // Holder describes who holds a key. LOCKINFO never shows Token; the legacy

@@ -34,18 +34,20 @@ func (e *Engine) delayAll(ctx context.Context, locks []*bound) []*bound {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.delay(ctx, b.key, b.token, d)
+			e.delay(ctx, b.key, b.token, b.attempt, d)
 		}()
 	}
 	wg.Wait()
 	return rest
 }
 
-// delay makes key, held by token, a lease of d and wakes the key's first
-// waiter when d has passed. When that fails the lock keeps the bound lease
-// it has, which ends it at most that long after its last renewal.
-func (e *Engine) delay(ctx context.Context, key, token string, d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OpTimeout)
+// delay makes key, held by token as granted by attempt, a lease of d and
+// wakes the key's first waiter when d has passed. When that fails the lock
+// keeps the bound lease it has, which ends it at most that long after its
+// last renewal. A later grant of the token (through another instance) is
+// left as it is (WithAttempt).
+func (e *Engine) delay(ctx context.Context, key, token, attempt string, d time.Duration) {
+	ctx, cancel := context.WithTimeout(WithAttempt(context.WithoutCancel(ctx), attempt), e.cfg.OpTimeout)
 	defer cancel()
 	_, err := e.backend.Extend(ctx, key, token, d, Lease)
 	switch {

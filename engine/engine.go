@@ -145,8 +145,8 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 	e.stats.Grants.Add(1)
 	if h.Mode == Lease {
 		e.grantLease(o, key, h, g.Validity)
-	} else if !e.watch(o, key, h.Token, h.Legacy, g.Validity) {
-		_ = e.release(ctx, key, h.Token) // granted while the engine shut down
+	} else if !e.watch(o, key, h, g) {
+		_ = e.release(WithAttempt(ctx, g.Attempt), key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
 	}
 	return g, nil
@@ -250,7 +250,7 @@ func (e *Engine) releaseAll(ctx context.Context, locks []*bound) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.release(ctx, b.key, b.token)
+			errs[i] = e.release(WithAttempt(ctx, b.attempt), b.key, b.token)
 		}()
 	}
 	wg.Wait()
@@ -258,7 +258,10 @@ func (e *Engine) releaseAll(ctx context.Context, locks []*bound) error {
 }
 
 // release frees a lock on behalf of a holder that is gone, on a context of
-// its own so that the client's cancellation does not leave it held.
+// its own so that the client's cancellation does not leave it held. A
+// connection-bound lock's release is bound to the attempt this instance
+// granted it with (WithAttempt): a close releases only what this instance
+// granted, not a re-grant of the same token through another instance.
 func (e *Engine) release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.OpTimeout)
 	defer cancel()
@@ -268,4 +271,26 @@ func (e *Engine) release(ctx context.Context, key, token string) error {
 			zap.String("key", key), zap.Duration("lease", e.cfg.BoundLease), zap.Error(err))
 	}
 	return err
+}
+
+type attemptKey struct{}
+
+// WithAttempt binds a Backend.Release or Extend called with the returned
+// context to the grant of attempt (Grant.Attempt): the backend releases or
+// extends only a hold that grant's attempt was the last to take or
+// refresh, and leaves one that a later grant of the same token refreshed
+// to its lease (Extend then reports ErrNotHeld). An empty attempt returns
+// ctx: any hold of the token.
+func WithAttempt(ctx context.Context, attempt string) context.Context {
+	if attempt == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, attemptKey{}, attempt)
+}
+
+// BoundAttempt is the attempt a Backend.Release or Extend called with ctx
+// is bound to (WithAttempt); "" for any hold of the token.
+func BoundAttempt(ctx context.Context) string {
+	a, _ := ctx.Value(attemptKey{}).(string)
+	return a
 }

@@ -13,35 +13,49 @@ import (
 // renews it every RenewEvery; no goroutine waits between renewals.
 type bound struct {
 	key, token string
+	attempt    string // the backend's attempt of the last grant (Grant.Attempt)
 	owner      *Owner
 	legacy     bool // Hold.Legacy
 	timer      *time.Timer
 	validUntil time.Time // when the last successful renewal's validity ends
 }
 
-// watch starts renewing key, granted to o, replacing any lock this instance kept
-// for key before (one holder per key). It refuses once the engine is
+// watch starts renewing key, granted to o as g for h, replacing any lock
+// this instance kept for key before (one holder per key). A grant of the
+// token that holds it already (a retry, maybe on another connection) makes
+// o its owner: a connection-bound lock belongs to the connection granted
+// last, and only o's close releases it. It refuses once the engine is
 // shutting down, whose release of bound locks may have run already.
-func (e *Engine) watch(o *Owner, key, token string, legacy bool, validity time.Duration) bool {
+func (e *Engine) watch(o *Owner, key string, h Hold, g Grant) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_ = e.takeLostLocked(key, token) // a new grant: an old loss of this token is moot
-	o.forgetLostLocked(key)          // nor does o's old loss of key matter any more
+	_ = e.takeLostLocked(key, h.Token) // a new grant: an old loss of this token is moot
+	o.forgetLostLocked(key)            // nor does o's old loss of key matter any more
 	if e.closing {
 		return false
 	}
 	if old := e.bound[key]; old != nil {
-		if old.token == token {
-			old.validUntil = time.Now().Add(validity)
+		if old.token == h.Token {
+			e.regrantLocked(old, o, h, g)
 			return true
 		}
 		e.dropLocked(old)
 	}
-	b := &bound{key: key, token: token, owner: o, legacy: legacy, validUntil: time.Now().Add(validity)}
+	b := &bound{key: key, token: h.Token, attempt: g.Attempt, owner: o, legacy: h.Legacy, validUntil: time.Now().Add(g.Validity)}
 	b.timer = time.AfterFunc(e.cfg.RenewEvery, func() { e.renew(b) })
 	e.bound[key] = b
 	o.locks[key] = b
 	return true
+}
+
+// regrantLocked hands b, granted again as g for h, to o; e.mu is held.
+func (e *Engine) regrantLocked(b *bound, o *Owner, h Hold, g Grant) {
+	if b.owner.locks[b.key] == b {
+		delete(b.owner.locks, b.key)
+	}
+	b.owner, b.attempt, b.legacy = o, g.Attempt, h.Legacy
+	b.validUntil = time.Now().Add(g.Validity)
+	o.locks[b.key] = b
 }
 
 // unwatch stops renewing key if token is the lock this instance keeps,

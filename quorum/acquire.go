@@ -34,7 +34,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
 			r.settle(key, h, attempt, c.calls)
-			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v}, nil
+			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v, Attempt: attempt}, nil
 		}
 		err = engine.ErrNotAcquired
 	}
@@ -81,8 +81,9 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 // takes nothing, whatever order the node runs the two in; and it is sent
 // again until each node answers.
 func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
-	// Only what this attempt took or refreshed: a rollback that lands late
-	// must not remove a later attempt's hold of the same token.
+	// Only what this attempt took and nobody refreshed since: neither a
+	// refused retry nor a rollback that lands late removes a hold of the
+	// same token that another attempt took or refreshed.
 	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
@@ -158,7 +159,8 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
-	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode}, nil,
+	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
+	_, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
 			leased = leased || rep.Err == nil && rep.TTL < 0
@@ -193,28 +195,56 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // It reports false only when so many nodes said the token does not hold
 // the key that no majority can; answers that do not decide it give an
 // engine.UnknownOutcomeError, and the release is carried on, in the
-// background, to every node that did not answer it. (After a decided
+// background, to every node that did not answer it, bound to the hold it
+// released (carried). (After a decided
 // release, a minority that missed it lets the lease expire: carrying every
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx)}
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}
 	t := newTally(r.quorum, len(r.nodes))
+	var held []string // the attempts of the holds deleted
 	calls, err := r.fanout(ctx, r.timeout(op.UndoFor), op, sent,
-		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.settled() })
+		func(rep Reply) bool {
+			t.add(rep.OK, rep.Err)
+			if rep.OK {
+				held = append(held, rep.Attempt)
+			}
+			return t.settled()
+		})
 	if err == nil {
 		err = t.verdict("release", engine.ErrNotHeld)
 	}
 	if err != nil && !errors.Is(err, engine.ErrNotHeld) {
-		r.finish(calls, op) // undecided: a silent node may complete a majority of holders
+		r.finish(calls, carried(op, held)) // undecided: a silent node may complete a majority of holders
 	}
 	if errors.Is(err, engine.ErrNotHeld) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// carried is op as it is carried on to silent nodes: bound to the attempt
+// of the hold it released where every node that deleted one names the
+// same, so that a grant of the same token made meanwhile (the client
+// locked again) is not deleted when the release lands late. Otherwise, or
+// when no node deleted one, op as it is (a release bound to nothing
+// deletes any hold of the token).
+func carried(op *Op, held []string) *Op {
+	if op.Attempt != "" || len(held) == 0 || held[0] == "" {
+		return op
+	}
+	for _, a := range held[1:] {
+		if a != held[0] {
+			return op
+		}
+	}
+	bound := *op
+	bound.Attempt = held[0]
+	return &bound
 }
 
 // heldTimes are the remaining leases of another holder on the nodes that

@@ -94,7 +94,8 @@ type fakeEntry struct {
 	Entry
 	ttl     time.Duration
 	expires time.Time
-	attempt string // the acquire that took it
+	attempt string // the last acquire that took or refreshed it
+	took    bool   // whether that acquire took it
 }
 
 var _ Node = (*fakeNode)(nil)
@@ -174,10 +175,10 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attem
 	case e == nil:
 		f.counter[key]++
 		c.Counter = f.counter[key]
-		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL), attempt}
+		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL), attempt, true}
 		c.State, c.Fence = Acquired, c.Counter
 	case e.Token == h.Token && !h.Fresh:
-		e.ttl, e.expires, e.attempt = h.TTL, time.Now().Add(h.TTL), attempt
+		e.ttl, e.expires, e.attempt, e.took = h.TTL, time.Now().Add(h.TTL), attempt, false
 		c.State, c.Fence = Mine, e.Fence
 	default:
 		c.Held = time.Until(e.expires)
@@ -196,7 +197,7 @@ func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (
 	if e == nil || e.Token != token {
 		return false, nil
 	}
-	e.Fence = fence
+	e.Fence = max(e.Fence, fence)
 	return true, nil
 }
 
@@ -223,20 +224,20 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	return ttl, nil
 }
 
-func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string) (bool, error) {
+func (f *fakeNode) Release(ctx context.Context, key, token, attempt, undo string, rollback bool) (bool, string, error) {
 	if err := f.enter(ctx); err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer f.mu.Unlock()
 	e := f.live(key)
 	if undo != "" && (e == nil || e.attempt != undo) {
 		f.undone[undo] = true
 	}
-	if e == nil || e.Token != token || attempt != "" && e.attempt != attempt {
-		return false, nil
+	if e == nil || e.Token != token || attempt != "" && (e.attempt != attempt || rollback && !e.took) {
+		return false, "", nil
 	}
 	delete(f.entries, key)
-	return true, nil
+	return true, e.attempt, nil
 }
 
 func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error) {
@@ -294,7 +295,7 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply
 		case op.Kind == OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
 		case op.Kind == OpRelease:
-			r.OK, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt, op.Undo)
+			r.OK, r.Attempt, r.Err = f.Release(ctx, op.Key, op.Token, op.Attempt, op.Undo, op.Rollback)
 		case op.Kind == OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
 		}

@@ -82,7 +82,7 @@ func TestUndecidedOutcomesEverySubset(t *testing.T) {
 				r := New(asNodes(nodes), Config{NodeTimeout: 10 * time.Millisecond})
 				for i, f := range nodes {
 					if held&(1<<i) != 0 {
-						f.entries["k"] = &fakeEntry{Entry{Token: "tok", Fence: 1, Mode: engine.Lease}, time.Hour, time.Now().Add(time.Hour), "x"}
+						f.entries["k"] = &fakeEntry{Entry{Token: "tok", Fence: 1, Mode: engine.Lease}, time.Hour, time.Now().Add(time.Hour), "x", true}
 					}
 					if silent&(1<<i) != 0 {
 						f.pause()
@@ -127,7 +127,7 @@ func TestSuspectedNodeNotWaitedFor(t *testing.T) {
 	// Held on nodes 0 and 2, as when a release through one instance races
 	// an acquire through another: node 0 says yes, 1 says no, 2 is silent.
 	for _, i := range []int{0, 2} {
-		nodes[i].entries["k"] = &fakeEntry{Entry{Token: "tok", Mode: engine.Lease}, time.Hour, time.Now().Add(time.Hour), "x"}
+		nodes[i].entries["k"] = &fakeEntry{Entry{Token: "tok", Mode: engine.Lease}, time.Hour, time.Now().Add(time.Hour), "x", true}
 	}
 	done := make(chan error, 1)
 	go func() { _, err := r.Release(ctx, "k", "tok", nil, nil); done <- err }()

@@ -96,6 +96,15 @@ const (
 	OpTurnBack
 )
 
+// UndoGrace is how much longer than the attempt's lease an undo mark
+// (Op.Undo) is kept: an acquire that reaches a node later than that after
+// the release that marked it undone (a link that held it back, or a node
+// paused with it unread, for more than the lease and a minute) can take
+// the key on that node for one lease. It is the time a release is carried
+// to a silent node (carryFor): the node is expected to have answered by
+// then.
+const UndoGrace = carryFor
+
 // Status is what a node says of itself: enough to tell that it restarted
 // and whether a restart can have lost what it held.
 type Status struct {
@@ -124,20 +133,28 @@ type Op struct {
 	Hold  engine.Hold // OpAcquire
 	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave; the run id, for OpFloor
 	// Rollback marks an OpRelease that undoes a failed acquire: the token
-	// keeps its place in the key's line. A release by the holder gives up
-	// the token's place on every node.
+	// keeps its place in the key's line, and only a hold that Attempt took
+	// is deleted (see Attempt). A release by the holder gives up the
+	// token's place on every node.
 	Rollback bool
-	// Attempt names one acquire on every node (the lock records it). On an
-	// OpRelease it limits the release to holds that attempt took: a fresh
-	// acquire's rollback (engine.Hold.Fresh) must not remove a hold the same
-	// token had before. Empty: any hold of Token.
+	// Attempt names one acquire on every node. The lock records the last
+	// attempt that took or refreshed it, and whether that attempt took it.
+	// On an OpRelease it binds the release to that attempt: only a hold
+	// Attempt was the last to land on is deleted, and for a Rollback only
+	// one Attempt took (a refused retry that refreshed a hold, or an
+	// earlier attempt landing late on a later grant's hold, removes
+	// nothing; nor does a fresh acquire's rollback remove a hold the same
+	// token had before). On an OpExtend it extends only a hold Attempt was
+	// the last to land on (a lock-delay set on close must not touch a
+	// later grant). Empty: any hold of Token.
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless
-	// the node shows it landed, the release marks it undone for UndoFor, and
-	// the attempt takes nothing if it lands later. This keeps a late acquire
-	// from outliving the release, whatever the order in which the node runs
-	// the two (a call on a dropped connection may run after a later one).
+	// the node shows it landed, the release marks it undone for UndoFor
+	// (the attempt's lease) plus UndoGrace, and the attempt takes nothing
+	// if it lands later. This keeps a late acquire from outliving the
+	// release, whatever the order in which the node runs the two (a call on
+	// a dropped connection may run after a later one).
 	Undo    string
 	UndoFor time.Duration
 	// Line is, for an OpRelease, the releasing instance's first waiters for
@@ -169,6 +186,10 @@ type Reply struct {
 	Entry  Entry
 	Status Status          // OpStatus
 	Value  luascript.Reply // OpEval
+	// Attempt is, for an OpRelease that deleted a hold (OK), the attempt
+	// that last took or refreshed it there ("" if the node did not record
+	// one): a release carried on to silent nodes is bound to it.
+	Attempt string
 	// Incarnation is the run id of the node process that answered, when
 	// the node knows it ("" otherwise). The restart rule counts an answer
 	// only from the process it has vetted.

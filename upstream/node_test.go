@@ -226,7 +226,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("lock key k = %q (%s) with PTTL %v, want \"a\" (string) with (0, 1m]", v, typ, ttl)
 		}
 		got, err := raw.HGetAll(ctx, "lockproxy:meta:k").Result()
-		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": ""}
+		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": "", "took": "1"}
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("HGETALL = %v, %v; want %v", got, err, want)
 		}

@@ -279,11 +279,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence}
 	case quorum.OpExtend:
-		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode)}
+		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt}
 	case quorum.OpRelease:
-		leave := "1"
+		leave, took := "1", ""
 		if op.Rollback {
-			leave = "0"
+			leave, took = "0", "1"
 		}
 		line, deadlines := n.lineKeys(op.Key)
 		first, second := "", ""
@@ -294,7 +294,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			second = op.Line[1].ID
 		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor), second}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
@@ -320,7 +320,7 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	if h.Fresh {
 		fresh = "1"
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, time.Now().UnixMicro(), keep, next, nextSince, attempt, fresh}
+	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh}
 }
 
 // wrap adds the node's address to err.

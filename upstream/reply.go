@@ -36,13 +36,31 @@ func claim(v any) (quorum.Claim, error) {
 	return quorum.Claim{State: state, Counter: counter, Fence: last}, nil
 }
 
-// flag reads the 1 or 0 reply of commit and release.
+// flag reads the 1 or 0 reply of commit and leave.
 func flag(s *script, v any) (bool, error) {
 	i, ok := v.(int64)
 	if !ok || (i != 0 && i != 1) {
 		return false, badReply(s.name, v)
 	}
 	return i == 1, nil
+}
+
+// released reads release.lua's reply: 0, or {1, the attempt of the hold
+// deleted ("" if not recorded)}.
+func released(v any) (bool, string, error) {
+	if i, ok := v.(int64); ok && i == 0 {
+		return false, "", nil
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return false, "", badReply(releaseScript.name, v)
+	}
+	one, ok1 := a[0].(int64)
+	attempt, ok2 := a[1].(string)
+	if !ok1 || !ok2 || one != 1 {
+		return false, "", badReply(releaseScript.name, v)
+	}
+	return true, attempt, nil
 }
 
 // entry reads inspect.lua's reply {token, fence, mode, name, pttl[, type]},
@@ -96,7 +114,7 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 	case quorum.OpExtend:
 		r.TTL, err = applied(v)
 	case quorum.OpRelease:
-		r.OK, err = flag(releaseScript, v)
+		r.OK, r.Attempt, err = released(v)
 	case quorum.OpLeave:
 		r.OK, err = flag(leaveScript, v)
 	case quorum.OpInspect:

@@ -94,7 +94,9 @@ func errKind(err error) int {
 
 // client takes locks on keys through any instance, holds each a while,
 // writing to the register under its fence, and releases it. A native
-// client uses LOCK/RENEW/UNLOCK; a legacy one SET NX PX and the
+// client uses LOCK/RENEW/UNLOCK, with a token of its own that it sends
+// again when it does not learn the outcome (lockRetries); it takes one
+// lock in boundOdds connection-bound. A legacy one SET NX PX and the
 // compare-and-delete script (no fence, so its writes are not fenced: it is
 // checked for overlaps only).
 type client struct {
@@ -131,19 +133,24 @@ func (c *client) close() {
 func (c *client) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		key := c.keys[c.rng.IntN(len(c.keys))]
-		r := c.conns[c.rng.IntN(len(c.conns))]
+		i := c.rng.IntN(len(c.conns))
 		if c.legacy {
-			c.legacyCycle(ctx, r, key)
+			c.legacyCycle(ctx, c.conns[i], key)
 		} else if c.retries {
 			c.retryCycle(ctx, key)
 		} else {
-			c.nativeCycle(ctx, r, key)
+			c.nativeCycle(ctx, i, key)
 		}
 	}
 }
 
+// doer is one instance's pooled client, or one connection to it.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
 // do sends one command, counting it and its error.
-func (c *client) do(r *redis.Client, args ...any) (any, error) {
+func (c *client) do(r doer, args ...any) (any, error) {
 	c.s.ops.Add(1)
 	v, err := r.Do(context.Background(), args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -153,26 +160,107 @@ func (c *client) do(r *redis.Client, args ...any) (any, error) {
 	return v, err
 }
 
-func (c *client) nativeCycle(ctx context.Context, r *redis.Client, key string) {
-	sent := time.Now()
-	v, err := c.do(r, "LOCK", key, "PX", c.ttl.Milliseconds(), "WAIT", waitMs)
-	if err != nil {
+// lockRetries is how many times a native client sends its LOCK again,
+// with the same token, as client libraries do: after an unknown outcome (a
+// timeout, a broken connection) through another instance, after NOQUORUM
+// through the same one.
+const lockRetries = 3
+
+// retryAfter says whether to send a LOCK again after err (again), and
+// whether through another instance (other) rather than the same one.
+func retryAfter(err error) (again, other bool) {
+	switch errKind(err) {
+	case errTimeout, errConn:
+		return true, true
+	case errNoQuorum:
+		return true, false
+	}
+	return false, false
+}
+
+// boundOdds is how often (one cycle in boundOdds) a native client takes a
+// connection-bound lock, on a connection of its own, rather than a lease.
+const boundOdds = 3
+
+func (c *client) nativeCycle(ctx context.Context, i int, key string) {
+	if c.rng.IntN(boundOdds) == 0 {
+		c.boundCycle(ctx, i, key)
 		return
 	}
-	reply, ok := v.([]any)
-	if !ok || len(reply) != 3 {
-		c.s.fail(fmt.Errorf("LOCK replied %v", v))
-		return
+	r := c.conns[i]
+	token := newToken()
+	var v any
+	var err error
+	var sent time.Time
+	for try := 0; try <= lockRetries; try++ {
+		sent = time.Now()
+		v, err = c.do(r, "LOCK", key, "PX", c.ttl.Milliseconds(), "WAIT", waitMs, "TOKEN", token)
+		again, other := retryAfter(err)
+		if !again {
+			break
+		}
+		if other {
+			i = (i + 1) % len(c.conns)
+			r = c.conns[i]
+		}
 	}
-	token, _ := reply[0].(string)
-	fence, _ := reply[1].(int64)
-	validity, _ := reply[2].(int64)
-	g := c.granted(grant{Key: key, Token: token, Fence: fence, Recv: time.Now(), End: sent.Add(time.Duration(validity) * time.Millisecond)})
+	g := c.lockReply(key, v, err, sent)
 	if g == nil {
 		return
 	}
 	c.hold(ctx, g, c.holdTime(c.ttl*3/2), func() bool { return c.renew(r, g) })
-	c.release(g, r, "UNLOCK", key, token)
+	c.release(g, r, "UNLOCK", key, g.Token)
+}
+
+// boundCycle takes key connection-bound on a connection of its own; a LOCK
+// whose outcome is unknown is sent again, with the same token, on a new
+// connection to another instance and the old connection is closed, as a
+// client that gave up on it does. The lock is held within the validity it
+// was granted with (the watchdog renews it meanwhile), released with
+// UNLOCK, and its connection closed.
+func (c *client) boundCycle(ctx context.Context, i int, key string) {
+	token := newToken()
+	conn := c.conns[i].Conn()
+	defer func() { conn.Close() }()
+	var v any
+	var err error
+	var sent time.Time
+	for try := 0; try <= lockRetries; try++ {
+		sent = time.Now()
+		v, err = c.do(conn, "LOCK", key, "WAIT", waitMs, "TOKEN", token)
+		again, other := retryAfter(err)
+		if !again {
+			break
+		}
+		if other {
+			conn.Close()
+			i = (i + 1) % len(c.conns)
+			conn = c.conns[i].Conn()
+		}
+	}
+	g := c.lockReply(key, v, err, sent)
+	if g == nil {
+		return
+	}
+	c.hold(ctx, g, c.holdTime(c.ttl*3/2), nil)
+	c.release(g, conn, "UNLOCK", key, g.Token)
+}
+
+// lockReply records LOCK's reply v to a request sent at sent as a grant;
+// nil if it was not one.
+func (c *client) lockReply(key string, v any, err error, sent time.Time) *grant {
+	if err != nil {
+		return nil
+	}
+	reply, ok := v.([]any)
+	if !ok || len(reply) != 3 {
+		c.s.fail(fmt.Errorf("LOCK replied %v", v))
+		return nil
+	}
+	token, _ := reply[0].(string)
+	fence, _ := reply[1].(int64)
+	validity, _ := reply[2].(int64)
+	return c.granted(grant{Key: key, Token: token, Fence: fence, Recv: time.Now(), End: sent.Add(time.Duration(validity) * time.Millisecond)})
 }
 
 func (c *client) legacyCycle(ctx context.Context, r *redis.Client, key string) {
@@ -237,7 +325,7 @@ func (c *client) hold(ctx context.Context, g *grant, d time.Duration, renew func
 }
 
 // renew extends g; false when the lease is lost or the outcome unknown.
-func (c *client) renew(r *redis.Client, g *grant) bool {
+func (c *client) renew(r doer, g *grant) bool {
 	sent := time.Now()
 	v, err := c.do(r, "RENEW", g.Key, g.Token, "PX", c.ttl.Milliseconds())
 	if validity, ok := v.(int64); ok && err == nil {
@@ -251,7 +339,7 @@ func (c *client) renew(r *redis.Client, g *grant) bool {
 }
 
 // release ends g now, then sends the release.
-func (c *client) release(g *grant, r *redis.Client, args ...any) {
+func (c *client) release(g *grant, r doer, args ...any) {
 	c.h.setEnd(g, minTime(c.h.end(g), time.Now()))
 	_, _ = c.do(r, args...)
 }

@@ -9,10 +9,15 @@
 // and, for each of 2 (-instances) lockproxy subprocesses built from
 // ./cmd/lockproxy, a fault-injecting link (internal/netfault) to every
 // server. Clients (go-redis) take locks on a few keys through any instance:
-// half with LOCK key PX ttl WAIT 1000, RENEW and UNLOCK, writing under
-// their fence to an in-process register that refuses a fence below the
-// last accepted one; half with SET key token NX PX ttl and the redis.io
-// compare-and-delete script (no fence: checked for overlaps only).
+// half with LOCK key PX ttl WAIT 1000 TOKEN t, RENEW and UNLOCK, writing
+// under their fence to an in-process register that refuses a fence below
+// the last accepted one; half with SET key token NX PX ttl and the
+// redis.io compare-and-delete script (no fence: checked for overlaps
+// only). Native clients retry as real clients do: after a timeout or a
+// broken connection the same LOCK ... TOKEN t through another instance,
+// after NOQUORUM through the same one (three times at most); one lock in
+// three is connection-bound, on a connection of its own, and retried on a
+// new connection (the old one closed).
 //
 // Every -interval a fault of the run's kind hits a random target for
 // -length, then heals: kill (SIGKILL a node, restart it with its data),

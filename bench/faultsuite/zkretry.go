@@ -88,7 +88,7 @@ func (c *client) lockRetry(key, token string, at int) (*grant, int) {
 			}
 			return nil, at
 		case err == nil:
-			g, ok := c.lockReply(key, sent, v)
+			g, ok := c.grantOf(key, sent, v)
 			if !ok {
 				return nil, at
 			}
@@ -102,8 +102,8 @@ func (c *client) lockRetry(key, token string, at int) (*grant, int) {
 	return nil, at
 }
 
-// lockReply is the grant a LOCK reply v, to a request sent at sent, says.
-func (c *client) lockReply(key string, sent time.Time, v any) (grant, bool) {
+// grantOf is the grant a LOCK reply v, to a request sent at sent, says.
+func (c *client) grantOf(key string, sent time.Time, v any) (grant, bool) {
 	reply, ok := v.([]any)
 	if !ok || len(reply) != 3 {
 		c.s.fail(fmt.Errorf("LOCK replied %v", v))
@@ -141,7 +141,7 @@ func (c *client) change(g *grant, bound bool) (held, nowBound bool) {
 	v, err := c.do(r, args...)
 	next, ok := grant{}, false
 	if err == nil {
-		next, ok = c.lockReply(g.Key, sent, v)
+		next, ok = c.grantOf(g.Key, sent, v)
 	}
 	if ok && next.Fence != g.Fence {
 		c.s.fail(fmt.Errorf("mode change of %s: fence %d, then %d", g.Key, g.Fence, next.Fence))

@@ -1,5 +1,5 @@
--- Raise the key's fencing counter to at least the fence, and record the fence
--- on the lock if the token holds it.
+-- Raise the key's fencing counter to at least the fence, and raise the fence
+-- recorded on the lock to it if the token holds it (never lower it).
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] fencing counter (persistent, no TTL), KEYS[3] the largest counter
 -- on the node, raised with it, KEYS[4] the lock's meta hash
@@ -16,10 +16,16 @@ end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
   return 0
 end
-if redis.call('HGET', KEYS[4], 'token') ~= ARGV[1] then -- lost with its TTL: start it again
+local m = redis.call('HMGET', KEYS[4], 'token', 'fence')
+if m[1] ~= ARGV[1] then -- lost with its TTL: start it again
   redis.call('DEL', KEYS[4])
+  m = {false, false}
 end
-redis.call('HSET', KEYS[4], 'token', ARGV[1], 'fence', ARGV[2])
+-- Only raised: a commit of an earlier attempt that lands after a later
+-- grant's must not lower the fence recorded for the hold.
+if fence >= (tonumber(m[2]) or 0) then
+  redis.call('HSET', KEYS[4], 'token', ARGV[1], 'fence', ARGV[2])
+end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl > 0 then
   redis.call('PEXPIRE', KEYS[4], pttl)

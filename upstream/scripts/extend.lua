@@ -4,16 +4,21 @@
 -- holder only while its token is the lock key's value)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds (0: the lock's own ttl),
 -- ARGV[3] mode or ''; 'bound' is the watchdog's renewal, refused once the
--- lock has become a lease
+-- lock has become a lease, ARGV[4] the attempt the extension is bound to
+-- ('' for any hold of the token): only a hold that attempt was the last to
+-- take or refresh (the meta hash's attempt) is extended
 -- Returns the ttl applied, 0 if the token does not hold the lock, or -1 if
 -- a renewal of a connection-bound lock finds it a lease.
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
   return 0
 end
-local m = redis.call('HMGET', KEYS[2], 'token', 'mode', 'ttl')
+local m = redis.call('HMGET', KEYS[2], 'token', 'mode', 'ttl', 'attempt')
 if m[1] ~= ARGV[1] then -- the meta hash expired before the key (a script extended the key)
   redis.call('DEL', KEYS[2])
-  m = {false, false, false}
+  m = {false, false, false, false}
+end
+if ARGV[4] ~= '' and m[4] ~= ARGV[4] then
+  return 0
 end
 if ARGV[3] == 'bound' and m[2] == 'lease' then
   return -1

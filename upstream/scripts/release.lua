@@ -9,8 +9,11 @@
 -- holder only while its token is the lock key's value)
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
--- ARGV[5] the attempt a rollback undoes ('' for any): a fresh acquire's
--- rollback must not remove a hold the same token had before; ARGV[6] and
+-- ARGV[5] the attempt a release is bound to ('' for any): only a hold that
+-- attempt was the last to take or refresh is deleted; with ARGV[10] '1' (a
+-- rollback), only one that attempt took and nobody refreshed since, so that
+-- neither a refused retry nor an earlier attempt landing late removes the
+-- hold it found; ARGV[6] and
 -- ARGV[9] the releasing instance's first and second waiters ('' for none):
 -- that instance wakes the first itself, and the second after it (the
 -- first's grant puts the second in line), so while nobody else is in line,
@@ -19,7 +22,9 @@
 -- remember it: unless the lock shows that attempt landed, the release marks
 -- it undone, so that it takes nothing when it lands later (on a connection
 -- that was dropped meanwhile, its order against this release is unknown).
--- Returns 1 if the token held the lock, else 0. It publishes only on 1, and
+-- Returns {1, attempt} if the token held the lock (attempt: the last attempt
+-- that took or refreshed the hold deleted, '' if not recorded), else 0.
+-- It publishes only when it deleted, and
 -- only while someone other than ARGV[6] and ARGV[9] waits in the key's
 -- line: a waiter refused through any instance holds a place on the nodes
 -- that refused it, and its own instance wakes it directly. The message is
@@ -29,11 +34,13 @@ if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
-local attempt = false -- the attempt that took the lock key, when known and asked
-if holder and (ARGV[5] ~= '' or ARGV[7] ~= '') then
-  local m = redis.call('HMGET', KEYS[5], 'token', 'attempt')
+-- the last attempt that took or refreshed the lock key, and whether it took
+-- it, when known and asked
+local attempt, took = false, false
+if holder == ARGV[1] or holder and ARGV[7] ~= '' then
+  local m = redis.call('HMGET', KEYS[5], 'token', 'attempt', 'took')
   if m[1] == holder then
-    attempt = m[2]
+    attempt, took = m[2], m[3]
   end
 end
 if ARGV[7] ~= '' and attempt ~= ARGV[7] then
@@ -42,7 +49,7 @@ end
 if holder ~= ARGV[1] then
   return 0
 end
-if ARGV[5] ~= '' and attempt ~= ARGV[5] then
+if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[5])
@@ -55,4 +62,4 @@ end
 if others > 0 then
   redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
 end
-return 1
+return {1, attempt or ''}
