@@ -36,6 +36,7 @@ type Instance struct {
 	ln          net.Listener
 	metrics     *http.Server
 	metricsAddr string
+	metricsLn   net.Listener // nil: no metrics listener
 	closers     []func() // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
 	secrets     secrets          // passwords, read from their files
@@ -88,6 +89,9 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if err := in.prepare(); err != nil {
 		return nil, err
 	}
+	if err := in.listen(); err != nil {
+		return nil, err
+	}
 	in.lockMetrics = newLockMetrics()
 	build := func(ev engine.Events) (engine.Backend, error) {
 		b, err := in.backend(ev)
@@ -110,16 +114,27 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if in.resp, err = in.respServer(); err != nil {
 		return nil, err
 	}
-	if in.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, err
-	}
-	if err := in.startMetrics(); err != nil {
-		in.ln.Close()
-		return nil, err
-	}
+	in.serveMetrics()
 	go func() { in.served <- in.resp.Serve(in.ln) }()
 	in.logServing()
 	return in, nil
+}
+
+// listen binds the RESP and metrics listeners, before anything connects
+// to the backend: an address that cannot be bound is a StartError.
+func (in *Instance) listen() (err error) {
+	if in.ln, err = net.Listen("tcp", in.cfg.Listen); err != nil {
+		return startError("listen "+in.cfg.Listen, err)
+	}
+	in.closers = append(in.closers, func() { in.ln.Close() })
+	if in.cfg.MetricsListen == "" {
+		return nil
+	}
+	if in.metricsLn, err = net.Listen("tcp", in.cfg.MetricsListen); err != nil {
+		return startError("metrics_listen "+in.cfg.MetricsListen, err)
+	}
+	in.closers = append(in.closers, func() { in.metricsLn.Close() })
+	return nil
 }
 
 // backend builds the lock backend, which reports to ev, and registers what
