@@ -37,7 +37,7 @@ type Instance struct {
 	metrics     *http.Server
 	metricsAddr string
 	metricsLn   net.Listener // nil: no metrics listener
-	closers     []func() // backend resources, closed last, in reverse order
+	closers     []func()     // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
 	secrets     secrets          // passwords, read from their files
 	tlsFiles    tlsfiles.Group   // every TLS file, re-read on Reload
@@ -97,6 +97,9 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 		b, err := in.backend(ev)
 		if err != nil {
 			return nil, err
+		}
+		if in.nodeSet != nil {
+			b = explained{b, in.nodeSet}
 		}
 		return countBackend(b, in.lockMetrics), nil
 	}
@@ -163,6 +166,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	}
 	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
+	redisNodes := make([]*upstream.RedisNode, len(addrs))
 	for i, a := range addrs {
 		w := in.nodeSet.add(a, maxLease == 0)
 		opts := upstream.RedisOptions{
@@ -173,14 +177,17 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		in.nodes = append(in.nodes, opts)
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
-		w.Node, nodes[i] = n, n
+		w.Node, nodes[i], redisNodes[i] = n, n, n
 		ln := upstream.NewListNode(opts, in.cfg.Limits.MaxBlockedClients)
 		in.closers = append(in.closers, func() { _ = ln.Close() })
 		in.lists = append(in.lists, ln)
 	}
 	in.backendAddr = addrs
-	in.nodeSet.start()
-	in.closers = append(in.closers, in.nodeSet.close)
+	if in.cfg.BackendName() == "redlock" {
+		if err := in.checkNodes(redisNodes); err != nil {
+			return nil, err
+		}
+	}
 	r := quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
@@ -188,6 +195,9 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		MaxLease:    maxLease,
 		OnTrust:     in.nodeSet.trust,
 	})
+	in.nodeSet.redlock = r
+	in.nodeSet.start()
+	in.closers = append(in.closers, in.nodeSet.close)
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
 	in.redlock = r
 	in.subscribe(ev)

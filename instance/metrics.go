@@ -63,11 +63,11 @@ func (in *Instance) readyNodes(ctx context.Context, w http.ResponseWriter) {
 	}
 	switch {
 	case up < q:
-		http.Error(w, fmt.Sprintf("not ready: %d of %d nodes answer, %d needed%s", up, n, q, detail), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("not ready: %d of %d nodes answer and count, %d needed%s%s", up, n, q, detail, in.nodeSet.advice()), http.StatusServiceUnavailable)
 	case up < n:
-		fmt.Fprintf(w, "degraded: %d of %d nodes answer, %d needed%s\n", up, n, q, detail)
+		fmt.Fprintf(w, "degraded: %d of %d nodes answer and count, %d needed%s%s\n", up, n, q, detail, in.nodeSet.advice())
 	default:
-		fmt.Fprintf(w, "ready: %d of %d nodes answer\n", up, n)
+		fmt.Fprintf(w, "ready: %d of %d nodes answer%s\n", up, n, in.nodeSet.advice())
 	}
 }
 
