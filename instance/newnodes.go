@@ -35,6 +35,7 @@ func (in *Instance) checkNodes(nodes []*upstream.RedisNode) error {
 	}
 	in.warnRuleOff(nodes, surveys, errs)
 	if !in.cfg.Redlock.NewNodes {
+		in.markPristine(nodes, surveys, errs)
 		return nil
 	}
 	return in.commission(nodes, surveys, errs)
@@ -72,34 +73,63 @@ func distinct(nodes []*upstream.RedisNode, surveys []upstream.Survey, errs []err
 // errNotNew is the cause of every refusal of --new-nodes.
 var errNotNew = errors.New("the nodes are not new")
 
+// A node's standing for --new-nodes, from its survey.
+const (
+	standEmpty    = iota // holds none of lockproxy's keys
+	standPristine        // this process was found empty, with all its peers, at first contact (MarkPristine)
+	standVetted          // this process was vetted by an instance
+	standUsed            // holds lockproxy's keys otherwise
+	standDown            // did not answer
+)
+
+// standing sorts node i's survey.
+func standing(s upstream.Survey, err error) int {
+	switch {
+	case err != nil:
+		return standDown
+	case s.Vetted != "" && s.Vetted == s.RunID:
+		return standVetted
+	case s.Vetted == upstream.PristinePrefix+s.RunID:
+		return standPristine
+	case len(s.Keys) == 0:
+		return standEmpty
+	default:
+		return standUsed
+	}
+}
+
 // commission checks that the nodes are new, and vets each (raises its
 // fence floor to the time in µs and records its run id as vetted), so that
-// every instance counts these processes at once. On a later start, when
-// every node is still the process vetted, the flag changes nothing.
+// every instance counts these processes at once. New means: every node
+// answers, and holds none of lockproxy's keys — or is the very process
+// that a lockproxy found empty, with all its peers, when it first met them
+// (its refused attempts since left keys, but the process lost nothing).
+// On a later start, when every node is still the process vetted, the flag
+// changes nothing.
 func (in *Instance) commission(nodes []*upstream.RedisNode, surveys []upstream.Survey, errs []error) error {
-	var why, empty []string
-	inUse := 0
+	var why, fresh []string
+	vetted := 0
 	for i, s := range surveys {
-		switch {
-		case errs[i] != nil:
+		switch standing(s, errs[i]) {
+		case standDown:
 			why = append(why, fmt.Sprintf("%s does not answer (%v): every node must answer to be found new", nodes[i], errs[i]))
-		case s.Vetted != "" && s.Vetted == s.RunID:
-			inUse++
-		case len(s.Keys) > 0:
-			why = append(why, fmt.Sprintf("%s holds lockproxy's keys (%s): a lockproxy has used it%s", nodes[i], strings.Join(s.Keys, ", "), restartedSince(s)))
+		case standVetted:
+			vetted++
+		case standUsed:
+			why = append(why, fmt.Sprintf("%s holds lockproxy's keys (%s): %s", nodes[i], strings.Join(s.Keys, ", "), usedWhy(s)))
 		default:
-			empty = append(empty, nodes[i].String())
+			fresh = append(fresh, nodes[i].String())
 		}
 	}
-	if inUse > 0 && len(empty) > 0 {
-		why = append(why, fmt.Sprintf("%s empty while the others are in use by lockproxy: its peers' records may hold leases it held (restarted, wiped or replaced?)",
-			strings.Join(empty, ", ")+map[bool]string{true: " is", false: " are"}[len(empty) == 1]))
+	if vetted > 0 && len(fresh) > 0 {
+		why = append(why, fmt.Sprintf("%s new while the others are in use by lockproxy: their records may hold leases it held (restarted, wiped or replaced?)",
+			strings.Join(fresh, ", ")+map[bool]string{true: " is", false: " are"}[len(fresh) == 1]))
 	}
 	switch {
 	case len(why) > 0:
 		return &StartError{Key: keyNewNodes, Err: fmt.Errorf("%w: %s; start without --new-nodes: the restart rule then holds out each node that may have held leases until they have expired",
 			errNotNew, strings.Join(why, "; "))}
-	case inUse == len(nodes):
+	case vetted == len(nodes):
 		in.log.Warn("--new-nodes: every node is already the process a lockproxy vetted, so the flag changes nothing; remove it: "+
 			"after a node restarts, a start with it is refused", zap.Strings("nodes", in.cfg.Redlock.Nodes))
 		return nil
@@ -107,13 +137,38 @@ func (in *Instance) commission(nodes []*upstream.RedisNode, surveys []upstream.S
 	return in.vet(nodes, surveys)
 }
 
-// restartedSince says that a node whose vetted record names another
-// process, or was cleared, restarted since it was vetted.
-func restartedSince(s upstream.Survey) string {
-	if s.Vetted != s.RunID {
-		return ", and is not the process a lockproxy vetted (it restarted since, or another instance holds it out after a restart)"
+// usedWhy says what a node's vetted record tells of a node that holds
+// lockproxy's keys and cannot be taken for new.
+func usedWhy(s upstream.Survey) string {
+	switch {
+	case s.Vetted == quorum.RestartedMark:
+		return "a lockproxy instance saw it restart without fsync and holds it out"
+	case strings.HasPrefix(s.Vetted, upstream.PristinePrefix), s.Vetted != "":
+		return "it restarted since a lockproxy first met or vetted it"
+	default:
+		return "a lockproxy has used it"
 	}
-	return ""
+}
+
+// markPristine records, on the first contact of a lockproxy with nodes
+// that all answer and all hold none of lockproxy's keys, that each of
+// these processes was found empty: a later start with --new-nodes may
+// take them for new as long as they are the same processes, although
+// attempts refused meanwhile (the restart rule holds such nodes out) left
+// keys on them.
+func (in *Instance) markPristine(nodes []*upstream.RedisNode, surveys []upstream.Survey, errs []error) {
+	for i, s := range surveys {
+		if errs[i] != nil || len(s.Keys) > 0 || s.Vetted != "" {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), surveyTimeout)
+	defer cancel()
+	for i, n := range nodes {
+		if _, err := n.MarkPristine(ctx, surveys[i].RunID); err != nil {
+			in.log.Debug("recording a new node as found empty", zap.String("node", n.String()), zap.Error(err))
+		}
+	}
 }
 
 // vet raises every node's fence floor to the time in µs — above any

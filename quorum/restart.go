@@ -52,7 +52,7 @@ import (
 // reads that record for the process it talks to counts it at once, since
 // the process has kept every write since it was vetted. An instance that
 // sees a node restart without verified fsync clears the record (OpFloor
-// with no run id), so that no start on "new" nodes can take that node for
+// with RestartedMark), so that no start on "new" nodes can take that node for
 // new while it is held out.
 //
 // A node whose status carries the run id of another node's is that node
@@ -396,15 +396,19 @@ func (r *Redlock) alias(i int, st []*Status) ([]trustEvent, bool) {
 	return nil, false
 }
 
+// RestartedMark is the vetted record of a node seen restarting without
+// verified fsync: it names no process (run ids are 40 hex digits).
+const RestartedMark = "restarted"
+
 // clearVetted records on node i, seen restarting without verified fsync,
-// that no process of it is vetted (OpFloor with no run id and no floor),
+// that no process of it is vetted (OpFloor with RestartedMark, no floor),
 // so that an operator's start on "new" nodes refuses it. Best effort: the
 // node's own hold-out does not depend on it.
 func (r *Redlock) clearVetted(i int) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
 	done := make(chan Reply, 1)
-	r.nodes[i].Do(ctx, &Op{Kind: OpFloor}, i, done)
+	r.nodes[i].Do(ctx, &Op{Kind: OpFloor, Token: RestartedMark}, i, done)
 	<-done
 }
 

@@ -79,6 +79,19 @@ func (n *RedisNode) scanPrefix(ctx context.Context) ([]string, error) {
 	return found, ErrSurveyTooLarge
 }
 
+// PristinePrefix starts the vetted record of a process that held none of
+// lockproxy's keys, on any node of its set, when a lockproxy first met it:
+// "pristine:<run id>" (MarkPristine).
+const PristinePrefix = "pristine:"
+
+// MarkPristine records, unless the node has a vetted record already, that
+// its process runID held none of lockproxy's keys when a lockproxy first
+// met it (with every other node of the set as empty). It reports whether
+// it did.
+func (n *RedisNode) MarkPristine(ctx context.Context, runID string) (bool, error) {
+	return n.client.SetNX(ctx, n.prefix+"vetted", PristinePrefix+runID, 0).Result()
+}
+
 // globEscape quotes the glob characters of s for SCAN MATCH.
 func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
