@@ -38,6 +38,9 @@ func (in *Instance) checkNodes(nodes []*upstream.RedisNode) error {
 		in.markPristine(nodes, surveys, errs)
 		return nil
 	}
+	if in.cfg.Redlock.MaxLeaseMS == 0 {
+		in.log.Warn("--new-nodes with redlock.max_lease_ms = 0: every node counts at once anyway; the check still runs")
+	}
 	return in.commission(nodes, surveys, errs)
 }
 
@@ -143,6 +146,8 @@ func usedWhy(s upstream.Survey) string {
 	switch {
 	case s.Vetted == quorum.RestartedMark:
 		return "a lockproxy instance saw it restart without fsync and holds it out"
+	case s.Vetted == upstream.CountedUnvetted:
+		return "a lockproxy with redlock.max_lease_ms = 0 counted it, whatever it may have lost"
 	case strings.HasPrefix(s.Vetted, upstream.PristinePrefix), s.Vetted != "":
 		return "it restarted since a lockproxy first met or vetted it"
 	default:
@@ -157,6 +162,10 @@ func usedWhy(s upstream.Survey) string {
 // attempts refused meanwhile (the restart rule holds such nodes out) left
 // keys on them.
 func (in *Instance) markPristine(nodes []*upstream.RedisNode, surveys []upstream.Survey, errs []error) {
+	if in.cfg.Redlock.MaxLeaseMS == 0 {
+		in.unmarkPristine(nodes)
+		return
+	}
 	for i, s := range surveys {
 		if errs[i] != nil || len(s.Keys) > 0 || s.Vetted != "" {
 			return
@@ -211,4 +220,18 @@ func (in *Instance) warnRuleOff(nodes []*upstream.RedisNode, surveys []upstream.
 		"and appendfsync always: a restart of one can grant a lock twice and reuse fences; set max_lease_ms, or make the nodes durable",
 		strings.Join(unsafe, ", ")+map[bool]string{true: " is", false: " are"}[len(unsafe) == 1])
 	in.log.Warn(in.nodeSet.ruleOff, zap.Strings("nodes", unsafe))
+}
+
+// unmarkPristine: an instance with the restart rule off counts every node
+// whatever it lost, so no node may be taken for new on the strength of
+// having been found empty before (markPristine).
+func (in *Instance) unmarkPristine(nodes []*upstream.RedisNode) {
+	ctx, cancel := context.WithTimeout(context.Background(), surveyTimeout)
+	defer cancel()
+	for _, n := range nodes {
+		if err := n.UnmarkPristine(ctx); err != nil {
+			in.log.Warn("could not clear a node's record of being found empty; --new-nodes may take it for new",
+				zap.String("node", n.String()), zap.Error(err))
+		}
+	}
 }

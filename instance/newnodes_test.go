@@ -210,3 +210,22 @@ func restart(t *testing.T, n *redistest.Server) {
 		t.Fatal(err)
 	}
 }
+
+// TestNewNodesAfterRuleOff: nodes found empty at first contact may be
+// taken for new later, even after refused attempts left keys — but not
+// once an instance with the restart rule off (redlock.max_lease_ms = 0)
+// has counted them, whatever they may have lost since.
+func TestNewNodesAfterRuleOff(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	first := startInstance(t, defaultConfig(nodes))
+	if err := newClient(t, first.Addr(), 2).Do(t.Context(), "LOCK", uniqueKey(t), "PX", 30000).Err(); err == nil {
+		t.Fatal("granted on nodes held out")
+	}
+	ruleOff := testConfig(nodes)
+	mustLock(t, newClient(t, startInstance(t, ruleOff).Addr(), 2), uniqueKey(t), "PX", 30000)
+	cfg := defaultConfig(nodes)
+	cfg.Redlock.NewNodes = true
+	if msg := startErr(t, cfg); !strings.Contains(msg, "a lockproxy with redlock.max_lease_ms = 0 counted it") {
+		t.Fatalf("--new-nodes after an instance with the rule off: %s", msg)
+	}
+}

@@ -84,12 +84,34 @@ func (n *RedisNode) scanPrefix(ctx context.Context) ([]string, error) {
 // "pristine:<run id>" (MarkPristine).
 const PristinePrefix = "pristine:"
 
+// CountedUnvetted is the vetted record an instance with the restart rule
+// off leaves in place of a pristine one: it counts the node whatever it
+// lost, so the node is no longer as it was found.
+const CountedUnvetted = "counted with the restart rule off"
+
 // MarkPristine records, unless the node has a vetted record already, that
 // its process runID held none of lockproxy's keys when a lockproxy first
 // met it (with every other node of the set as empty). It reports whether
 // it did.
 func (n *RedisNode) MarkPristine(ctx context.Context, runID string) (bool, error) {
 	return n.client.SetNX(ctx, n.prefix+"vetted", PristinePrefix+runID, 0).Result()
+}
+
+// UnmarkPristine replaces a pristine record, if the node has one, with
+// CountedUnvetted (atomically: a record written meanwhile stays).
+func (n *RedisNode) UnmarkPristine(ctx context.Context) error {
+	key := n.prefix + "vetted"
+	return n.client.Watch(ctx, func(tx *redis.Tx) error {
+		v, err := tx.Get(ctx, key).Result()
+		if err != nil || !strings.HasPrefix(v, PristinePrefix) {
+			return nil // none, or not pristine: nothing to do
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, CountedUnvetted, 0)
+			return nil
+		})
+		return err
+	}, key)
 }
 
 // globEscape quotes the glob characters of s for SCAN MATCH.
