@@ -108,7 +108,7 @@ func TestVersionAndHelpGoToStdout(t *testing.T) {
 		t.Fatalf("--help: exit %d, stderr %q", code, stderr.String())
 	}
 	for _, flag := range []string{"--config", "--listen", "--backend", "--nodes", "--zk", "--metrics-listen",
-		"--password-file", "--protected-mode", "--log-level", "--version", "LOCKPROXY_PASSWORD"} {
+		"--password-file", "--protected-mode", "--log-level", "--version", "--new-nodes", "LOCKPROXY_PASSWORD"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("--help does not mention %s:\n%s", flag, stdout.String())
 		}
