@@ -2,9 +2,11 @@ package instance_test
 
 import (
 	"errors"
+	"io"
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,5 +229,83 @@ func TestNewNodesAfterRuleOff(t *testing.T) {
 	cfg.Redlock.NewNodes = true
 	if msg := startErr(t, cfg); !strings.Contains(msg, "a lockproxy with redlock.max_lease_ms = 0 counted it") {
 		t.Fatalf("--new-nodes after an instance with the rule off: %s", msg)
+	}
+}
+
+// switchProxy forwards loopback connections to a target that a test can
+// change: a DNS name or a proxy that comes to point at another server.
+type switchProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+	conns  []net.Conn
+}
+
+func newSwitchProxy(t *testing.T, target string) *switchProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &switchProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.point("") })
+	go p.serve()
+	return p
+}
+
+func (p *switchProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		go func() { io.Copy(up, c); up.Close() }()
+		go func() { io.Copy(c, up); c.Close() }()
+	}
+}
+
+// point sends new connections to target and closes the open ones.
+func (p *switchProxy) point(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestAliasLaterNotCountedTwice: the second node's address comes to reach
+// the first node's server (its proxy is pointed there). Durable, a
+// restart alone would count it at once; as the same server under a second
+// name it is not counted, so with the third node down LOCK is refused
+// rather than granted by one server answering twice (issue 28 §2).
+func TestAliasLaterNotCountedTwice(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
+	proxy := newSwitchProxy(t, nodes[1].Addr())
+	cfg := defaultConfig(nodes)
+	cfg.Redlock.Nodes[1] = proxy.ln.Addr().String()
+	in := startInstance(t, cfg)
+	c := newClient(t, in.Addr(), 2)
+	mustLock(t, c, uniqueKey(t), "PX", 30000)
+
+	proxy.point(nodes[0].Addr())
+	eventually(t, 20*time.Second, "the second node not counted as the first's alias", func() bool {
+		return strings.Contains(c.Do(t.Context(), "INFO", "nodes").String(), "node1:addr="+proxy.ln.Addr().String()+",state=not_counted,error=the same Redis server as "+nodes[0].Addr())
+	})
+	if err := nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, ok, err := lock(t.Context(), c, uniqueKey(t), "PX", 30000)
+	if ok || err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM") {
+		t.Fatalf("LOCK with one server under two names and the third down: granted=%v err=%v; want NOQUORUM", ok, err)
 	}
 }
