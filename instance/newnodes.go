@@ -29,7 +29,7 @@ const fixHeldOut = "run the nodes with appendonly yes and appendfsync always (co
 // twice toward the quorum. With redlock.new_nodes the nodes must be new,
 // and are then vetted (commission).
 func (in *Instance) checkNodes(nodes []*upstream.RedisNode) error {
-	surveys, errs := survey(nodes)
+	surveys, errs := survey(nodes, in.cfg.Redlock.NewNodes)
 	if err := distinct(nodes, surveys, errs); err != nil {
 		return err
 	}
@@ -44,14 +44,14 @@ func (in *Instance) checkNodes(nodes []*upstream.RedisNode) error {
 	return in.commission(nodes, surveys, errs)
 }
 
-// survey reads every node at once.
-func survey(nodes []*upstream.RedisNode) ([]upstream.Survey, []error) {
+// survey reads every node at once; scan looks for lockproxy's keys.
+func survey(nodes []*upstream.RedisNode, scan bool) ([]upstream.Survey, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), surveyTimeout)
 	defer cancel()
 	surveys, errs := make([]upstream.Survey, len(nodes)), make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Go(func() { surveys[i], errs[i] = n.Survey(ctx) })
+		wg.Go(func() { surveys[i], errs[i] = n.Survey(ctx, scan) })
 	}
 	wg.Wait()
 	return surveys, errs
@@ -156,7 +156,7 @@ func usedWhy(s upstream.Survey) string {
 }
 
 // markPristine records, on the first contact of a lockproxy with nodes
-// that all answer and all hold none of lockproxy's keys, that each of
+// that all answer and all hold no key at all, that each of
 // these processes was found empty: a later start with --new-nodes may
 // take them for new as long as they are the same processes, although
 // attempts refused meanwhile (the restart rule holds such nodes out) left
@@ -167,7 +167,7 @@ func (in *Instance) markPristine(nodes []*upstream.RedisNode, surveys []upstream
 		return
 	}
 	for i, s := range surveys {
-		if errs[i] != nil || len(s.Keys) > 0 || s.Vetted != "" {
+		if errs[i] != nil || !s.Empty {
 			return
 		}
 	}

@@ -22,8 +22,11 @@ type Survey struct {
 	// Durable is true when the node is verified to run with appendonly yes
 	// and appendfsync always (read with CONFIG GET).
 	Durable bool
+	// Empty is true when the node holds no key at all (DBSIZE 0).
+	Empty bool
 	// Keys are up to surveyKeys of lockproxy's keys on the node (under
-	// its prefix); none on a node no lockproxy has used.
+	// its prefix), when the survey looked for them; none on a node no
+	// lockproxy has used.
 	Keys []string
 }
 
@@ -38,9 +41,11 @@ const surveyScan = 10000
 // ErrSurveyTooLarge says a node has too many keys to survey at start-up.
 var ErrSurveyTooLarge = errors.New("too many keys to look through for lockproxy's")
 
-// Survey reads the node's run id, its vetted record, and whether it holds
-// any key under the prefix (SCAN MATCH, 1000 keys a call).
-func (n *RedisNode) Survey(ctx context.Context) (Survey, error) {
+// Survey reads the node's run id, its vetted record, its durability and
+// whether it holds any key; with scan, also up to surveyKeys of the keys
+// under the prefix (SCAN MATCH, 1000 keys a call: on a large keyspace this
+// costs a walk over it, so only --new-nodes asks for it).
+func (n *RedisNode) Survey(ctx context.Context, scan bool) (Survey, error) {
 	var s Survey
 	info, err := n.client.Info(ctx, "server").Result()
 	if err != nil {
@@ -55,6 +60,13 @@ func (n *RedisNode) Survey(ctx context.Context) (Survey, error) {
 	aof, aerr := n.client.ConfigGet(ctx, "appendonly").Result()
 	fsync, ferr := n.client.ConfigGet(ctx, "appendfsync").Result()
 	s.Durable = aerr == nil && ferr == nil && aof["appendonly"] == "yes" && fsync["appendfsync"] == "always"
+	size, err := n.client.DBSize(ctx).Result()
+	if err != nil {
+		return s, err
+	}
+	if s.Empty = size == 0; s.Empty || !scan {
+		return s, nil
+	}
 	s.Keys, err = n.scanPrefix(ctx)
 	return s, err
 }
