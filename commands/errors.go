@@ -69,7 +69,7 @@ func replyError(key string, err error) string {
 	case errors.As(err, &nodes):
 		return "NOQUORUM " + nodes.Error() + failedNodes(joined(nodes.Err))
 	case errors.As(err, &nq):
-		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s%s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op], failedNodes(nq.Failed))
+		return fmt.Sprintf("NOQUORUM %d of %d nodes answered, %d needed; %s%s%s", nq.Answered, nq.Nodes, nq.Needed, noQuorumOutcome[nq.Op], failedNodes(nq.Failed), hint(nq.Hint))
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("TIMEOUT outcome unknown: %d of %d nodes held the lock for that token, %d did not, %d did not answer; %s",
 			unknown.Yes, unknown.Yes+unknown.No+unknown.Silent, unknown.No, unknown.Silent, unknownOutcome[unknown.Op])
@@ -128,6 +128,14 @@ func failedNodes(failed []string) string {
 		return ""
 	}
 	return "; no answer from " + strings.NewReplacer("\r", " ", "\n", " ").Replace(strings.Join(failed, ", "))
+}
+
+// hint is "; hint" for a hint that is not empty, on one line.
+func hint(h string) string {
+	if h == "" {
+		return ""
+	}
+	return "; " + oneLine(h)
 }
 
 // errTimeoutRange is Redis's error for a negative blocking timeout.

@@ -94,6 +94,8 @@ type NoQuorumError struct {
 	// Failed names each node that did not answer and why ("addr: reason"),
 	// for the client's error and the log.
 	Failed []string
+	// Hint, when not empty, says what the operator can do about it.
+	Hint string
 }
 
 func (e *NoQuorumError) Error() string {

@@ -81,8 +81,15 @@ type RedlockConfig struct {
 	// or renews (longer TTLs are refused), and so how long a node that
 	// restarted without verified fsync is not counted; 0 turns the restart
 	// rule off (quorum.Config.MaxLease).
-	MaxLeaseMS int     `toml:"max_lease_ms"`
-	TLS        NodeTLS `toml:"tls"` // TLS to the nodes
+	MaxLeaseMS int `toml:"max_lease_ms"`
+	// NewNodes says the nodes are new (etcd's initial-cluster-state new):
+	// at start-up every node must answer, be a distinct server and hold
+	// none of lockproxy's keys — or, on a later start, every node must
+	// be the very process an instance already vetted — else the start is
+	// refused; the nodes are then counted at once instead of being held
+	// out for max_lease_ms (see instance/newnodes.go).
+	NewNodes bool    `toml:"new_nodes"`
+	TLS      NodeTLS `toml:"tls"` // TLS to the nodes
 }
 
 // ZooKeeperConfig configures the zookeeper backend.

@@ -37,7 +37,8 @@ type Instance struct {
 	ln          net.Listener
 	metrics     *http.Server
 	metricsAddr string
-	closers     []func() // backend resources, closed last, in reverse order
+	metricsLn   net.Listener // nil: no metrics listener
+	closers     []func()     // backend resources, closed last, in reverse order
 	nodes       []upstream.RedisOptions
 	secrets     secrets          // passwords, read from their files
 	tlsFiles    tlsfiles.Group   // every TLS file, re-read on Reload
@@ -89,11 +90,17 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if err := in.prepare(); err != nil {
 		return nil, err
 	}
+	if err := in.listen(); err != nil {
+		return nil, err
+	}
 	in.lockMetrics = newLockMetrics()
 	build := func(ev engine.Events) (engine.Backend, error) {
 		b, err := in.backend(ev)
 		if err != nil {
 			return nil, err
+		}
+		if in.nodeSet != nil {
+			b = explained{b, in.nodeSet}
 		}
 		return countBackend(b, in.lockMetrics), nil
 	}
@@ -111,17 +118,28 @@ func Start(cfg Config, log *zap.Logger) (_ *Instance, err error) {
 	if in.resp, err = in.respServer(); err != nil {
 		return nil, err
 	}
-	if in.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, err
-	}
-	if err := in.startMetrics(); err != nil {
-		in.ln.Close()
-		return nil, err
-	}
+	in.serveMetrics()
 	go func() { in.served <- in.resp.Serve(in.ln) }()
 	in.logServing()
 	in.warnUsersOpen()
 	return in, nil
+}
+
+// listen binds the RESP and metrics listeners, before anything connects
+// to the backend: an address that cannot be bound is a StartError.
+func (in *Instance) listen() (err error) {
+	if in.ln, err = net.Listen("tcp", in.cfg.Listen); err != nil {
+		return startError("listen "+in.cfg.Listen, err)
+	}
+	in.closers = append(in.closers, func() { in.ln.Close() })
+	if in.cfg.MetricsListen == "" {
+		return nil
+	}
+	if in.metricsLn, err = net.Listen("tcp", in.cfg.MetricsListen); err != nil {
+		return startError("metrics_listen "+in.cfg.MetricsListen, err)
+	}
+	in.closers = append(in.closers, func() { in.metricsLn.Close() })
+	return nil
 }
 
 // backend builds the lock backend, which reports to ev, and registers what
@@ -150,6 +168,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 	}
 	in.nodeSet = newNodeSet(in.log)
 	nodes := make([]quorum.Node, len(addrs))
+	redisNodes := make([]*upstream.RedisNode, len(addrs))
 	for i, a := range addrs {
 		w := in.nodeSet.add(a, maxLease == 0)
 		opts := upstream.RedisOptions{
@@ -160,14 +179,17 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		in.nodes = append(in.nodes, opts)
 		n := upstream.NewRedisNode(opts)
 		in.closers = append(in.closers, func() { _ = n.Close() })
-		w.Node, nodes[i] = n, n
+		w.Node, nodes[i], redisNodes[i] = n, n, n
 		ln := upstream.NewListNode(opts, in.cfg.Limits.MaxBlockedClients)
 		in.closers = append(in.closers, func() { _ = ln.Close() })
 		in.lists = append(in.lists, ln)
 	}
 	in.backendAddr = addrs
-	in.nodeSet.start()
-	in.closers = append(in.closers, in.nodeSet.close)
+	if in.cfg.BackendName() == "redlock" {
+		if err := in.checkNodes(redisNodes); err != nil {
+			return nil, err
+		}
+	}
 	r := quorum.New(nodes, quorum.Config{
 		NodeTimeout: ms(rc.NodeTimeoutMS),
 		DriftFactor: rc.DriftFactor,
@@ -175,6 +197,9 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		MaxLease:    maxLease,
 		OnTrust:     in.nodeSet.trust,
 	})
+	in.nodeSet.redlock = r
+	in.nodeSet.start()
+	in.closers = append(in.closers, in.nodeSet.close)
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried
 	in.redlock = r
 	in.subscribe(ev)

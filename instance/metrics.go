@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -14,14 +13,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// startMetrics serves /metrics, /healthz and /readyz when configured.
-func (in *Instance) startMetrics() error {
-	if in.cfg.MetricsListen == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", in.cfg.MetricsListen)
-	if err != nil {
-		return err
+// serveMetrics serves /metrics, /healthz and /readyz on the metrics
+// listener, when configured.
+func (in *Instance) serveMetrics() {
+	ln := in.metricsLn
+	if ln == nil {
+		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(in.registry(), promhttp.HandlerOpts{}))
@@ -35,7 +32,6 @@ func (in *Instance) startMetrics() error {
 		}
 	}()
 	in.log.Info("metrics serving", zap.String("listen", ln.Addr().String()))
-	return nil
 }
 
 // ready answers 503 when the backend cannot grant locks. Over redlock it
@@ -67,11 +63,11 @@ func (in *Instance) readyNodes(ctx context.Context, w http.ResponseWriter) {
 	}
 	switch {
 	case up < q:
-		http.Error(w, fmt.Sprintf("not ready: %d of %d nodes answer, %d needed%s", up, n, q, detail), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("not ready: %d of %d nodes answer and count, %d needed%s%s", up, n, q, detail, in.nodeSet.advice()), http.StatusServiceUnavailable)
 	case up < n:
-		fmt.Fprintf(w, "degraded: %d of %d nodes answer, %d needed%s\n", up, n, q, detail)
+		fmt.Fprintf(w, "degraded: %d of %d nodes answer and count, %d needed%s%s\n", up, n, q, detail, in.nodeSet.advice())
 	default:
-		fmt.Fprintf(w, "ready: %d of %d nodes answer\n", up, n)
+		fmt.Fprintf(w, "ready: %d of %d nodes answer%s\n", up, n, in.nodeSet.advice())
 	}
 }
 

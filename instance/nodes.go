@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/quorum"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -132,10 +135,14 @@ func (s *nodeSet) trust(i int, counted bool, why string) {
 	}
 	n.mu.Unlock()
 	s.counted.WithLabelValues(n.String()).Set(b2f(counted))
-	if counted {
+	switch {
+	case counted:
 		s.log.Warn("redis node counted again", zap.String("node", n.String()), zap.String("why", why))
-	} else {
-		s.log.Warn("redis node restarted: not counted toward any grant or fence", zap.String("node", n.String()), zap.String("why", why))
+	case strings.HasPrefix(why, "the same Redis server as"):
+		s.log.Warn("redis node not counted: another node's server under a second name", zap.String("node", n.String()), zap.String("why", why))
+	default:
+		s.log.Warn("redis node held out: not counted toward any grant or fence", zap.String("node", n.String()), zap.String("why", why),
+			zap.String("fix", fixHeldOut))
 	}
 }
 
@@ -156,6 +163,96 @@ type nodeSet struct {
 	errors  *prometheus.CounterVec
 	stop    context.CancelFunc
 	stopped chan struct{}
+	// redlock is the restart rule's view of the nodes (HeldOut); set
+	// before the nodes are probed or shown.
+	redlock *quorum.Redlock
+	// ruleOff warns that the restart rule is off over nodes without
+	// verified fsync ("" for none): INFO nodes and /readyz repeat it.
+	ruleOff string
+}
+
+// heldOut is the restart rule's nodes not counted, by node.
+func (s *nodeSet) heldOut() map[int]quorum.HeldOut {
+	out := map[int]quorum.HeldOut{}
+	if s.redlock == nil {
+		return out
+	}
+	for _, h := range s.redlock.HeldOut() {
+		out[h.Node] = h
+	}
+	return out
+}
+
+// heldOutWhy says why node i is not counted, with the time left; fallback
+// when the rule has nothing to say (not yet read).
+func heldOutWhy(h quorum.HeldOut, ok bool, fallback string) string {
+	switch {
+	case !ok:
+		return fallback
+	case h.AliasOf >= 0:
+		return h.Why
+	default:
+		return strings.TrimPrefix((&quorum.NotCountedError{HeldOut: h}).Error(), "not counted: ")
+	}
+}
+
+// needsFix reports whether a node is held out by the restart rule for
+// want of fsync (not as an alias), so that the fix applies.
+func needsFix(held map[int]quorum.HeldOut) bool {
+	for _, h := range held {
+		if h.AliasOf < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// explain completes a NOQUORUM with every node the restart rule holds
+// out, how long each still is, and the fix: a fan-out stops once the
+// outcome is decided, so its error names only the nodes heard from.
+func (s *nodeSet) explain(err error) error {
+	var nq *engine.NoQuorumError
+	if !errors.As(err, &nq) {
+		return err
+	}
+	held := s.heldOut()
+	for i, n := range s.nodes {
+		h, ok := held[i]
+		if ok && !slices.ContainsFunc(nq.Failed, func(f string) bool { return strings.HasPrefix(f, n.String()+": ") }) {
+			nq.Failed = append(nq.Failed, n.String()+": not counted: "+heldOutWhy(h, ok, ""))
+		}
+	}
+	if needsFix(held) {
+		nq.Hint = "fix: " + fixHeldOut
+	}
+	return err
+}
+
+// explained is an engine.Backend whose NOQUORUM errors name every node
+// held out (nodeSet.explain).
+type explained struct {
+	engine.Backend
+	nodes *nodeSet
+}
+
+func (e explained) Acquire(ctx context.Context, key string, h engine.Hold) (engine.Grant, error) {
+	g, err := e.Backend.Acquire(ctx, key, h)
+	return g, e.nodes.explain(err)
+}
+
+func (e explained) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
+	v, err := e.Backend.Extend(ctx, key, token, ttl, mode)
+	return v, e.nodes.explain(err)
+}
+
+func (e explained) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
+	ok, err := e.Backend.Release(ctx, key, token, line, sent)
+	return ok, e.nodes.explain(err)
+}
+
+func (e explained) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
+	h, ok, err := e.Backend.Inspect(ctx, key)
+	return h, ok, e.nodes.explain(err)
 }
 
 func newNodeSet(log *zap.Logger) *nodeSet {
@@ -228,14 +325,16 @@ func (s *nodeSet) probe(ctx context.Context) {
 // health is how many nodes answer and count, the quorum, and a line per
 // node down or not counted (the restart rule).
 func (s *nodeSet) health() (up, quorum int, down []string) {
-	for _, n := range s.nodes {
+	held := s.heldOut()
+	for i, n := range s.nodes {
 		ok, why := n.state()
 		counted, notCounted := n.counts()
 		switch {
 		case !ok:
 			down = append(down, n.String()+": "+why)
 		case !counted:
-			down = append(down, n.String()+": not counted: "+notCounted)
+			h, isHeld := held[i]
+			down = append(down, n.String()+": not counted: "+heldOutWhy(h, isHeld, notCounted))
 		default:
 			up++
 		}
@@ -246,21 +345,32 @@ func (s *nodeSet) health() (up, quorum int, down []string) {
 // info is the "# Nodes" section of INFO.
 func (s *nodeSet) info() string {
 	up, q, _ := s.health()
+	held := s.heldOut()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\n", len(s.nodes), up, q, s.status())
+	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\nnodes_held_out:%d\r\n", len(s.nodes), up, q, s.status(), len(held))
+	if needsFix(held) {
+		fmt.Fprintf(&b, "held_out_fix:%s\r\n", fixHeldOut)
+	}
+	if s.ruleOff != "" {
+		fmt.Fprintf(&b, "warning:%s\r\n", s.ruleOff)
+	}
 	for i, n := range s.nodes {
 		ok, why := n.state()
 		counted, notCounted := n.counts()
+		h, isHeld := held[i]
 		state := "up"
 		switch {
 		case !ok:
 			state = "down"
 		case !counted:
-			state, why = "not_counted", notCounted
+			state, why = "not_counted", heldOutWhy(h, isHeld, notCounted)
 		}
 		fmt.Fprintf(&b, "node%d:addr=%s,state=%s", i, n.String(), state)
 		if state != "up" {
 			fmt.Fprintf(&b, ",error=%s", strings.NewReplacer("\r", " ", "\n", " ", ",", ";").Replace(why))
+		}
+		if state == "not_counted" && isHeld {
+			fmt.Fprintf(&b, ",held_out_ms=%d", h.Left.Milliseconds())
 		}
 		b.WriteString("\r\n")
 	}
@@ -283,5 +393,42 @@ func (s *nodeSet) status() string {
 
 // collectors are the per-node series for /metrics.
 func (s *nodeSet) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors}
+	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors, heldOutSeconds{s}}
+}
+
+// heldOutDesc is lockproxy_node_held_out_seconds.
+var heldOutDesc = prometheus.NewDesc("lockproxy_node_held_out_seconds",
+	"Seconds until the restart rule counts the Redis node again (every lease it may have held expired); 0 for a node counted. "+
+		"A node not counted as another's alias reads +Inf.", []string{"node"}, nil)
+
+// heldOutSeconds collects lockproxy_node_held_out_seconds at each scrape.
+type heldOutSeconds struct{ s *nodeSet }
+
+func (c heldOutSeconds) Describe(ch chan<- *prometheus.Desc) { ch <- heldOutDesc }
+
+func (c heldOutSeconds) Collect(ch chan<- prometheus.Metric) {
+	held := c.s.heldOut()
+	for i, n := range c.s.nodes {
+		v := 0.0
+		if h, ok := held[i]; ok {
+			v = h.Left.Seconds()
+			if h.AliasOf >= 0 {
+				v = math.Inf(1)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(heldOutDesc, prometheus.GaugeValue, v, n.String())
+	}
+}
+
+// advice is what /readyz adds to its line: the fix for nodes held out, and
+// the warning of a restart rule turned off over nodes without fsync.
+func (s *nodeSet) advice() string {
+	var out string
+	if needsFix(s.heldOut()) {
+		out += "; fix: " + fixHeldOut
+	}
+	if s.ruleOff != "" {
+		out += "; warning: " + s.ruleOff
+	}
+	return out
 }

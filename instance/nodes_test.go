@@ -190,7 +190,7 @@ func TestRestartRuleVisible(t *testing.T) {
 	if code, body := httpGet(t, in.MetricsAddr(), "/readyz"); code != 200 || !strings.HasPrefix(body, "degraded") || !strings.Contains(body, fresh+": not counted") {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
-	if n := logs.FilterMessage("redis node restarted: not counted toward any grant or fence").FilterField(zap.String("node", fresh)).Len(); n != 1 {
+	if n := logs.FilterMessage("redis node held out: not counted toward any grant or fence").FilterField(zap.String("node", fresh)).Len(); n != 1 {
 		t.Fatalf("%d warnings for the node not counted, want 1", n)
 	}
 	mustLock(t, c, uniqueKey(t), "PX", 5000)
@@ -201,7 +201,7 @@ func TestRestartRuleVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.Do(t.Context(), "LOCK", uniqueKey(t), "PX", 5000).Err()
-	if err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM") || !strings.Contains(err.Error(), fresh+": restarted: not counted") {
+	if err == nil || !strings.HasPrefix(err.Error(), "NOQUORUM") || !strings.Contains(err.Error(), fresh+": not counted: held out for ") {
 		t.Fatalf("LOCK with one durable node down and the other not counted: %v", err)
 	}
 }

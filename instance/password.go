@@ -27,14 +27,14 @@ func secret(key, value, file string) (string, error) {
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", key, err)
+		return "", &StartError{Key: key, Err: err}
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if s == "" {
-		return "", fmt.Errorf("%s %s is empty", key, file)
+		return "", &StartError{Key: key, Err: fmt.Errorf("%s is empty: it would turn authentication off", file)}
 	}
 	if strings.ContainsAny(s, "\r\n") {
-		return "", fmt.Errorf("%s %s holds more than one line", key, file)
+		return "", &StartError{Key: key, Err: fmt.Errorf("%s holds more than one line", file)}
 	}
 	return s, nil
 }

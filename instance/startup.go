@@ -1,7 +1,9 @@
 package instance
 
 import (
+	"errors"
 	"net"
+	"os"
 
 	"github.com/lockproxy/lockproxy/resp"
 	"go.uber.org/zap"
@@ -14,9 +16,92 @@ type secrets struct {
 	nodes   string // what lockproxy gives the Redis nodes
 }
 
+// ErrStartup is matched (errors.Is) by every StartError.
+var ErrStartup = errors.New("cannot start")
+
+// StartError is a start-up failure that the operator fixes in the
+// configuration or on the host — a file that cannot be read, an address
+// that cannot be bound, nodes that are not what the configuration says —
+// rather than a fault of lockproxy: the command line prints it as one line
+// and exits 2.
+type StartError struct {
+	Key string // the configuration key (or flag) at fault
+	Err error
+}
+
+func (e *StartError) Error() string { return e.Key + ": " + e.Err.Error() }
+
+// Unwrap exposes ErrStartup and the cause.
+func (e *StartError) Unwrap() []error { return []error{ErrStartup, e.Err} }
+
+// startError wraps err, when not nil, as a StartError of key.
+func startError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *StartError
+	if errors.As(err, &se) {
+		return err
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err // "bind: address already in use", without Go's "listen tcp ..." around it
+	}
+	return &StartError{Key: key, Err: err}
+}
+
+// files are the configured files, by key, that must be readable at start.
+func (c Config) files() [][2]string {
+	var out [][2]string
+	add := func(key, path string) {
+		if path != "" {
+			out = append(out, [2]string{key, path})
+		}
+	}
+	add("password_file", c.PasswordFile)
+	add("redlock.password_file", c.Redlock.PasswordFile)
+	add("tls.cert_file", c.TLS.CertFile)
+	add("tls.key_file", c.TLS.KeyFile)
+	add("tls.ca_file", c.TLS.CAFile)
+	for prefix, t := range map[string]NodeTLS{"redlock.tls.": c.Redlock.TLS, "zookeeper.tls.": c.ZooKeeper.TLS} {
+		if t.Enabled {
+			add(prefix+"ca_file", t.CAFile)
+			add(prefix+"cert_file", t.CertFile)
+			add(prefix+"key_file", t.KeyFile)
+		}
+	}
+	return out
+}
+
+// checkFiles refuses a configured file that cannot be read, naming its key.
+func (c Config) checkFiles() error {
+	for _, f := range c.files() {
+		fh, err := os.Open(f[1])
+		if err != nil {
+			return &StartError{Key: f[0], Err: err}
+		}
+		fh.Close()
+	}
+	return nil
+}
+
 // prepare reads what Start needs from files (passwords, certificates) and
-// logs the configuration's warnings.
-func (in *Instance) prepare() (err error) {
+// logs the configuration's warnings. Each failure is a StartError.
+func (in *Instance) prepare() error {
+	if err := in.cfg.checkFiles(); err != nil {
+		return err
+	}
+	if err := in.readFiles(); err != nil {
+		return err
+	}
+	for _, w := range in.cfg.Warnings() {
+		in.log.Warn(w)
+	}
+	return nil
+}
+
+// readFiles reads the passwords and certificates.
+func (in *Instance) readFiles() (err error) {
 	if in.secrets.clients, err = in.cfg.clientPassword(); err != nil {
 		return err
 	}
@@ -27,16 +112,13 @@ func (in *Instance) prepare() (err error) {
 		return err
 	}
 	if in.listenTLS, err = in.listenerTLS(); err != nil {
-		return err
+		return startError("tls", err)
 	}
 	if in.nodesTLS, err = in.dialTLS(in.cfg.Redlock.TLS); err != nil {
-		return err
+		return startError("redlock.tls", err)
 	}
 	if in.zkTLS, err = in.dialTLS(in.cfg.ZooKeeper.TLS); err != nil {
-		return err
-	}
-	for _, w := range in.cfg.Warnings() {
-		in.log.Warn(w)
+		return startError("zookeeper.tls", err)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 		case rep := <-f.replies:
 			f.note(rep)
 			if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
-				rep.Err = ErrNotCounted // a restarted node on probation: as if silent
+				rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
 			}
 			if suspects&(1<<rep.Tag) == 0 {
 				awaited--

@@ -46,6 +46,20 @@ import (
 //     microseconds, above any counter that grew by one per grant since an
 //     earlier floor (and exact in a Lua number until the year 2255).
 //
+// A process that an instance vetted (its floor raised after its probation,
+// or found new by an operator's explicit start on new nodes: see
+// instance/newnodes.go) records its own run id as vetted; any instance that
+// reads that record for the process it talks to counts it at once, since
+// the process has kept every write since it was vetted. An instance that
+// sees a node restart without verified fsync clears the record (OpFloor
+// with RestartedMark), so that no start on "new" nodes can take that node for
+// new while it is held out.
+//
+// A node whose status carries the run id of another node's is that node
+// under a second name (DNS, a proxy): it is not counted, so that one
+// server never counts twice; when it names a server of its own again, it
+// is first seen again.
+//
 // A node on probation still receives every write, so it holds what the
 // others hold when it is counted again; the quorum stays N/2+1 of all N
 // nodes, so with a majority on probation every operation gets NOQUORUM.
@@ -66,8 +80,39 @@ const statusTimeout = 2 * time.Second
 var ErrLeaseTooLong = errors.New("TTL longer than the longest lease allowed (redlock.max_lease_ms), which bounds how long a restarted node is not counted")
 
 // ErrNotCounted is the answer of a node that restarted and is not counted
-// yet (see Config.MaxLease).
+// yet (see Config.MaxLease). Replies carry it as a *NotCountedError.
 var ErrNotCounted = errors.New("restarted: not counted until every lease it may have held has expired and its fencing counters are raised")
+
+// HeldOut is a node the restart rule does not count, and why.
+type HeldOut struct {
+	Node int
+	// Why says what was seen: "restarted", "first seen, up 3s", or the
+	// other node it is an alias of.
+	Why string
+	// Left is how long until every lease it may have held has expired
+	// (zero once that is past and its fence floor is being raised).
+	Left time.Duration
+	// AliasOf is the node whose server it is, under another address; -1
+	// for none.
+	AliasOf int
+}
+
+// NotCountedError is the answer of a node the restart rule holds out: it
+// matches ErrNotCounted and says for how long.
+type NotCountedError struct{ HeldOut }
+
+func (e *NotCountedError) Error() string {
+	if e.AliasOf >= 0 {
+		return "not counted: " + e.Why
+	}
+	if e.Left <= 0 {
+		return fmt.Sprintf("not counted: %s without verified fsync: its fence floor is being raised", e.Why)
+	}
+	return fmt.Sprintf("not counted: held out for %v more (%s without verified fsync: every lease it may have held must expire first)", e.Left.Round(time.Second), e.Why)
+}
+
+// Is makes a NotCountedError match ErrNotCounted.
+func (e *NotCountedError) Is(target error) bool { return target == ErrNotCounted }
 
 // nodeTrust is what the restart rule knows of one node.
 type nodeTrust struct {
@@ -75,6 +120,8 @@ type nodeTrust struct {
 	runID   string        // the run id of the last status read
 	uptime  time.Duration // the uptime of the last status read
 	until   time.Time     // not counted before: every lease it may have held has expired
+	why     string        // what was seen when it stopped counting
+	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 }
 
 // trust is the restart rule's state over every node.
@@ -168,13 +215,21 @@ func (r *Redlock) checkNodes() {
 	}
 	var dues []due
 	t := r.trust
+	var marks []int // nodes seen restarting: their vetted record is cleared
 	t.mu.Lock()
 	for i, s := range st {
 		if s == nil {
 			continue // unknown: nothing changes (a restart shows in its replies)
 		}
+		if ev, alias := r.alias(i, st); alias {
+			events = append(events, ev...)
+			continue
+		}
 		ev, isDue := r.observe(i, *s, now)
 		events = append(events, ev...)
+		if len(ev) > 0 && !ev[0].counted && t.nodes[i].why == "restarted" {
+			marks = append(marks, i)
+		}
 		if isDue {
 			d := due{i: i, runID: s.RunID}
 			if s.Vetted != s.RunID {
@@ -184,6 +239,9 @@ func (r *Redlock) checkNodes() {
 		}
 	}
 	t.mu.Unlock()
+	for _, i := range marks {
+		r.clearVetted(i)
+	}
 	for _, d := range dues {
 		if d.floor > 0 && !r.raiseFloor(d.i, d.runID, d.floor) {
 			continue // tried again at the next read
@@ -216,11 +274,19 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	restarted := !first && (s.RunID != n.runID || s.Uptime < n.uptime)
 	n.runID, n.uptime = s.RunID, s.Uptime
 	var events []trustEvent
+	what := "restarted"
+	if first {
+		what = fmt.Sprintf("first seen, up %v", s.Uptime)
+	}
+	if s.Vetted == s.RunID && n.counted != s.RunID {
+		// An instance vetted this very process: it has kept every write
+		// since (its probation was over, or --new-nodes found it new).
+		events = append(events, trustEvent{i, true, what + "; vetted for this process by a lockproxy instance (its hold-out was over, or --new-nodes found it new)"})
+		n.counted, n.until, n.why = s.RunID, time.Time{}, ""
+		return events, false
+	}
 	if first || restarted {
-		what := "restarted"
-		if first {
-			what = fmt.Sprintf("first seen, up %v", s.Uptime)
-		}
+		n.why = what
 		switch {
 		case s.Durable:
 			if n.counted == "" || restarted {
@@ -306,4 +372,78 @@ func (r *Redlock) Counted() []bool {
 		out[i] = n.counted != ""
 	}
 	return out
+}
+
+// alias reports whether node i, by the status read st, is another node's
+// server under a second name (the same run id as a node listed before it);
+// with t.mu held. Such a node is not counted. When it names a server of
+// its own again, it is first seen again.
+func (r *Redlock) alias(i int, st []*Status) ([]trustEvent, bool) {
+	n := &r.trust.nodes[i]
+	for j := range i {
+		if st[j] != nil && st[j].RunID == st[i].RunID {
+			if n.aliasOf == j+1 {
+				return nil, true
+			}
+			why := fmt.Sprintf("the same Redis server as %s (run_id %s): one server counts once", r.nodes[j], st[i].RunID)
+			*n = nodeTrust{runID: st[i].RunID, uptime: st[i].Uptime, why: why, aliasOf: j + 1}
+			return []trustEvent{{i, false, why}}, true
+		}
+	}
+	if n.aliasOf != 0 {
+		*n = nodeTrust{} // a server of its own again: first seen
+	}
+	return nil, false
+}
+
+// RestartedMark is the vetted record of a node seen restarting without
+// verified fsync: it names no process (run ids are 40 hex digits).
+const RestartedMark = "restarted"
+
+// clearVetted records on node i, seen restarting without verified fsync,
+// that no process of it is vetted (OpFloor with RestartedMark, no floor),
+// so that an operator's start on "new" nodes refuses it. Best effort: the
+// node's own hold-out does not depend on it.
+func (r *Redlock) clearVetted(i int) {
+	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
+	defer cancel()
+	done := make(chan Reply, 1)
+	r.nodes[i].Do(ctx, &Op{Kind: OpFloor, Token: RestartedMark}, i, done)
+	<-done
+}
+
+// HeldOut lists the nodes the restart rule does not count, with how long
+// each is still held out (none when the rule is off).
+func (r *Redlock) HeldOut() []HeldOut {
+	if r.trust == nil {
+		return nil
+	}
+	now := time.Now()
+	r.trust.mu.RLock()
+	defer r.trust.mu.RUnlock()
+	var out []HeldOut
+	for i, n := range r.trust.nodes {
+		if n.counted == "" {
+			out = append(out, r.heldOut(i, n, now))
+		}
+	}
+	return out
+}
+
+// heldOut describes node i, not counted, at now.
+func (r *Redlock) heldOut(i int, n nodeTrust, now time.Time) HeldOut {
+	why := n.why
+	if why == "" {
+		why = "not yet read"
+	}
+	return HeldOut{Node: i, Why: why, Left: max(n.until.Sub(now), 0), AliasOf: n.aliasOf - 1}
+}
+
+// notCounted is the error that stands for node i's answer while the rule
+// holds it out.
+func (r *Redlock) notCounted(i int) error {
+	r.trust.mu.RLock()
+	n := r.trust.nodes[i]
+	r.trust.mu.RUnlock()
+	return &NotCountedError{r.heldOut(i, n, time.Now())}
 }

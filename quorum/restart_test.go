@@ -189,3 +189,60 @@ func TestUptimeMayReadASecondLong(t *testing.T) {
 		t.Fatalf("nodes up for 1 s by their word, maybe 1 ms, with leases of 500 ms: counted %v", c)
 	}
 }
+
+// TestAliasNotCountedTwice: node 1 turns out to reach node 0's server (its
+// status carries node 0's run id: a DNS change, a proxy). Both durable, so
+// a restart alone would count it at once; as an alias it is not counted,
+// and a grant needs node 2 as well. When it reaches a server of its own
+// again, it is counted again.
+func TestAliasNotCountedTwice(t *testing.T) {
+	nodes := oldNodes(3)
+	for _, f := range nodes {
+		f.durable = true
+	}
+	r := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond})
+	defer r.Close()
+	nodes[1].mu.Lock()
+	nodes[1].run = nodes[0].run
+	nodes[1].mu.Unlock()
+	eventually(t, 5*time.Second, "node 1 not counted as node 0's alias", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, false, true})
+	})
+	if h := r.HeldOut(); len(h) != 1 || h[0].Node != 1 || h[0].AliasOf != 0 {
+		t.Fatalf("held out: %+v", h)
+	}
+	nodes[2].mu.Lock()
+	nodes[2].down = true
+	nodes[2].mu.Unlock()
+	_, err := r.Acquire(context.Background(), "k", hold("a"))
+	if !errors.Is(err, engine.ErrNoQuorum) || !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("acquire with node 0 answering under two names and node 2 down: %v, want NOQUORUM", err)
+	}
+	nodes[1].mu.Lock()
+	nodes[1].run = "run1-own"
+	nodes[1].mu.Unlock()
+	eventually(t, 5*time.Second, "node 1 counted again on a server of its own", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+}
+
+// TestVettedProcessCountedAtOnce: an instance that first meets a young
+// node counts it at once when the node's record says an instance vetted
+// this very process (--new-nodes, or a hold-out already served), and holds
+// it out when the record names another process.
+func TestVettedProcessCountedAtOnce(t *testing.T) {
+	nodes := newFakeNodes(3)
+	for i, f := range nodes {
+		f.run, f.uptime = fmt.Sprintf("run%d", i), time.Second
+		f.vetted = f.run
+	}
+	nodes[2].vetted = "an-earlier-process"
+	r := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: time.Hour})
+	defer r.Close()
+	if c := r.Counted(); !slices.Equal(c, []bool{true, true, false}) {
+		t.Fatalf("counted %v, want the two vetted processes", c)
+	}
+	if h := r.HeldOut(); len(h) != 1 || h[0].Left < 59*time.Minute {
+		t.Fatalf("held out %+v, want node 2 for about an hour", h)
+	}
+}

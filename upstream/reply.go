@@ -119,6 +119,8 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 		r.OK, err = flag(leaveScript, v)
 	case quorum.OpInspect:
 		r.Entry, r.OK, err = entry(v)
+	case quorum.OpFloor:
+		r.OK, err = flag(floorScript, v)
 	}
 	return err
 }

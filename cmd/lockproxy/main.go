@@ -44,12 +44,16 @@ const (
 var errVersion = errors.New("version requested")
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
+
+// lookupEnv is os.LookupEnv: a variable set but empty is told from one
+// not set.
+type lookupEnv func(string) (string, bool)
 
 // run is main with its inputs and outputs passed in; it returns the exit
 // status.
-func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func run(args []string, getenv lookupEnv, stdout, stderr io.Writer) int {
 	cfg, err := configure(args, getenv)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
@@ -89,7 +93,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			log.Info("log level changed", zap.String("log_level", next.LogLevel))
 		}
 	}
-	if err := serve(ctx, cfg, log, hup, reload); err != nil {
+	err = serve(ctx, cfg, log, hup, reload)
+	switch {
+	case errors.Is(err, instance.ErrStartup):
+		// One line naming the key, as for a mistake in the flags: the
+		// operator fixes the configuration or the host, not the code.
+		fmt.Fprintf(stderr, "lockproxy: %v\n", err)
+		return 2
+	case err != nil:
 		log.Error("lockproxy stopped", zap.Error(err))
 		return 1
 	}
@@ -126,7 +137,7 @@ type flags struct {
 	file, listen, backend         *string
 	nodes, zk, metrics            *string
 	password, passwordFile, level *string
-	protected, version            *bool
+	protected, version, newNodes  *bool
 }
 
 func newFlags() flags {
@@ -135,11 +146,13 @@ func newFlags() flags {
 	fs.SetOutput(io.Discard) // run prints errors and --help itself
 	fs.SortFlags = false
 	return flags{
-		fs:           fs,
-		file:         fs.String("config", "", "TOML config file (see config.example.toml)"),
-		listen:       fs.String("listen", def.Listen, "RESP listen address, HOST:PORT"),
-		backend:      fs.String("backend", "", "lock backend: redlock, zookeeper or embedded (default: the one --nodes or --zk implies, else embedded)"),
-		nodes:        fs.String("nodes", "", "redlock: Redis nodes, HOST:PORT,... (implies --backend redlock)"),
+		fs:      fs,
+		file:    fs.String("config", "", "TOML config file (see config.example.toml)"),
+		listen:  fs.String("listen", def.Listen, "RESP listen address, HOST:PORT"),
+		backend: fs.String("backend", "", "lock backend: redlock, zookeeper or embedded (default: the one --nodes or --zk implies, else embedded)"),
+		nodes:   fs.String("nodes", "", "redlock: Redis nodes, HOST:PORT,... (implies --backend redlock)"),
+		newNodes: fs.Bool("new-nodes", false, "redlock: the nodes are new, so count them at once instead of holding them out for "+
+			"redlock.max_lease_ms; checked (reachable, distinct, none holds lockproxy's keys) and refused otherwise. For the first start only"),
 		zk:           fs.String("zk", "", "zookeeper: ensemble servers, HOST:PORT,... (implies --backend zookeeper)"),
 		metrics:      fs.String("metrics-listen", "", "HTTP address for /metrics, /healthz and /readyz (empty: off)"),
 		password:     fs.String("password", "", "password clients must give with AUTH or HELLO; visible in ps: prefer --password-file or "+envPassword),
@@ -159,7 +172,7 @@ func usage() string {
 // configure reads the config file named by --config, if any, over the
 // defaults, then the environment's passwords, then applies the flags the
 // user set, and validates the result.
-func configure(args []string, getenv func(string) string) (instance.Config, error) {
+func configure(args []string, getenv lookupEnv) (instance.Config, error) {
 	cfg := instance.Default()
 	f := newFlags()
 	if err := f.fs.Parse(args); err != nil {
@@ -171,6 +184,9 @@ func configure(args []string, getenv func(string) string) (instance.Config, erro
 	if f.fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: lockproxy takes flags only", f.fs.Arg(0))
 	}
+	if err := f.refuseEmpty(); err != nil {
+		return cfg, err
+	}
 	if *f.file != "" {
 		md, err := toml.DecodeFile(*f.file, &cfg)
 		if err != nil {
@@ -180,10 +196,16 @@ func configure(args []string, getenv func(string) string) (instance.Config, erro
 			return cfg, fmt.Errorf("config %s: unknown keys %v (config.example.toml lists them all)", *f.file, unknown)
 		}
 	}
-	if p := getenv(envPassword); p != "" {
+	if p, ok := getenv(envPassword); ok {
+		if p == "" {
+			return cfg, errors.New(envPassword + " is set but empty: give the password, or unset it (an unset variable?)")
+		}
 		cfg.Password, cfg.PasswordFile = p, ""
 	}
-	if p := getenv(envNodePassword); p != "" {
+	if p, ok := getenv(envNodePassword); ok {
+		if p == "" {
+			return cfg, errors.New(envNodePassword + " is set but empty: give the password, or unset it (an unset variable?)")
+		}
 		cfg.Redlock.Password, cfg.Redlock.PasswordFile = p, ""
 	}
 	if err := f.apply(&cfg); err != nil {
@@ -210,6 +232,7 @@ func (f flags) apply(cfg *instance.Config) error {
 	if err != nil {
 		return err
 	}
+	set("new-nodes", func() { cfg.Redlock.NewNodes = *f.newNodes })
 	set("zk", func() { cfg.ZooKeeper.Servers, err = nodeList("--zk", *f.zk) })
 	if err != nil {
 		return err
@@ -219,6 +242,17 @@ func (f flags) apply(cfg *instance.Config) error {
 	set("password-file", func() { cfg.Password, cfg.PasswordFile = "", *f.passwordFile })
 	set("protected-mode", func() { cfg.ProtectedMode = *f.protected })
 	set("log-level", func() { cfg.LogLevel = *f.level })
+	return nil
+}
+
+// refuseEmpty refuses a flag given explicitly with an empty value (an
+// unset shell variable, say): "--password ”" must not mean "no password".
+func (f flags) refuseEmpty() error {
+	for _, name := range []string{"config", "password", "password-file"} {
+		if f.fs.Changed(name) && strings.TrimSpace(f.fs.Lookup(name).Value.String()) == "" {
+			return fmt.Errorf("--%s is empty: give a value, or leave the flag out (an unset variable?)", name)
+		}
+	}
 	return nil
 }
 

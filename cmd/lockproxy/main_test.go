@@ -67,7 +67,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func noEnv(string) string { return "" }
+func noEnv(string) (string, bool) { return "", false }
 
 func writeConfig(t *testing.T, body string) string {
 	t.Helper()

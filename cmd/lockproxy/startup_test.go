@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -107,7 +108,7 @@ func TestVersionAndHelpGoToStdout(t *testing.T) {
 		t.Fatalf("--help: exit %d, stderr %q", code, stderr.String())
 	}
 	for _, flag := range []string{"--config", "--listen", "--backend", "--nodes", "--zk", "--metrics-listen",
-		"--password-file", "--protected-mode", "--log-level", "--version", "LOCKPROXY_PASSWORD"} {
+		"--password-file", "--protected-mode", "--log-level", "--version", "--new-nodes", "LOCKPROXY_PASSWORD"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("--help does not mention %s:\n%s", flag, stdout.String())
 		}
@@ -121,13 +122,14 @@ func TestPasswordSources(t *testing.T) {
 	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := func(k string) string {
-		return map[string]string{envPassword: "from-env", envNodePassword: "nodes-env"}[k]
+	env := func(k string) (string, bool) {
+		v, ok := map[string]string{envPassword: "from-env", envNodePassword: "nodes-env"}[k]
+		return v, ok
 	}
 	withFile := writeConfig(t, `password_file = "`+file+`"`+"\n")
 	for _, tc := range []struct {
 		args           []string
-		env            func(string) string
+		env            lookupEnv
 		pass, passFile string
 	}{
 		{[]string{"--config", withFile}, noEnv, "", file},
@@ -167,4 +169,65 @@ func TestExampleConfigListsEveryKey(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeOf(cfg), nil)
+}
+
+// TestStartupFailuresNameTheKey: what only shows when lockproxy starts — a
+// file that cannot be read, an address that cannot be bound — exits 2 with
+// one line naming the key, and no stack trace (issue 28 §4; these exited 1
+// with a Go stack trace and no key).
+func TestStartupFailuresNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		args string
+		want string
+	}{
+		{"--listen 127.0.0.1:0 --config " + conf(t, `cert_file = "`+missing+`"`+"\n"+`key_file = "`+missing+`"`, "tls"), "tls.cert_file: open " + missing},
+		{"--listen 127.0.0.1:0 --password-file " + missing, "password_file: open " + missing},
+		{"--listen 127.0.0.1:0 --password-file " + empty, "password_file: " + empty + " is empty"},
+		{"--listen " + busy.Addr().String(), "listen " + busy.Addr().String() + ": bind: address already in use"},
+		{"--listen 127.0.0.1:0 --metrics-listen " + busy.Addr().String(), "metrics_listen " + busy.Addr().String() + ": bind: address already in use"},
+		// TEST-NET-1 (RFC 5737): no host has it, so it cannot be bound.
+		{"--listen 192.0.2.1:6380", "listen 192.0.2.1:6380: bind: cannot assign requested address"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(strings.Fields(tc.args), noEnv, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], tc.want) || strings.Contains(stderr.String(), "goroutine") {
+			t.Errorf("lockproxy %s: exit %d, stderr %q; want exit 2 and one line with %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestEmptyValuesRefused: a flag or variable given explicitly but empty (an
+// unset shell variable) is refused like --nodes ”, not taken for "none"
+// (issue 28 §4: --password ” silently meant no password).
+func TestEmptyValuesRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  lookupEnv
+		want string
+	}{
+		{[]string{"--config", ""}, noEnv, "--config is empty"},
+		{[]string{"--password", ""}, noEnv, "--password is empty"},
+		{[]string{"--password-file", ""}, noEnv, "--password-file is empty"},
+		{[]string{"--password="}, noEnv, "--password is empty"},
+		{nil, func(k string) (string, bool) { return "", k == envPassword }, envPassword + " is set but empty"},
+		{nil, func(k string) (string, bool) { return "", k == envNodePassword }, envNodePassword + " is set but empty"},
+	} {
+		// configure, not run: accepted, run would serve until killed.
+		// run turns every configure error into exit 2 (TestStartupMistakes).
+		if _, err := configure(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("lockproxy %q: %v; want %q", tc.args, err, tc.want)
+		}
+	}
 }
