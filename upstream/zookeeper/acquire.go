@@ -109,7 +109,7 @@ func (a *acquisition) cleanup(ctx context.Context, granted bool) {
 
 // holdData is what a node holding the lock for h says.
 func (a *acquisition) holdData() zkData {
-	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, By: a.z.id}.lasts(a.h.TTL)
+	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, By: a.z.id}.lasts(a.z.wall(), a.h.TTL)
 }
 
 // tryOnce creates a node and keeps it if it is the lowest.
@@ -207,7 +207,7 @@ func (a *acquisition) grant(w written, d zkData, made bool) (engine.Grant, error
 // owner has yet to delete.
 func (z *ZooKeeper) busy(d zkData) error {
 	after := z.opts.SessionTimeout
-	if left := -d.overdue(z.id, z.opts.ClockSkew); !d.waiting() && left > 0 {
+	if left := -d.overdue(z.wall(), z.id, z.opts.ClockSkew); !d.waiting() && left > 0 {
 		after = left
 	}
 	return &engine.BusyError{RetryAfter: after}
@@ -218,7 +218,7 @@ func (z *ZooKeeper) busy(d zkData) error {
 // connection-bound lock is ended only by its own session's instance (its
 // timer) or by the session's end.
 func (z *ZooKeeper) overdue(n lockNode) bool {
-	return n.data.Mode == engine.Lease && n.data.overdue(z.id, z.opts.ClockSkew) > 0
+	return n.data.Mode == engine.Lease && n.data.overdue(z.wall(), z.id, z.opts.ClockSkew) > 0
 }
 
 // reap ends overdue lease n of key, whichever instance granted it: a

@@ -51,14 +51,14 @@ func (d zkData) ttl() time.Duration { return time.Duration(d.TTL) * time.Millise
 
 func (d zkData) expiry() time.Time { return time.UnixMilli(d.ExpiresAt) }
 
-func (d zkData) left() time.Duration { return time.Until(d.expiry()) }
+func (d zkData) left(now time.Time) time.Duration { return d.expiry().Sub(now) }
 
 // overdue is how long past its ExpiresAt a lease is, judged by the
 // instance named by with clocks that may differ by skew: by the writer's
 // clock as it is, by any other's only past skew plus Redlock's drift
 // factor (1% of the lease, plus 2ms). Not positive: not yet over.
-func (d zkData) overdue(by string, skew time.Duration) time.Duration {
-	late := -d.left()
+func (d zkData) overdue(now time.Time, by string, skew time.Duration) time.Duration {
+	late := -d.left(now)
 	if d.By != by {
 		late -= skew + d.ttl()/100 + 2*time.Millisecond
 	}
@@ -67,8 +67,8 @@ func (d zkData) overdue(by string, skew time.Duration) time.Duration {
 
 func (d zkData) encode() []byte { b, _ := json.Marshal(d); return b }
 
-func (d zkData) lasts(ttl time.Duration) zkData { // the lease ttl from now
-	d.TTL, d.ExpiresAt = millis(ttl), time.Now().Add(ttl).UnixMilli()
+func (d zkData) lasts(now time.Time, ttl time.Duration) zkData { // the lease ttl from now
+	d.TTL, d.ExpiresAt = millis(ttl), now.Add(ttl).UnixMilli()
 	return d
 }
 

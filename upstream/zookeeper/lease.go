@@ -67,7 +67,7 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 		delete(z.places, zkLock{key, n.token})
 	}
 	n.held, n.token, n.persistent, n.expires = true, token, owner == 0, d.expiry()
-	n.timer.Reset(max(d.left(), 0))
+	n.timer.Reset(max(d.left(z.wall()), 0))
 	z.locks[zkLock{key, token}] = p
 	orphan := z.servedLocked(key, token, p)
 	z.mu.Unlock()
@@ -106,7 +106,7 @@ func (z *ZooKeeper) ownLock(key, token string) string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	p := z.locks[zkLock{key, token}]
-	if n := z.own[p]; n == nil || !time.Now().Before(n.expires) {
+	if n := z.own[p]; n == nil || !z.wall().Before(n.expires) {
 		return ""
 	}
 	return p
@@ -256,8 +256,8 @@ func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	case err != nil:
 		z.rearm(p, n, z.retryDelay())
 		return
-	case ln.data.overdue(z.id, z.opts.ClockSkew) <= 0:
-		z.rearm(p, n, -ln.data.overdue(z.id, z.opts.ClockSkew))
+	case ln.data.overdue(z.wall(), z.id, z.opts.ClockSkew) <= 0:
+		z.rearm(p, n, -ln.data.overdue(z.wall(), z.id, z.opts.ClockSkew))
 		return
 	}
 	switch err := z.delete(ctx, p, ln.stat.Version); {
@@ -406,7 +406,7 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		if err != nil {
 			return 0, err
 		}
-		d, err := extended(v.top.data, ttl, mode)
+		d, err := extended(v.top.data, z.wall(), ttl, mode)
 		if err != nil {
 			return 0, err
 		}
@@ -426,9 +426,9 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 	return 0, errContended
 }
 
-// extended is lock data d with its lease reset to ttl (zero: d's own) and
-// its mode set to mode (empty: d's own).
-func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
+// extended is lock data d with its lease reset to ttl from now (zero
+// ttl: d's own) and its mode set to mode (empty: d's own).
+func extended(d zkData, now time.Time, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	if mode == engine.Bound && d.Mode == engine.Lease {
 		return d, engine.ErrNotBound
 	}
@@ -438,7 +438,7 @@ func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	if ttl <= 0 {
 		ttl = d.ttl()
 	}
-	return d.lasts(ttl), nil
+	return d.lasts(now, ttl), nil
 }
 
 // guaranteed is how long a lock of mode, asked for ttl, is safe from the
@@ -471,6 +471,6 @@ func (z *ZooKeeper) Inspect(ctx context.Context, key string) (engine.Holder, boo
 		return engine.Holder{}, false, err
 	}
 	d := v.top.data
-	left := max(min(d.left(), z.guaranteed(d.Mode, d.ttl())), 0)
+	left := max(min(d.left(z.wall()), z.guaranteed(d.Mode, d.ttl())), 0)
 	return engine.Holder{Token: d.Token, Fence: v.top.fence(), Validity: left, Mode: d.Mode, Name: d.Name}, true, nil
 }

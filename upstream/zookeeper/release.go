@@ -50,7 +50,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	if !ok {
 		return false
 	}
-	d := facts.want.lasts(facts.want.ttl())
+	d := facts.want.lasts(z.wall(), facts.want.ttl())
 	d.By = z.id
 	// A lease must outlive the session, and the place is ephemeral: it is
 	// replaced by its promoted node (claimLease), whose fence is the
@@ -262,7 +262,7 @@ func (a *acquisition) handedOver() (engine.Grant, bool) {
 	if !current || h.data.Mode != a.h.Mode || h.data.ttl() != a.h.TTL {
 		return engine.Grant{}, false // the waiter's try reads the nodes
 	}
-	v := min(h.data.left(), z.guaranteed(h.data.Mode, h.data.ttl())-time.Since(h.at))
+	v := min(h.data.left(z.wall()), z.guaranteed(h.data.Mode, h.data.ttl())-time.Since(h.at))
 	if v <= 0 {
 		return engine.Grant{}, false
 	}

@@ -160,7 +160,7 @@ func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error)
 	switch {
 	case err != nil:
 		return view{}, err
-	case !v.held() || !v.top.data.heldBy(token), v.top.data.left() <= 0:
+	case !v.held() || !v.top.data.heldBy(token), v.top.data.left(z.wall()) <= 0:
 		return v, engine.ErrNotHeld
 	}
 	return v, nil

@@ -183,6 +183,9 @@ type ZooKeeper struct {
 	log   *zap.Logger
 	done  chan struct{} // closed by Close
 	id    string        // names this instance in the leases it writes (zkData.By)
+	// wall reads the wall clock wherever a lease's expires_at is written
+	// or judged: time.Now; tests step it.
+	wall func() time.Time
 	// granted is the session timeout the ensemble granted: a lock bound
 	// to the session is reported valid for no longer.
 	granted negotiated
@@ -225,6 +228,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		opts:     opts,
 		log:      log,
 		id:       instanceID(),
+		wall:     time.Now,
 		done:     make(chan struct{}),
 		own:      map[string]*ownNode{},
 		locks:    map[zkLock]string{},
