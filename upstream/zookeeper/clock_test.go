@@ -145,3 +145,54 @@ func TestZKTakeoverDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestZKClockStepWaiterOnAnotherInstance (issue 30): a waiter on instance
+// B, whose wall clock is 10s ahead, waits for A's lease instead of ending
+// it at once, and is woken once B's own clock says the lease is over
+// (reapLater): A is gone, so B's timer ends it.
+func TestZKClockStepWaiterOnAnotherInstance(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, Options{})
+	var events releases
+	b := newZK(t, []string{srv.Addr()}, Options{Events: &events})
+	stepClock(b)(10 * time.Second)
+	key := "waiter-step"
+	var grants holders
+	g := mustGrant(t, a, key, hold("a", clockLease))
+	end := time.Now().Add(g.Validity)
+	grants.add(g, time.Now())
+	mustBusy(t, b, key, waitHold("w", clockLease))
+	a.Close()
+	eventually(t, clockLease+20*time.Second, "waiter woken", func() bool { return events.count(key) > 0 })
+	g, err := b.Acquire(testCtx(t), key, waitHold("w", clockLease))
+	if err != nil {
+		t.Fatalf("woken waiter: %v", err)
+	}
+	grants.add(g, time.Now())
+	grants.check(t)
+	t.Logf("waiter on B (clock +10s) granted %v after the lease's end", time.Since(end))
+}
+
+// TestZKExtensionSeenAfresh: a lease extended after instance B first saw
+// it is a new version, which B counts from when it first sees that one:
+// B does not end the extended lease by its count of the first version.
+func TestZKExtensionSeenAfresh(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newZK(t, []string{srv.Addr()}, Options{})
+	b := newZK(t, []string{srv.Addr()}, Options{})
+	key := "extended"
+	var grants holders
+	g := mustGrant(t, a, key, hold("a", clockLease))
+	grants.add(g, time.Now())
+	mustBusy(t, b, key, hold("b", clockLease))
+	time.Sleep(clockLease / 2) // the scenario: the extension comes half-way
+	v, err := a.Extend(testCtx(t), key, "a", clockLease, engine.Lease)
+	if err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	grants.add(engine.Grant{Token: "a", Fence: g.Fence, Validity: v}, time.Now())
+	a.Close()
+	g, at := pollFor(t, b, key, "b")
+	grants.add(g, at)
+	grants.check(t)
+}
