@@ -166,7 +166,7 @@ func (o Options) validate() error {
 // Limits: an overdue lease that no instance looks at stays as a node (it
 // holds nothing: the next acquire of the key deletes it). A refused try
 // for a lease whose instance dies before deleting it leaves a persistent
-// node that holds the key until its expires_at, as a Redis node keeps a
+// node that holds the key until its lease runs out, as a Redis node keeps a
 // refused lock it never heard the rollback of. A lease released through
 // another instance stays on its owner's books until its deadline.
 type ZooKeeper struct {
