@@ -97,9 +97,9 @@ type ZooKeeperConfig struct {
 	Servers          []string `toml:"servers"`            // host:port of each ensemble member
 	Root             string   `toml:"root"`               // parent of every lock's node; created if missing
 	SessionTimeoutMS int      `toml:"session_timeout_ms"` // how long the ensemble keeps lockproxy's connection-bound locks after it vanishes
-	// ClockSkewMS is how far the wall clocks of the instances sharing the
-	// ensemble may disagree: an instance ends a lease another granted only
-	// this long (plus 1% of the lease) past its deadline.
+	// ClockSkewMS is ignored: leases no longer depend on the instances'
+	// wall clocks agreeing (issue 30). Still accepted, so that existing
+	// config files load.
 	ClockSkewMS int `toml:"clock_skew_ms"`
 	// ACLDigest, "user:password", makes lock nodes readable and writable
 	// only by that identity (ZooKeeper digest ACL); empty: open to all.

@@ -214,7 +214,6 @@ func (in *Instance) zookeeper(ev engine.Events) (engine.Backend, error) {
 		Servers:        zc.Servers,
 		Root:           zc.Root,
 		SessionTimeout: ms(zc.SessionTimeoutMS),
-		ClockSkew:      ms(zc.ClockSkewMS),
 		Digest:         zc.ACLDigest,
 		Events:         ev,
 	}

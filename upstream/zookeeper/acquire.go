@@ -109,7 +109,7 @@ func (a *acquisition) cleanup(ctx context.Context, granted bool) {
 
 // holdData is what a node holding the lock for h says.
 func (a *acquisition) holdData() zkData {
-	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, By: a.z.id}.lasts(a.h.TTL)
+	return zkData{Token: a.h.Token, Mode: a.h.Mode, Name: a.h.Name, By: a.z.id}.lasts(a.z.wall(), a.h.TTL)
 }
 
 // tryOnce creates a node and keeps it if it is the lowest.
@@ -131,7 +131,7 @@ func (a *acquisition) tryOnce(ctx context.Context) (engine.Grant, error) {
 		var g engine.Grant
 		switch i := indexOf(kids, path.Base(c.path)); i {
 		case -1: // deleted under us: a release by the same token
-			return engine.Grant{}, a.z.busy(zkData{})
+			return engine.Grant{}, a.z.busy(lockNode{})
 		case 0:
 			g, err = a.own(c, d, session)
 		default:
@@ -169,7 +169,7 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 	case a.z.overdue(top):
 		return engine.Grant{}, a.z.reap(ctx, a.key, top)
 	case !top.data.heldBy(a.h.Token) || a.h.Fresh:
-		return engine.Grant{}, a.z.busy(top.data)
+		return engine.Grant{}, a.z.busy(top)
 	}
 	d := a.holdData()
 	d.Fence = top.fence()
@@ -200,25 +200,26 @@ func (a *acquisition) grant(w written, d zkData, made bool) (engine.Grant, error
 	return engine.Grant{Token: a.h.Token, Fence: w.fence, Validity: v}, nil
 }
 
-// busy refuses an acquire while d holds the key. RetryAfter is how long
-// until this instance may end the holder's lease (zkData.overdue), or the
-// session timeout when there is none to go by: a waiter's place about to
-// take the key, or a connection-bound lock that ran out and that its
-// owner has yet to delete.
-func (z *ZooKeeper) busy(d zkData) error {
+// busy refuses an acquire while n holds the key. RetryAfter is how long
+// until this instance may end the holder's lease (dueIn), or the session
+// timeout when there is none to go by: a waiter's place about to take
+// the key, or a connection-bound lock that ran out and that its owner
+// has yet to delete.
+func (z *ZooKeeper) busy(n lockNode) error {
 	after := z.opts.SessionTimeout
-	if left := -d.overdue(z.id, z.opts.ClockSkew); !d.waiting() && left > 0 {
-		after = left
+	if !n.data.waiting() {
+		if left := z.dueIn(n); left > 0 {
+			after = left
+		}
 	}
 	return &engine.BusyError{RetryAfter: after}
 }
 
-// overdue reports whether lock node n is a lease this instance may end:
-// past its expires_at by more than the clocks may disagree. A
-// connection-bound lock is ended only by its own session's instance (its
-// timer) or by the session's end.
+// overdue reports whether lock node n is a lease this instance may end,
+// by its own clock (dueIn). A connection-bound lock is ended only by its
+// own session's instance (its timer) or by the session's end.
 func (z *ZooKeeper) overdue(n lockNode) bool {
-	return n.data.Mode == engine.Lease && n.data.overdue(z.id, z.opts.ClockSkew) > 0
+	return n.data.Mode == engine.Lease && z.dueIn(n) <= 0
 }
 
 // reap ends overdue lease n of key, whichever instance granted it: a

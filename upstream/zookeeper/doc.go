@@ -18,6 +18,9 @@
 //     instance's next waiter in the same multi;
 //   - lease.go: Extend, Inspect, the validity a grant may claim, and the
 //     timers that end expired leases;
+//   - expiry.go: when a lease is over, by this instance's monotonic clock
+//     alone (no two instances' clocks need agree): ttl after it wrote the
+//     version, or ttl plus the drift allowance after it first read it;
 //   - mode.go: the node a lock's mode needs (persistent for a lease,
 //     ephemeral and this session's for a bound lock), checked in one
 //     place (modeFits), and the conversion of a node whose mode changes

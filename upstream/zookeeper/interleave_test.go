@@ -340,21 +340,26 @@ func TestZKBoundLockMovesBetweenSessions(t *testing.T) {
 	})
 }
 
-// TestZKExpiredLeaseNotHeld (issue 25, also seen): a lease past its
-// expires_at that no instance has deleted yet (its instance is gone, and
-// the others allow for clock skew first) is not held: RENEW answers not
-// held and UNLOCK false, as Redis does for a key past its TTL.
+// TestZKExpiredLeaseNotHeld (issue 25, also seen): a lease that an
+// instance knows has run out (issue 30: by its own clock, since it first
+// saw it), and that nobody has deleted yet (its instance is gone, and
+// no acquire came), is not held: RENEW answers not held and UNLOCK
+// false, as Redis does for a key past its TTL.
 func TestZKExpiredLeaseNotHeld(t *testing.T) {
 	srv := zktest.Start(t)
 	a := newTimedZK(t, srv.Addr())
-	b := newZK(t, []string{srv.Addr()}, Options{ClockSkew: 10 * time.Second})
+	b := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	key := "expired"
 	mustGrant(t, a, key, hold("T", 300*time.Millisecond))
+	if _, held, err := b.Inspect(testCtx(t), key); !held || err != nil {
+		t.Fatalf("inspect through B: %v %v", held, err)
+	}
 	a.Close()
-	data, _ := lowest(t, raw, key)
-	expiry := zkDataOf(data).expiry()
-	eventually(t, 5*time.Second, "past expires_at", func() bool { return time.Now().After(expiry) })
+	eventually(t, 5*time.Second, "run out by B's clock", func() bool {
+		h, held, err := b.Inspect(testCtx(t), key)
+		return err == nil && held && h.Validity == 0
+	})
 	if v, err := b.Extend(testCtx(t), key, "T", time.Minute, engine.Lease); !errors.Is(err, engine.ErrNotHeld) {
 		t.Fatalf("renew of an expired lease: %v, %v; want not held", v, err)
 	}

@@ -19,19 +19,24 @@ import (
 
 // zkData is the JSON a lock node holds.
 type zkData struct {
-	Token     string      `json:"token"`
-	Mode      engine.Mode `json:"mode,omitempty"`       // empty: a waiter's place, not a lock yet
-	TTL       int64       `json:"ttl_ms,omitempty"`     // the lease, in ms
-	ExpiresAt int64       `json:"expires_at,omitempty"` // unix ms, on the clock of the instance By
-	Name      string      `json:"name,omitempty"`       // the holder's client name
-	// By names the instance (ZooKeeper.id) whose clock wrote ExpiresAt: it
-	// ends the lease at ExpiresAt, any other instance only ClockSkew and
-	// a drift later (overdue).
+	Token string      `json:"token"`
+	Mode  engine.Mode `json:"mode,omitempty"`   // empty: a waiter's place, not a lock yet
+	TTL   int64       `json:"ttl_ms,omitempty"` // the lease, in ms
+	// ExpiresAt is the lease's end in unix ms on the wall clock of the
+	// instance By, which wrote it. It is for people reading the node, and
+	// for instances older than issue 30: no instance judges a lease by it
+	// (expiry.go).
+	ExpiresAt int64  `json:"expires_at,omitempty"`
+	Name      string `json:"name,omitempty"` // the holder's client name
+	// By names the instance (ZooKeeper.id) that wrote this version.
 	By string `json:"by,omitempty"`
 	// Fence is the lock's fence when its node is not the one it was
 	// granted in: a node promoted to a lease (promoted) keeps the fence,
 	// the creation zxid, of the node it replaced.
 	Fence int64 `json:"fence,omitempty"`
+	// at is when this instance made the data (lasts), on its monotonic
+	// clock; zero in data read from a node.
+	at time.Time
 }
 
 // fence is the fence of lock node n: its creation zxid, or the one its
@@ -51,24 +56,16 @@ func (d zkData) ttl() time.Duration { return time.Duration(d.TTL) * time.Millise
 
 func (d zkData) expiry() time.Time { return time.UnixMilli(d.ExpiresAt) }
 
-func (d zkData) left() time.Duration { return time.Until(d.expiry()) }
-
-// overdue is how long past its ExpiresAt a lease is, judged by the
-// instance named by with clocks that may differ by skew: by the writer's
-// clock as it is, by any other's only past skew plus Redlock's drift
-// factor (1% of the lease, plus 2ms). Not positive: not yet over.
-func (d zkData) overdue(by string, skew time.Duration) time.Duration {
-	late := -d.left()
-	if d.By != by {
-		late -= skew + d.ttl()/100 + 2*time.Millisecond
-	}
-	return late
-}
+// leftHere is what is left of lease d, made through this instance
+// (lasts), by its monotonic clock.
+func (d zkData) leftHere() time.Duration { return time.Until(d.at.Add(d.ttl())) }
 
 func (d zkData) encode() []byte { b, _ := json.Marshal(d); return b }
 
-func (d zkData) lasts(ttl time.Duration) zkData { // the lease ttl from now
-	d.TTL, d.ExpiresAt = millis(ttl), time.Now().Add(ttl).UnixMilli()
+// lasts is d with a lease of ttl from now: from this instance's
+// monotonic clock's now (at), and wall, its wall clock's, for expires_at.
+func (d zkData) lasts(wall time.Time, ttl time.Duration) zkData {
+	d.TTL, d.ExpiresAt, d.at = millis(ttl), wall.Add(ttl).UnixMilli(), time.Now()
 	return d
 }
 

@@ -20,7 +20,10 @@ type ownNode struct {
 	held       bool      // a lock; false: a waiter's place
 	persistent bool      // a lease's node, which outlives the session
 	until      time.Time // a place's end, unless its waiter calls again
-	expires    time.Time // a lock's expires_at, as last written through this instance
+	// wrote is a lock's data as this instance last wrote it, or read it
+	// (then its at is zero): its version ends by this instance's clock
+	// (expiry.go).
+	wrote      zkData
 	timer      *time.Timer
 	placeFacts // a place's: what a handoff needs
 }
@@ -66,8 +69,8 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 	if !n.held && z.places[zkLock{key, n.token}] == p {
 		delete(z.places, zkLock{key, n.token})
 	}
-	n.held, n.token, n.persistent, n.expires = true, token, owner == 0, d.expiry()
-	n.timer.Reset(max(d.left(), 0))
+	n.held, n.token, n.persistent, n.wrote = true, token, owner == 0, d
+	n.timer.Reset(max(ends(d), 0))
 	z.locks[zkLock{key, token}] = p
 	orphan := z.servedLocked(key, token, p)
 	z.mu.Unlock()
@@ -75,6 +78,16 @@ func (z *ZooKeeper) track(key, token, p string, owner int64, d zkData) bool {
 		z.spawn(func() { z.discardPlace(orphan) })
 	}
 	return true
+}
+
+// ends is when to look again at a lock whose data is d, to end it: when
+// its lease runs out if this instance wrote d, else once it would have
+// run out with the drift allowance if it began now.
+func ends(d zkData) time.Duration {
+	if !d.at.IsZero() {
+		return d.leftHere()
+	}
+	return d.ttl() + drift(d.ttl())
 }
 
 // maxServed bounds the waiters remembered as served; past it, they are all
@@ -101,12 +114,13 @@ func (z *ZooKeeper) servedLocked(key, token, p string) (orphan string) {
 }
 
 // ownLock is the path of the lock node this session made for key and
-// token, "" if none or if its lease ran out as last written here.
+// token, "" if none, if this instance did not write it last, or if its
+// lease ran out as last written here.
 func (z *ZooKeeper) ownLock(key, token string) string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	p := z.locks[zkLock{key, token}]
-	if n := z.own[p]; n == nil || !time.Now().Before(n.expires) {
+	if n := z.own[p]; n == nil || n.wrote.at.IsZero() || n.wrote.leftHere() <= 0 {
 		return ""
 	}
 	return p
@@ -191,6 +205,7 @@ func (z *ZooKeeper) forget(p string) {
 		delete(z.own, p)
 		z.unindex(p, n)
 	}
+	delete(z.seen, p)
 }
 
 // unindex drops own node p, whose record n is gone, from the indexes by
@@ -242,22 +257,25 @@ func (z *ZooKeeper) retryDelay() time.Duration {
 	return max(z.opts.SessionTimeout/10, 50*time.Millisecond)
 }
 
-// endLease deletes lock node p once it is overdue (zkData.overdue),
-// re-reading it first: another instance may have extended it. The delete
-// is version-checked, so an extension that lands meanwhile wins.
+// endLease deletes lock node p once it is over (dueIn), re-reading it
+// first: another instance may have extended it. The delete is
+// version-checked, so an extension that lands meanwhile wins.
 func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	ctx, cancel := z.cleanupCtx(context.Background())
 	defer cancel()
 	ln, err := z.get(ctx, p)
+	if err == nil {
+		if due := z.dueIn(ln); due > 0 {
+			z.rearm(p, n, due)
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, ErrBadNode):
 		z.forget(p)
 		return
 	case err != nil:
 		z.rearm(p, n, z.retryDelay())
-		return
-	case ln.data.overdue(z.id, z.opts.ClockSkew) <= 0:
-		z.rearm(p, n, -ln.data.overdue(z.id, z.opts.ClockSkew))
 		return
 	}
 	switch err := z.delete(ctx, p, ln.stat.Version); {
@@ -406,11 +424,11 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		if err != nil {
 			return 0, err
 		}
-		d, err := extended(v.top.data, ttl, mode)
+		d, err := extended(v.top.data, z.wall(), ttl, mode)
 		if err != nil {
 			return 0, err
 		}
-		d.By = z.id
+		d.By, d.Fence = z.id, v.top.fence() // as rewrite writes it: track knows it by its bytes
 		w, err := z.rewrite(ctx, key, token, v.top, d)
 		if errors.Is(err, errAgain) {
 			continue
@@ -426,9 +444,9 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 	return 0, errContended
 }
 
-// extended is lock data d with its lease reset to ttl (zero: d's own) and
-// its mode set to mode (empty: d's own).
-func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
+// extended is lock data d with its lease reset to ttl from now (zero
+// ttl: d's own) and its mode set to mode (empty: d's own).
+func extended(d zkData, now time.Time, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	if mode == engine.Bound && d.Mode == engine.Lease {
 		return d, engine.ErrNotBound
 	}
@@ -438,7 +456,7 @@ func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
 	if ttl <= 0 {
 		ttl = d.ttl()
 	}
-	return d.lasts(ttl), nil
+	return d.lasts(now, ttl), nil
 }
 
 // guaranteed is how long a lock of mode, asked for ttl, is safe from the
@@ -459,8 +477,9 @@ func (z *ZooKeeper) guaranteed(mode engine.Mode, ttl time.Duration) time.Duratio
 }
 
 // Inspect reads key's lowest node: the fence is its creation zxid, the
-// validity what is left of its lease (0 once it ran out, until its owner
-// deletes it). A waiter's place that has not taken the key yet holds
+// validity what is left of its lease by this instance's clock (dueIn: an
+// upper bound for a lease another instance wrote; 0 once it ran out,
+// until someone deletes it). A waiter's place that has not taken the key yet holds
 // nothing.
 func (z *ZooKeeper) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
 	if err := z.usable(key); err != nil {
@@ -471,6 +490,6 @@ func (z *ZooKeeper) Inspect(ctx context.Context, key string) (engine.Holder, boo
 		return engine.Holder{}, false, err
 	}
 	d := v.top.data
-	left := max(min(d.left(), z.guaranteed(d.Mode, d.ttl())), 0)
+	left := max(min(z.dueIn(v.top), z.guaranteed(d.Mode, d.ttl())), 0)
 	return engine.Holder{Token: d.Token, Fence: v.top.fence(), Validity: left, Mode: d.Mode, Name: d.Name}, true, nil
 }

@@ -219,7 +219,7 @@ func (z *ZooKeeper) reapDue(key, p string) {
 	case err != nil:
 		z.reapLater(key, p, z.retryDelay())
 	case !z.overdue(n):
-		z.reapLater(key, p, -n.data.overdue(z.id, z.opts.ClockSkew))
+		z.reapLater(key, p, z.dueIn(n))
 	default:
 		if err := z.reap(ctx, key, n); errors.Is(err, errAgain) {
 			z.announce(key)

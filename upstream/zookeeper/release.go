@@ -50,7 +50,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	if !ok {
 		return false
 	}
-	d := facts.want.lasts(facts.want.ttl())
+	d := facts.want.lasts(z.wall(), facts.want.ttl())
 	d.By = z.id
 	// A lease must outlive the session, and the place is ephemeral: it is
 	// replaced by its promoted node (claimLease), whose fence is the
@@ -243,6 +243,7 @@ func (z *ZooKeeper) adoptLock(key, next, place string) {
 		case err != nil:
 			return err
 		case n.data.heldBy(next):
+			z.sight(n)
 			z.track(key, next, place, n.stat.EphemeralOwner, n.data)
 		}
 		return nil
@@ -250,8 +251,8 @@ func (z *ZooKeeper) adoptLock(key, next, place string) {
 }
 
 // handedOver takes the key handed to the waiter, if it was, and the lock
-// is as the waiter asks. Its validity ends at the expires_at written, the
-// deadline of this instance's lease timer.
+// is as the waiter asks. Its validity ends no later than the lease
+// written, the deadline of this instance's lease timer.
 func (a *acquisition) handedOver() (engine.Grant, bool) {
 	z, id := a.z, zkLock{a.key, a.h.Token}
 	z.mu.Lock()
@@ -262,7 +263,7 @@ func (a *acquisition) handedOver() (engine.Grant, bool) {
 	if !current || h.data.Mode != a.h.Mode || h.data.ttl() != a.h.TTL {
 		return engine.Grant{}, false // the waiter's try reads the nodes
 	}
-	v := min(h.data.left(), z.guaranteed(h.data.Mode, h.data.ttl())-time.Since(h.at))
+	v := min(h.data.leftHere(), z.guaranteed(h.data.Mode, h.data.ttl())-time.Since(h.at))
 	if v <= 0 {
 		return engine.Grant{}, false
 	}

@@ -290,7 +290,7 @@ func TestZooKeeperUnknownClaimEndsAsALease(t *testing.T) {
 	zkRelease(t, z, key, "a", true)
 
 	p, _ := place(t, raw, key, "b")
-	lock := zkData{Token: "b", Mode: engine.Lease}.lasts(time.Second)
+	lock := zkData{Token: "b", Mode: engine.Lease}.lasts(time.Now(), time.Second)
 	if _, err := raw.Set(p, lock.encode(), 0); err != nil {
 		t.Fatal(err)
 	}

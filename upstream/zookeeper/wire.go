@@ -146,9 +146,9 @@ func (z *ZooKeeper) read(ctx context.Context, dir string) (view, error) {
 
 // holder reads key's lock, which token must hold, else ErrNotHeld (with
 // the nodes read). Another session may read from a server that lags: a
-// "not held" is confirmed after a sync with the leader. A lock whose
-// expires_at has passed on this instance's clock is not held, as a Redis
-// key past its TTL, though nobody has deleted its node yet.
+// "not held" is confirmed after a sync with the leader. A lock that this
+// instance knows has run out (dueIn) is not held, as a Redis key past its
+// TTL, though nobody has deleted its node yet.
 func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error) {
 	dir := z.dir(key)
 	v, err := z.read(ctx, dir)
@@ -160,7 +160,7 @@ func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error)
 	switch {
 	case err != nil:
 		return view{}, err
-	case !v.held() || !v.top.data.heldBy(token), v.top.data.left() <= 0:
+	case !v.held() || !v.top.data.heldBy(token), z.dueIn(v.top) <= 0:
 		return v, engine.ErrNotHeld
 	}
 	return v, nil

@@ -21,7 +21,6 @@ var _ engine.Backend = (*ZooKeeper)(nil)
 const (
 	DefaultRoot           = "/lockproxy"
 	DefaultSessionTimeout = 10 * time.Second
-	DefaultClockSkew      = time.Second
 )
 
 var (
@@ -63,13 +62,6 @@ type Options struct {
 	// identity, and makes it the default ACL: only sessions that know the
 	// password can read or change lockproxy's nodes.
 	Digest string
-	// ClockSkew is how far apart the wall clocks of the lockproxy
-	// instances sharing the ensemble may be; default 1s. A lease's
-	// deadline (expires_at) is written on the granting instance's clock;
-	// any other instance ends the lease only once its own clock passes
-	// expires_at + ClockSkew + 1% of the lease + 2ms (Redlock's drift
-	// factor, for clocks that also run at slightly different rates).
-	ClockSkew time.Duration
 	// Events is the engine's: Released when a lock node that a waiter of
 	// this instance watches goes away, or when this instance ends an
 	// expired lease; Lost for each connection-bound lock held through
@@ -83,7 +75,6 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	o.Root = strings.TrimSuffix(orDefault(o.Root, DefaultRoot), "/")
 	o.SessionTimeout = orDefault(o.SessionTimeout, DefaultSessionTimeout)
-	o.ClockSkew = orDefault(o.ClockSkew, DefaultClockSkew)
 	if user, pass, ok := strings.Cut(o.Digest, ":"); ok && len(o.ACL) == 0 {
 		o.ACL = zk.DigestACL(zk.PermAll, user, pass)
 	}
@@ -112,8 +103,9 @@ func (o Options) validate() error {
 // Layout: each key is a container node <Root>/<encodeKey(key)>, which
 // ZooKeeper deletes once it is empty. Each acquire, and each waiter's place
 // in line, is a sequential child named "<tokenID>-<kind><nonce>-<sequence>"
-// (keys.go) holding JSON: the token, mode, ttl_ms, expires_at (unix ms),
-// the instance whose clock wrote it, and the holder's name; a waiter's
+// (keys.go) holding JSON: the token, mode, ttl_ms, expires_at (unix ms,
+// for people: no instance goes by it), the instance that wrote it, and
+// the holder's name; a waiter's
 // place holds no mode until it becomes the lock. The child with the lowest
 // sequence holds the lock. A lease's node is persistent, every other node
 // ephemeral: a place or a connection-bound lock that becomes a lease is
@@ -146,17 +138,18 @@ func (o Options) validate() error {
 //     becomes of the instance that granted them.
 //   - Expiry: ZooKeeper's nodes have no TTL that operators can be expected
 //     to enable (TTL nodes need extendedTypesEnabled), so lockproxy ends
-//     leases itself: the instance whose clock wrote expires_at deletes the
-//     node then (its timer), and any instance that meets an overdue lease
-//     ahead of its acquire or of its waiter (a timer at the deadline,
+//     leases itself: the instance that wrote the lease deletes the node
+//     when it runs out (its timer), and any instance that meets an
+//     overdue lease ahead of its acquire or of its waiter (a timer at the deadline,
 //     reapLater) deletes it, by version, so an extension that lands first
 //     wins. Bound locks get the same deadline, which the engine's watchdog
 //     pushes back (Extend), so a lock the watchdog gave up on cannot stay
 //     held while the session lives.
-//   - Clocks: expires_at is on the writer's wall clock. Another instance
-//     waits ClockSkew + 1% of the lease + 2ms past it (zkData.overdue):
-//     safe as long as the instances' clocks differ by less than ClockSkew
-//     (default 1s) and run at rates within 1% of each other.
+//   - Clocks: each instance judges a lease by its own monotonic clock
+//     alone (expiry.go): the writer ttl after it wrote it, any other
+//     instance ttl + 1% + 2ms after it first read that version. Safe
+//     whatever the instances' wall clocks say, as long as their monotonic
+//     clocks run at rates within 1% of each other.
 //   - Validity: a lease is valid for its ttl less the time the grant took,
 //     counted from before its first request was sent (a handoff's too).
 //     A connection-bound lock ends with the session, which may expire the
@@ -173,7 +166,7 @@ func (o Options) validate() error {
 // Limits: an overdue lease that no instance looks at stays as a node (it
 // holds nothing: the next acquire of the key deletes it). A refused try
 // for a lease whose instance dies before deleting it leaves a persistent
-// node that holds the key until its expires_at, as a Redis node keeps a
+// node that holds the key until its lease runs out, as a Redis node keeps a
 // refused lock it never heard the rollback of. A lease released through
 // another instance stays on its owner's books until its deadline.
 type ZooKeeper struct {
@@ -183,6 +176,9 @@ type ZooKeeper struct {
 	log   *zap.Logger
 	done  chan struct{} // closed by Close
 	id    string        // names this instance in the leases it writes (zkData.By)
+	// wall reads the wall clock for the expires_at a lease is written
+	// with, which no decision goes by: time.Now; tests step it.
+	wall func() time.Time
 	// granted is the session timeout the ensemble granted: a lock bound
 	// to the session is reported valid for no longer.
 	granted negotiated
@@ -203,6 +199,7 @@ type ZooKeeper struct {
 	watched   map[string]int      // watches on a predecessor in flight, by its path
 	deleting  map[string]struct{} // watched lock nodes a release through this instance deletes (deleteHere)
 	reaping   map[string]bool     // others' lock nodes this instance ends when overdue, for its waiters
+	seen      map[string]sighting // lock nodes' versions as first read, by path (expiry.go)
 	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
 	departed  map[zkLock]struct{} // waiters that left their line, until they wait again (dropHanded)
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
@@ -225,6 +222,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		opts:     opts,
 		log:      log,
 		id:       instanceID(),
+		wall:     time.Now,
 		done:     make(chan struct{}),
 		own:      map[string]*ownNode{},
 		locks:    map[zkLock]string{},
@@ -233,6 +231,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		watched:  map[string]int{},
 		deleting: map[string]struct{}{},
 		reaping:  map[string]bool{},
+		seen:     map[string]sighting{},
 		served:   map[zkLock]struct{}{},
 		departed: map[zkLock]struct{}{},
 	}
