@@ -411,7 +411,7 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 			return 0, err
 		}
 		d.By = z.id
-		w, err := z.rewrite(ctx, key, token, v.top, d)
+		w, err := z.rewrite(ctx, "extend", key, token, v.top, d)
 		if errors.Is(err, errAgain) {
 			continue
 		}
