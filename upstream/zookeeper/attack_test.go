@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,4 +60,171 @@ func TestZKAttackLostConvertReplyIsUnknown(t *testing.T) {
 			err, granted, time.Until(leaseEnd).Round(time.Millisecond))
 	}
 	link.cut.Restore()
+}
+
+// TestZKAttackWaiterWatchFollowsConversion: W waits through B behind T's
+// lease, watching its node; T's LOCK … TOKEN through A changes the lock's
+// mode twice (lease → bound → lease), each a delete and a create at the
+// same sequence. W's watch fires on each delete: W is not let in, the
+// watch follows the converted node, and when T releases W gets the key
+// with a larger fence.
+func TestZKAttackWaiterWatchFollowsConversion(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	var woken releases
+	b := newZK(t, []string{srv.Addr()}, Options{SessionTimeout: sessionTimeout, Events: &woken})
+	raw := rawZK(t, srv.Addr())
+	key := "watch-conversion"
+	first := mustGrant(t, a, key, hold("T", 30*time.Second))
+	w := waiterFor("W", 30*time.Second)
+	mustBusy(t, b, key, w)
+	for i, h := range []engine.Hold{boundHold("T", 30*time.Second), hold("T", 30*time.Second)} {
+		if g := mustGrant(t, a, key, h); g.Fence != first.Fence {
+			t.Fatalf("conversion %d: fence %d, want %d", i, g.Fence, first.Fence)
+		}
+		top := DefaultRoot + "/" + encodeKey(key) + "/" + parseChildren(lockNodes(t, raw, key))[0].name
+		eventually(t, 10*time.Second, "W's watch on the converted node", func() bool { return b.watching(top) })
+		if n := woken.count(key); n != 0 {
+			t.Fatalf("conversion %d woke W %d times", i, n)
+		}
+		mustBusy(t, b, key, w)
+	}
+	zkRelease(t, a, key, "T", true)
+	eventually(t, 10*time.Second, "W woken by T's release", func() bool { return woken.count(key) > 0 })
+	g := mustGrant(t, b, key, w)
+	if g.Fence <= first.Fence {
+		t.Fatalf("W's fence %d after T's %d", g.Fence, first.Fence)
+	}
+}
+
+// TestZKAttackTwoInstancesReapOneLease: T's lease, granted through A,
+// which is then gone, runs out; B and C, each with a client wanting the
+// key, end it at once. One of them is granted, the other refused, and the
+// fence is larger than T's: two deletes of one lease, each checked
+// against the version read, cannot free the key twice.
+func TestZKAttackTwoInstancesReapOneLease(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newZK(t, []string{srv.Addr()}, Options{ClockSkew: time.Millisecond})
+	c := newZK(t, []string{srv.Addr()}, Options{ClockSkew: time.Millisecond})
+	key := "reap-twice"
+	for round := range 3 {
+		tok := "T" + string(rune('0'+round))
+		first := mustGrant(t, a, key, hold(tok, 300*time.Millisecond))
+		if round == 2 {
+			a.Close() // nobody's timer ends it: only the reaps
+		}
+		var winners []engine.Grant
+		deadline := time.Now().Add(15 * time.Second)
+		for len(winners) == 0 && time.Now().Before(deadline) {
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for i, z := range []*ZooKeeper{b, c} {
+				wg.Go(func() {
+					g, err := z.Acquire(testCtx(t), key, hold(string(rune('X'+i)), 20*time.Second))
+					if err == nil {
+						mu.Lock()
+						winners = append(winners, g)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if len(winners) != 1 || winners[0].Fence <= first.Fence {
+			t.Fatalf("round %d: grants after T's lease (fence %d) ran out: %+v; want one, with a larger fence", round, first.Fence, winners)
+		}
+		if round < 2 {
+			zkRelease(t, b, key, winners[0].Token, true)
+		}
+	}
+}
+
+// TestZKAttackRetryOvertakesSlowCreate: T's LOCK through A is slow (a
+// delayed link); the client's retry with the same token through B lands
+// first and is granted. A's create then lands behind B's node, finds T
+// holding the key, and grants it again with the same fence; A's own node
+// goes, one lock node stays, and T's UNLOCK frees the key.
+func TestZKAttackRetryOvertakesSlowCreate(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.cut.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "overtaken"
+	link.delay.SetDelay(500 * time.Millisecond)
+	type result struct {
+		g   engine.Grant
+		err error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		g, err := a.Acquire(testCtx(t), key, hold("T", 20*time.Second))
+		slow <- result{g, err}
+	}()
+	fast := mustGrant(t, b, key, hold("T", 20*time.Second))
+	r := <-slow
+	link.delay.SetDelay(0)
+	if r.err != nil || r.g.Fence != fast.Fence {
+		t.Fatalf("A's grant %+v, %v; want T's lock again, fence %d", r.g, r.err, fast.Fence)
+	}
+	eventually(t, 10*time.Second, "one lock node", func() bool { return len(lockNodes(t, raw, key)) == 1 })
+	mustBusy(t, b, key, hold("C", time.Second))
+	zkRelease(t, a, key, "T", true)
+	mustGrant(t, b, key, hold("C", time.Second))
+}
+
+// TestZKAttackConvertRacesUnlockElsewhere: T's LOCK … TOKEN without a TTL
+// (a conversion to bound) through a slow A races T's UNLOCK through B,
+// sent a little later each round. Whatever the order, the node left
+// fits its mode (a bound lock is A's session's ephemeral node, a lease a
+// persistent one), and a key still held is T's with the fence A answered.
+func TestZKAttackConvertRacesUnlockElsewhere(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.cut.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	for round := range 8 {
+		key := "convert-unlock-" + string(rune('a'+round))
+		first := mustGrant(t, a, key, hold("T", 30*time.Second))
+		link.delay.SetDelay(150 * time.Millisecond)
+		type result struct {
+			g   engine.Grant
+			err error
+		}
+		conv := make(chan result, 1)
+		go func() {
+			g, err := a.Acquire(testCtx(t), key, boundHold("T", 30*time.Second))
+			conv <- result{g, err}
+		}()
+		time.Sleep(time.Duration(round) * 250 * time.Millisecond) // the interleaving this round tries
+		released, rerr := b.Release(testCtx(t), key, "T", nil, nil)
+		r := <-conv
+		link.delay.SetDelay(0)
+		if rerr != nil {
+			t.Fatalf("round %d: release: %v", round, rerr)
+		}
+		if r.err != nil && !errors.Is(r.err, engine.ErrNotAcquired) {
+			t.Fatalf("round %d: conversion: %v", round, r.err)
+		}
+		h, held, err := b.Inspect(testCtx(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := lockNodes(t, raw, key); len(n) > 1 {
+			t.Fatalf("round %d: nodes %v", round, n)
+		}
+		if held {
+			data, stat := lowest(t, raw, key)
+			d := zkDataOf(data)
+			if !modeFits(d.Mode, stat.EphemeralOwner, a.conn.SessionID()) {
+				t.Fatalf("round %d: %s owned by %x: mode and node disagree", round, data, stat.EphemeralOwner)
+			}
+			if r.err != nil || h.Token != "T" || h.Fence != r.g.Fence || r.g.Fence < first.Fence {
+				t.Fatalf("round %d: held by %+v after release %v and conversion %+v %v", round, h, released, r.g, r.err)
+			}
+		}
+		t.Logf("round %d: first fence %d, released %v, conversion %+v %v, held after %v", round, first.Fence, released, r.g, r.err, held)
+	}
 }
