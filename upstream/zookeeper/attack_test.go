@@ -319,3 +319,27 @@ func TestZKAttackLostShorteningReplyIsUnknown(t *testing.T) {
 		t.Fatalf("A's answer to a shortening write whose reply was lost: %v; want an unknown outcome", err)
 	}
 }
+
+// TestZKAttackExpiredLeaseNotHandedOver: T's lease through A has run out,
+// and A's own timer, on a slow link, has not deleted it yet; T's UNLOCK
+// through A, with a waiter of A behind it, answers not held (0), as for a
+// lease past its TTL on Redis, rather than handing the key on as if T
+// still held it.
+func TestZKAttackExpiredLeaseNotHandedOver(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.cut.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "expired-handoff"
+	mustGrant(t, a, key, hold("T", 1500*time.Millisecond))
+	mustBusy(t, a, key, waiterFor("W", 30*time.Second))
+	data, _ := lowest(t, raw, key)
+	expiry := zkDataOf(data).expiry()
+	link.delay.SetDelay(400 * time.Millisecond) // A's timer takes a while to delete it
+	eventually(t, 5*time.Second, "past expires_at", func() bool { return time.Now().After(expiry.Add(20 * time.Millisecond)) })
+	ok, err := a.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
+	link.delay.SetDelay(0)
+	if ok || err != nil {
+		t.Fatalf("UNLOCK of a lease past its expires_at: %v, %v; want not held", ok, err)
+	}
+}
