@@ -343,3 +343,37 @@ func TestZKAttackExpiredLeaseNotHandedOver(t *testing.T) {
 		t.Fatalf("UNLOCK of a lease past its expires_at: %v, %v; want not held", ok, err)
 	}
 }
+
+// TestZKAttackWaiterNotWokenByAMove: W waits through B behind T's bound
+// lock, whose node is a converted one (kind b). T's retry through another
+// instance moves the lock into that instance's session: the node is
+// deleted and made again under the same name in one multi. W's watch
+// follows it instead of waking W for a release that did not happen.
+func TestZKAttackWaiterNotWokenByAMove(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	c := newTimedZK(t, srv.Addr())
+	var woken releases
+	b := newZK(t, []string{srv.Addr()}, Options{SessionTimeout: sessionTimeout, Events: &woken})
+	raw := rawZK(t, srv.Addr())
+	key := "moved-watch"
+	mustGrant(t, a, key, boundHold("T", 30*time.Second))
+	mustGrant(t, c, key, boundHold("T", 30*time.Second)) // now a node of kind b, C's
+	w := waiterFor("W", 30*time.Second)
+	mustBusy(t, b, key, w)
+	for i, z := range []*ZooKeeper{a, c} {
+		mustGrant(t, z, key, boundHold("T", 30*time.Second)) // moved, same name
+		top := DefaultRoot + "/" + encodeKey(key) + "/" + parseChildren(lockNodes(t, raw, key))[0].name
+		if _, stat := lowest(t, raw, key); stat.EphemeralOwner != z.conn.SessionID() {
+			t.Fatalf("move %d: not moved", i)
+		}
+		eventually(t, 10*time.Second, "W's watch on the moved node", func() bool { return b.watching(top) || woken.count(key) > 0 })
+		mustBusy(t, b, key, w) // a few round trips: time for a wake to show
+		if n := woken.count(key); n != 0 {
+			t.Fatalf("move %d woke W %d times; nothing was released", i, n)
+		}
+	}
+	zkRelease(t, c, key, "T", true)
+	eventually(t, 10*time.Second, "W woken by T's release", func() bool { return woken.count(key) > 0 })
+	mustGrant(t, b, key, w)
+}
