@@ -377,3 +377,33 @@ func TestZKAttackWaiterNotWokenByAMove(t *testing.T) {
 	eventually(t, 10*time.Second, "W woken by T's release", func() bool { return woken.count(key) > 0 })
 	mustGrant(t, b, key, w)
 }
+
+// TestZKAttackLostReleaseReplyIsUnknown: T's UNLOCK through A deletes its
+// lock, but the reply is lost. The key may be free (here it is), so A
+// answers that the outcome is unknown, not "unavailable, nothing was
+// granted", which reads as the lock still being T's.
+func TestZKAttackLostReleaseReplyIsUnknown(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.cut.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "lost-release"
+	mustGrant(t, a, key, hold("T", 30*time.Second))
+	link.delay.SetDelay(700 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		ok, err := a.Release(testCtx(t), key, "T", nil, nil)
+		if ok && err == nil {
+			err = errors.New("released, though the reply was cut")
+		}
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the lock deleted on the server", func() bool { return len(lockNodes(t, raw, key)) == 0 })
+	link.cut.Cut() // the reply is still on the slow link
+	link.delay.SetDelay(0)
+	err := <-done
+	link.cut.Restore()
+	if !errors.Is(err, engine.ErrOutcomeUnknown) {
+		t.Fatalf("A's answer to a release whose reply was lost: %v; want an unknown outcome", err)
+	}
+}

@@ -81,8 +81,8 @@ func mayHaveLanded(err error) bool {
 }
 
 // lostWrite is err, the error of a write of an existing lock for op
-// ("acquire", "extend"), as an unknown outcome when the write may have
-// landed.
+// ("acquire", "extend", "release"), as an unknown outcome when the write
+// may have landed.
 func lostWrite(op string, err error) error {
 	if mayHaveLanded(err) {
 		return &engine.UnknownOutcomeError{Op: op, Silent: 1, Err: err}

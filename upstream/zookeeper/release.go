@@ -331,7 +331,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 			return true, nil
 		case !errors.Is(err, zk.ErrNoNode):
 			undo()
-			return false, err
+			return false, lostWrite("release", err)
 		}
 		undo()
 		z.forget(p) // gone already (expired): look at the nodes below
@@ -352,7 +352,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 		case errors.Is(err, zk.ErrNoNode):
 			return false, nil
 		case !errors.Is(err, zk.ErrBadVersion):
-			return false, err
+			return false, lostWrite("release", err)
 		}
 	}
 	return false, errContended
