@@ -407,3 +407,52 @@ func TestZKAttackLostReleaseReplyIsUnknown(t *testing.T) {
 		t.Fatalf("A's answer to a release whose reply was lost: %v; want an unknown outcome", err)
 	}
 }
+
+// TestZKAttackBoundHandoffToADepartedWaiter: issue 25's sequence 6 with a
+// waiter asking for a bound lock, which the handoff writes into its place
+// rather than replacing it: the waiter's Leave, while the handoff is on
+// its way, and the handoff, whichever lands second, leave the key free,
+// and no lock of the waiter's.
+func TestZKAttackBoundHandoffToADepartedWaiter(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.cut.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	for round, leaveFirst := range []bool{true, false} {
+		key := "departed-bound-" + string(rune('a'+round))
+		mustGrant(t, a, key, hold("T", 30*time.Second))
+		w := waiterFor("W", 30*time.Second)
+		w.Mode, w.Waiter.Mode = engine.Bound, engine.Bound
+		mustBusy(t, a, key, w)
+		link.delay.SetDelay(400 * time.Millisecond)
+		released := make(chan error, 1)
+		go func() {
+			ok, err := a.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
+			if !ok && err == nil {
+				err = errors.New("not released")
+			}
+			released <- err
+		}()
+		if !leaveFirst { // else the Leave goes at once, alongside the handoff
+			eventually(t, 10*time.Second, "the handoff on the server", func() bool {
+				_, stat := lowest(t, raw, key)
+				return stat.Version > 0
+			})
+		}
+		if err := a.Leave(testCtx(t), key, "W"); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+		link.delay.SetDelay(0)
+		eventually(t, 10*time.Second, "the key free", func() bool {
+			_, err := b.Acquire(testCtx(t), key, hold("C", time.Second))
+			return err == nil
+		})
+		if _, err := b.Extend(testCtx(t), key, "W", 0, ""); !errors.Is(err, engine.ErrNotHeld) {
+			t.Fatalf("round %d: renew by the departed waiter: %v; want not held", round, err)
+		}
+	}
+}
