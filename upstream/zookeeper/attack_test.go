@@ -436,8 +436,12 @@ func TestZKAttackBoundHandoffToADepartedWaiter(t *testing.T) {
 		}()
 		if !leaveFirst { // else the Leave goes at once, alongside the handoff
 			eventually(t, 10*time.Second, "the handoff on the server", func() bool {
-				_, stat := lowest(t, raw, key)
-				return stat.Version > 0
+				kids := parseChildren(lockNodes(t, raw, key))
+				if len(kids) == 0 {
+					return false
+				}
+				_, stat, err := raw.Get(DefaultRoot + "/" + encodeKey(key) + "/" + kids[0].name)
+				return err == nil && stat.Version > 0 // not err: deleted since listed
 			})
 		}
 		if err := a.Leave(testCtx(t), key, "W"); err != nil {
