@@ -173,7 +173,7 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 	}
 	d := a.holdData()
 	d.Fence = top.fence()
-	w, err := a.z.rewrite(ctx, a.key, a.h.Token, top, d)
+	w, err := a.z.rewrite(ctx, "acquire", a.key, a.h.Token, top, d)
 	if err != nil {
 		return engine.Grant{}, err
 	}

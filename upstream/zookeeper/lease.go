@@ -429,7 +429,7 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 			return 0, err
 		}
 		d.By, d.Fence = z.id, v.top.fence() // as rewrite writes it: track knows it by its bytes
-		w, err := z.rewrite(ctx, key, token, v.top, d)
+		w, err := z.rewrite(ctx, "extend", key, token, v.top, d)
 		if errors.Is(err, errAgain) {
 			continue
 		}

@@ -343,8 +343,9 @@ func (z *ZooKeeper) unwatched(p string) {
 }
 
 // listen waits for the watch on p. A deletion announces key, unless p was
-// replaced by its converted node (its lock's mode changed), which is then
-// watched instead; a change of data (an extension) only renews the watch.
+// replaced by its converted node (its lock's mode changed, or a bound lock
+// moved to another session under the same name), which is then watched
+// instead; a change of data (an extension) only renews the watch.
 // A watch that ends with the session or the backend announces nothing:
 // the waiter's place went too, and its next try says so.
 func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
@@ -355,11 +356,9 @@ func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
 		if z.deletedHere(p) {
 			return
 		}
-		for _, kind := range []byte{kindLease, kindBound} { // its mode changed (rewrite)
-			if q := converted(p, kind); q != p {
-				if ok, err := z.setWatch(key, q); err == nil && ok {
-					return
-				}
+		for _, kind := range []byte{kindLease, kindBound} { // its mode changed, or it moved (rewrite)
+			if ok, err := z.setWatch(key, converted(p, kind)); err == nil && ok {
+				return
 			}
 		}
 		z.announce(key)

@@ -44,14 +44,16 @@ type written struct {
 // else it is converted — deleted and made again at its sequence (converted)
 // as the node d's mode needs, with its fence, in one multi checked against
 // the version read. errAgain: n changed meanwhile, read it again. d
-// carries n's fence, whichever node holds it.
-func (z *ZooKeeper) rewrite(ctx context.Context, key, token string, n lockNode, d zkData) (written, error) {
+// carries n's fence, whichever node holds it. A write whose reply is lost
+// may have landed — shortened the lease, or tied it to this session — so
+// it is an unknown outcome of op (lostWrite), never "nothing changed".
+func (z *ZooKeeper) rewrite(ctx context.Context, op, key, token string, n lockNode, d zkData) (written, error) {
 	session := z.conn.SessionID()
 	d.Fence = n.fence()
 	if modeFits(d.Mode, n.stat.EphemeralOwner, session) {
 		stat, err := z.set(ctx, n.path, d, n.stat.Version)
 		if err != nil {
-			return written{}, raced(err)
+			return written{}, lostWrite(op, raced(err))
 		}
 		return written{path: n.path, fence: d.Fence, version: stat.Version, owner: stat.EphemeralOwner}, nil
 	}
@@ -59,10 +61,10 @@ func (z *ZooKeeper) rewrite(ctx context.Context, key, token string, n lockNode, 
 	target := ops[1].(*zk.CreateRequest).Path
 	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
-		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
+		if mayHaveLanded(err) {
 			z.spawn(func() { z.adoptLock(key, token, target) })
 		}
-		return written{}, converting(raced(err))
+		return written{}, lostWrite(op, converting(raced(err)))
 	}
 	z.forget(n.path)
 	w := written{path: target, fence: d.Fence}
@@ -70,6 +72,22 @@ func (z *ZooKeeper) rewrite(ctx context.Context, key, token string, n lockNode, 
 		w.owner = session
 	}
 	return w, nil
+}
+
+// mayHaveLanded reports whether a write that failed with err may have been
+// carried out: its reply was lost, or not waited for.
+func mayHaveLanded(err error) bool {
+	return unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// lostWrite is err, the error of a write of an existing lock for op
+// ("acquire", "extend", "release"), as an unknown outcome when the write
+// may have landed.
+func lostWrite(op string, err error) error {
+	if mayHaveLanded(err) {
+		return &engine.UnknownOutcomeError{Op: op, Silent: 1, Err: err}
+	}
+	return err
 }
 
 // raced turns the errors of a write that lost a race into errAgain.

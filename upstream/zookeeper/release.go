@@ -212,12 +212,14 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 }
 
 // handTarget finds what a handoff of key from token to waiter next needs:
-// token's lock node, and next's place just behind it with what is known of
-// it (the lock next wants).
+// token's lock node, unless its lease ran out as last written here (a
+// lock past its expires_at is not held: ownLock), and next's place just
+// behind it with what is known of it (the lock next wants).
 func (z *ZooKeeper) handTarget(key, token, next string) (lock, place string, f placeFacts, ok bool) {
+	lock = z.ownLock(key, token)
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	lock, place = z.locks[zkLock{key, token}], z.places[zkLock{key, next}]
+	place = z.places[zkLock{key, next}]
 	n := z.own[place]
 	if lock == "" || place == "" || n == nil || n.held || n.ahead != lock || n.want.Mode == "" {
 		return "", "", placeFacts{}, false
@@ -330,7 +332,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 			return true, nil
 		case !errors.Is(err, zk.ErrNoNode):
 			undo()
-			return false, err
+			return false, lostWrite("release", err)
 		}
 		undo()
 		z.forget(p) // gone already (expired): look at the nodes below
@@ -351,7 +353,7 @@ func (z *ZooKeeper) release(ctx context.Context, key, token string, wakes bool) 
 		case errors.Is(err, zk.ErrNoNode):
 			return false, nil
 		case !errors.Is(err, zk.ErrBadVersion):
-			return false, err
+			return false, lostWrite("release", err)
 		}
 	}
 	return false, errContended
