@@ -81,7 +81,8 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 // takes nothing, whatever order the node runs the two in; and it is sent
 // again until each node answers.
 func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
-	// Only what this attempt took and nobody refreshed since: neither a
+	// Only what this attempt took and nobody refreshed or extended since
+	// (a RENEW may have counted the hold toward its majority): neither a
 	// refused retry nor a rollback that lands late removes a hold of the
 	// same token that another attempt took or refreshed.
 	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}

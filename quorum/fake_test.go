@@ -218,6 +218,7 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	}
 	e.ttl = ttl
 	e.expires = time.Now().Add(ttl)
+	e.took = false // extended: no rollback deletes it (extend.lua)
 	if mode != "" {
 		e.Mode = mode
 	}

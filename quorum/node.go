@@ -138,10 +138,12 @@ type Op struct {
 	// token's place on every node.
 	Rollback bool
 	// Attempt names one acquire on every node. The lock records the last
-	// attempt that took or refreshed it, and whether that attempt took it.
+	// attempt that took or refreshed it, and whether that attempt took it
+	// with nobody refreshing or extending (OpExtend) it since.
 	// On an OpRelease it binds the release to that attempt: only a hold
 	// Attempt was the last to land on is deleted, and for a Rollback only
-	// one Attempt took (a refused retry that refreshed a hold, or an
+	// one Attempt took and nobody extended since (a RENEW that counted it
+	// toward its majority keeps it; a refused retry that refreshed a hold, or an
 	// earlier attempt landing late on a later grant's hold, removes
 	// nothing; nor does a fresh acquire's rollback remove a hold the same
 	// token had before). On an OpExtend it extends only a hold Attempt was

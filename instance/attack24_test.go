@@ -1,0 +1,143 @@
+package instance_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/netfault"
+	"github.com/lockproxy/lockproxy/internal/redistest"
+)
+
+// Adversarial sequences against issue 24's design (the meta hash records
+// the attempt that took or last refreshed a key and whether it took it; a
+// rollback deletes only a hold its own attempt took and nobody refreshed
+// since). Each forces one interleaving on three real redis-servers.
+
+// linked is cfg with node i reached through a delaying link.
+func linked(t *testing.T, cfg *instance.Config, nodes []*redistest.Server, i int) *netfault.Proxy {
+	t.Helper()
+	p, err := netfault.Listen(nodes[i].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cfg.Redlock.Nodes[i] = p.Addr()
+	return p
+}
+
+// warm makes each client's instance open its connections to every node,
+// and loads the scripts of a grant and a release on every node (as any
+// node that served a while has them).
+func warm(t *testing.T, cs ...*redis.Client) {
+	t.Helper()
+	for _, c := range cs {
+		k := uniqueKey(t)
+		g := mustLock(t, c, k, "PX", 1000)
+		if n, err := c.Do(t.Context(), "UNLOCK", k, g.token).Int(); n != 1 || err != nil {
+			t.Fatalf("UNLOCK: %v %v", n, err)
+		}
+	}
+}
+
+// TestAttack24RenewOnRetryHoldSurvivesRollback: a hold that a refused
+// retry took is extended by the holder's RENEW, which counts it toward its
+// majority; the retry's rollback, landing after the RENEW, must not delete
+// it, or the renewed lock rests on one node once the others' leases end.
+//
+// The holder's grant (instance 2, whose link to node 2 is cut) takes nodes
+// 0 and 1. The holder retries through instance 1, whose link to node 1 is
+// cut and whose link to node 2 delays 3 s: node 0 refreshes, node 2 takes
+// the key for the retry, which is refused. Before the retry's rollback
+// reaches node 2, RENEW ... PX 60000 through instance 3 (link to node 1
+// cut) succeeds on nodes 0 and 2. Once node 1's 10 s lease has ended, no
+// other client may be granted the key: the RENEW's validity runs for a
+// minute.
+func TestAttack24RenewOnRetryHoldSurvivesRollback(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1, cfg2, cfg3 := testConfig(nodes), testConfig(nodes), testConfig(nodes)
+	cut1 := linked(t, &cfg1, nodes, 1)
+	cfg3.Redlock.Nodes[1] = cut1.Addr()
+	slow := linked(t, &cfg1, nodes, 2)
+	cfg1.Redlock.NodeTimeoutMS = 2500
+	cut2 := linked(t, &cfg2, nodes, 2)
+	in1, in2, in3, in4 := startInstance(t, cfg1), startInstance(t, cfg2), startInstance(t, cfg3), startInstance(t, testConfig(nodes))
+	c1, c2, c3 := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in3.Addr(), 2)
+	other := newClient(t, in4.Addr(), 2)
+	warm(t, c1, c2, c3, other)
+	key, token := uniqueKey(t), "attack-token-1"
+	cut1.SetBlackhole(true) // until the test ends
+	cut2.SetBlackhole(true)
+	mustLock(t, c2, key, "PX", 10000, "TOKEN", token)
+	heldOn(t, nodes[:2], key, token)
+	calls := watchScripts(t, nodes[2], key)
+	slow.SetDelay(3 * time.Second)
+	if _, ok, err := lock(t.Context(), c1, key, "PX", 10000, "TOKEN", token); ok || err == nil {
+		t.Fatalf("retry with node 1 cut off and node 2 slow: granted=%v err=%v; want an error", ok, err)
+	}
+	waitCalls(t, "the retry's acquire on node 2", 1, []*scriptCalls{calls}, acquires)
+	if got := lockHolder(t, nodes[2], key); got != token {
+		t.Fatalf("node 2 holds %q after the retry's acquire, want %q", got, token)
+	}
+	if releases(calls) != 0 {
+		t.Skip("the retry's rollback reached node 2 before the RENEW could: timing not forced on this run")
+	}
+	v, err := c3.Do(t.Context(), "RENEW", key, token, "PX", 60000).Int64()
+	if err != nil || v <= 0 {
+		t.Fatalf("RENEW on nodes 0 and 2: %v %v", v, err)
+	}
+	if releases(calls) != 0 {
+		t.Skip("the retry's rollback reached node 2 during the RENEW: timing not forced on this run")
+	}
+	slow.SetDelay(0)
+	waitCalls(t, "the retry's rollback on node 2", 1, []*scriptCalls{calls}, releases)
+	eventually(t, 30*time.Second, "node 1's 10 s lease ends", func() bool { return lockHolder(t, nodes[1], key) == "" })
+	if got := lockHolder(t, nodes[2], key); got != token {
+		t.Errorf("node 2 holds %q, want %q: the rollback deleted a hold the RENEW counted", got, token)
+	}
+	refused(t, other, key)
+}
+
+// TestAttack24LateUnlockSparesRelock: an UNLOCK whose outcome is unknown
+// is still on its way to two nodes (instance 1 reaches them through links
+// that delay 3 s) when the client locks again with the same token through
+// instance 2, which is granted (node 0 takes the key anew, nodes 1 and 2
+// still held it). When the UNLOCK's own first send lands on nodes 1 and 2,
+// it must not delete the new grant there.
+func TestAttack24LateUnlockSparesRelock(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1 := testConfig(nodes)
+	links := []*netfault.Proxy{linked(t, &cfg1, nodes, 1), linked(t, &cfg1, nodes, 2)}
+	in1, in2 := startInstance(t, cfg1), startInstance(t, testConfig(nodes))
+	c1, c2, other := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2)
+	warm(t, c1, c2)
+	key, token := uniqueKey(t), "attack-token-2"
+	mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	calls := []*scriptCalls{watchScripts(t, nodes[1], key), watchScripts(t, nodes[2], key)}
+	for _, l := range links {
+		l.SetDelay(3 * time.Second)
+	}
+	if n, err := c1.Do(t.Context(), "UNLOCK", key, token).Int(); err == nil {
+		t.Fatalf("UNLOCK with two nodes slow = %d; want an unknown outcome", n)
+	}
+	g, ok, err := lock(t.Context(), c2, key, "PX", 30000, "TOKEN", token)
+	if !ok || err != nil {
+		t.Fatalf("LOCK again with the token: granted=%v err=%v", ok, err)
+	}
+	if releases(calls[0]) != 0 || releases(calls[1]) != 0 {
+		t.Skip("the UNLOCK reached nodes 1 and 2 before the new LOCK: timing not forced on this run")
+	}
+	for _, l := range links {
+		l.SetDelay(0)
+	}
+	waitCalls(t, "the UNLOCK on nodes 1 and 2", 1, calls, releases)
+	t.Logf("holders after the late UNLOCK: %q %q %q", lockHolder(t, nodes[0], key), lockHolder(t, nodes[1], key), lockHolder(t, nodes[2], key))
+	heldEverywhere(t, nodes, key, token)
+	refused(t, other, key)
+	if f := lockInfoFence(t, other, key); f < g.fence {
+		t.Fatalf("LOCKINFO fence %d, below the new grant's %d", f, g.fence)
+	}
+}
