@@ -1,6 +1,7 @@
 package instance_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -137,5 +138,52 @@ func TestAttack24CutUnlockSparesRelock(t *testing.T) {
 	heldEverywhere(t, nodes, key, token)
 	if f := lockInfoFence(t, other, key); f < g.fence {
 		t.Fatalf("LOCKINFO fence %d, below the new grant's %d", f, g.fence)
+	}
+}
+
+// TestAttack24RelockFenceMatchesLockInfo: after an UNLOCK that reached
+// only node 0 (instance 1's links to nodes 1 and 2 are cut), the client
+// locks again with the same token through instance 2, whose link to node
+// 0 delays 0.3 s: nodes 1 and 2, which still hold the grant of fence 1,
+// answer first; node 0 takes the key anew (its counter, 2, is the fence it
+// records). The reply's fence and the fence LOCKINFO shows for
+// the hold must be the same: a fence LOCKINFO shows that the holder was
+// not given could be given to the next holder.
+func TestAttack24RelockFenceMatchesLockInfo(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1 := testConfig(nodes)
+	links := []*netfault.Proxy{linked(t, &cfg1, nodes, 1), linked(t, &cfg1, nodes, 2)}
+	cfg2 := testConfig(nodes)
+	slow0 := linked(t, &cfg2, nodes, 0)
+	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
+	c1, c2 := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2)
+	warm(t, c1, c2)
+	key, token := uniqueKey(t), "attack-token-4"
+	g1 := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	for _, l := range links {
+		l.SetBlackhole(true) // until the test ends: the UNLOCK reaches node 0 only
+	}
+	if n, err := c1.Do(t.Context(), "UNLOCK", key, token).Int(); err == nil {
+		t.Fatalf("UNLOCK with two nodes cut off = %d; want an unknown outcome", n)
+	}
+	slow0.SetDelay(300 * time.Millisecond) // nodes 1 and 2 answer the re-lock first
+	g2 := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	slow0.SetDelay(0)
+	t.Logf("fences: grant %d, re-lock %d", g1.fence, g2.fence)
+	if g2.fence < g1.fence {
+		t.Fatalf("re-lock fence %d below the grant's %d", g2.fence, g1.fence)
+	}
+	for i, s := range nodes { // the commit to node 0 lands after the reply
+		raw := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		eventually(t, 10*time.Second, "node "+strconv.Itoa(i)+" records the re-lock's fence for the hold", func() bool {
+			f, err := raw.HGet(t.Context(), "lockproxy:meta:"+key, "fence").Int64()
+			return err == nil && f == g2.fence
+		})
+		raw.Close()
+	}
+	if f := lockInfoFence(t, c2, key); f != g2.fence {
+		t.Fatalf("LOCKINFO fence %d, but the re-lock was given %d", f, g2.fence)
 	}
 }

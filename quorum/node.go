@@ -55,7 +55,9 @@ const (
 	// Op.Undo). Reply: Claim.
 	OpAcquire OpKind = iota
 	// OpCommit raises the key's fencing counter to at least Fence, and
-	// records Fence for Token if Token holds the key. Reply: OK (held).
+	// records Fence for Token if Token holds the key: exactly where
+	// Attempt was the last to take or refresh the hold, else only raising
+	// the fence recorded. Reply: OK (held).
 	OpCommit
 	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
 	// reuses the TTL the key was last given — and records Mode unless it is
@@ -148,7 +150,8 @@ type Op struct {
 	// nothing; nor does a fresh acquire's rollback remove a hold the same
 	// token had before). On an OpExtend it extends only a hold Attempt was
 	// the last to land on (a lock-delay set on close must not touch a
-	// later grant). Empty: any hold of Token.
+	// later grant). On an OpCommit it lets the fence recorded for the hold
+	// be set lower (see OpCommit). Empty: any hold of Token.
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless
