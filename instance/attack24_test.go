@@ -187,3 +187,35 @@ func TestAttack24RelockFenceMatchesLockInfo(t *testing.T) {
 		t.Fatalf("LOCKINFO fence %d, but the re-lock was given %d", f, g2.fence)
 	}
 }
+
+// boundThenLeaseRetry takes key bound on conn1, retries it as a 30 s lease
+// with the same token on c2 and closes conn1: the lease is the client's
+// grant now, so the close must not release it (nor shorten it).
+func boundThenLeaseRetry(t *testing.T, nodes []*redistest.Server, conn1, c2, other *redis.Client) {
+	key, token := uniqueKey(t), "attack-token-5"
+	g1 := mustLock(t, conn1, key, "TOKEN", token)
+	g2 := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	if g2.fence != g1.fence {
+		t.Fatalf("lease retry of a bound lock: fence %d, want %d", g2.fence, g1.fence)
+	}
+	heldOn(t, nodes, key, token)
+	if err := conn1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	heldThroughout(t, nodes, key, token, 3*1500*time.Millisecond) // three bound leases of testConfig
+	refused(t, other, key)
+}
+
+// TestAttack24BoundThenLeaseRetry: a bound lock retried as a lease, on
+// another connection of the same instance and through another instance.
+func TestAttack24BoundThenLeaseRetry(t *testing.T) {
+	t.Run("same instance", func(t *testing.T) {
+		in, nodes := startRedlock(t, 3)
+		boundThenLeaseRetry(t, nodes, newClient(t, in.Addr(), 2), newClient(t, in.Addr(), 2), newClient(t, in.Addr(), 2))
+	})
+	t.Run("two instances", func(t *testing.T) {
+		nodes := redistest.StartN(t, 3, redistest.Options{})
+		in1, in2 := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
+		boundThenLeaseRetry(t, nodes, newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2))
+	})
+}
