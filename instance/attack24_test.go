@@ -1,6 +1,8 @@
 package instance_test
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -218,4 +220,48 @@ func TestAttack24BoundThenLeaseRetry(t *testing.T) {
 		in1, in2 := startInstance(t, testConfig(nodes)), startInstance(t, testConfig(nodes))
 		boundThenLeaseRetry(t, nodes, newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2))
 	})
+}
+
+// TestAttack24InterleavedRetries: the holder of a 30 s lease retries
+// through two instances at once. Instance 1's links to nodes 1 and 2 are
+// cut: its retry refreshes node 0 and is refused; instance 2's retry is
+// granted. When the links heal, instance 1's held-back acquires and its
+// rollbacks land on nodes 1 and 2 after instance 2's refresh: nothing is
+// deleted, the grant keeps its fence, and another client is refused.
+func TestAttack24InterleavedRetries(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1 := testConfig(nodes)
+	links := []*netfault.Proxy{linked(t, &cfg1, nodes, 1), linked(t, &cfg1, nodes, 2)}
+	in1, in2 := startInstance(t, cfg1), startInstance(t, testConfig(nodes))
+	c1, c2, other := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2)
+	warm(t, c1, c2)
+	key, token := uniqueKey(t), "attack-token-6"
+	g := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	heldOn(t, nodes, key, token)
+	calls := []*scriptCalls{watchScripts(t, nodes[1], key), watchScripts(t, nodes[2], key)}
+	for _, l := range links {
+		l.SetBlackhole(true)
+	}
+	refusedRetry := make(chan error, 1)
+	go func() {
+		_, ok, err := lock(context.Background(), c1, key, "PX", 30000, "TOKEN", token)
+		if ok {
+			err = errors.New("granted with two nodes cut off")
+		}
+		refusedRetry <- err
+	}()
+	r := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	if err := <-refusedRetry; err == nil {
+		t.Fatal("instance 1's retry: no error; want not granted")
+	}
+	for _, l := range links {
+		l.SetBlackhole(false)
+	}
+	waitCalls(t, "instance 1's acquires", 2, calls, acquires) // after instance 2's
+	waitCalls(t, "instance 1's rollbacks", 1, calls, releases)
+	heldEverywhere(t, nodes, key, token)
+	refused(t, other, key)
+	if r.fence != g.fence {
+		t.Fatalf("granted retry: fence %d, want %d", r.fence, g.fence)
+	}
 }
