@@ -29,7 +29,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	attempt := engine.NewToken()
 	c, err := r.claim(ctx, key, h, attempt)
 	if err == nil && !c.agreed {
-		err = r.commit(ctx, key, h.Token, c.fence, h.TTL)
+		err = r.commit(ctx, key, h.Token, attempt, c.fence, h.TTL)
 	}
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
@@ -81,7 +81,8 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 // takes nothing, whatever order the node runs the two in; and it is sent
 // again until each node answers.
 func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
-	// Only what this attempt took and nobody refreshed since: neither a
+	// Only what this attempt took and nobody refreshed or extended since
+	// (a RENEW may have counted the hold toward its majority): neither a
 	// refused retry nor a rollback that lands late removes a hold of the
 	// same token that another attempt took or refreshed.
 	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
@@ -136,9 +137,9 @@ func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 }
 
 // commit runs phase two.
-func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, ttl time.Duration) error {
+func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence int64, ttl time.Duration) error {
 	t := newTally(r.quorum, len(r.nodes))
-	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, nil,
+	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence, Attempt: attempt}, nil,
 		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.decided() })
 	if err != nil {
 		return err

@@ -186,7 +186,7 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attem
 	return c, nil
 }
 
-func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (bool, error) {
+func (f *fakeNode) Commit(ctx context.Context, key, token, attempt string, fence int64) (bool, error) {
 	if err := f.enter(ctx); err != nil {
 		return false, err
 	}
@@ -197,7 +197,11 @@ func (f *fakeNode) Commit(ctx context.Context, key, token string, fence int64) (
 	if e == nil || e.Token != token {
 		return false, nil
 	}
-	e.Fence = max(e.Fence, fence)
+	if attempt != "" && e.attempt == attempt {
+		e.Fence = fence // commit.lua: the last attempt records its own fence
+	} else {
+		e.Fence = max(e.Fence, fence)
+	}
 	return true, nil
 }
 
@@ -218,6 +222,7 @@ func (f *fakeNode) Extend(ctx context.Context, key, token string, ttl time.Durat
 	}
 	e.ttl = ttl
 	e.expires = time.Now().Add(ttl)
+	e.took = false // extended: no rollback deletes it (extend.lua)
 	if mode != "" {
 		e.Mode = mode
 	}
@@ -291,7 +296,7 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply
 		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
 		case op.Kind == OpCommit:
-			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Fence)
+			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Attempt, op.Fence)
 		case op.Kind == OpExtend:
 			r.TTL, r.Err = f.Extend(ctx, op.Key, op.Token, op.TTL, op.Mode)
 		case op.Kind == OpRelease:

@@ -55,7 +55,9 @@ const (
 	// Op.Undo). Reply: Claim.
 	OpAcquire OpKind = iota
 	// OpCommit raises the key's fencing counter to at least Fence, and
-	// records Fence for Token if Token holds the key. Reply: OK (held).
+	// records Fence for Token if Token holds the key: exactly where
+	// Attempt was the last to take or refresh the hold, else only raising
+	// the fence recorded. Reply: OK (held).
 	OpCommit
 	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
 	// reuses the TTL the key was last given — and records Mode unless it is
@@ -138,15 +140,18 @@ type Op struct {
 	// token's place on every node.
 	Rollback bool
 	// Attempt names one acquire on every node. The lock records the last
-	// attempt that took or refreshed it, and whether that attempt took it.
+	// attempt that took or refreshed it, and whether that attempt took it
+	// with nobody refreshing or extending (OpExtend) it since.
 	// On an OpRelease it binds the release to that attempt: only a hold
 	// Attempt was the last to land on is deleted, and for a Rollback only
-	// one Attempt took (a refused retry that refreshed a hold, or an
+	// one Attempt took and nobody extended since (a RENEW that counted it
+	// toward its majority keeps it; a refused retry that refreshed a hold, or an
 	// earlier attempt landing late on a later grant's hold, removes
 	// nothing; nor does a fresh acquire's rollback remove a hold the same
 	// token had before). On an OpExtend it extends only a hold Attempt was
 	// the last to land on (a lock-delay set on close must not touch a
-	// later grant). Empty: any hold of Token.
+	// later grant). On an OpCommit it lets the fence recorded for the hold
+	// be set lower (see OpCommit). Empty: any hold of Token.
 	Attempt string
 	// Undo is, for an OpRelease, an acquire attempt that may not have landed
 	// on the node yet (its call timed out, or is still in flight): unless

@@ -10,9 +10,9 @@ import "strings"
 //
 //	<prefix>meta:<key>           hash: token, fence, mode, name, ttl, attempt
 //	                             (the last acquire to take or refresh the
-//	                             key), took ("1" if it took it, "0" if it
-//	                             only refreshed it) (the TTL of the lock key
-//	                             when written)
+//	                             key), took ("1" if it took it, "0" once
+//	                             an acquire refreshed or an extend extended
+//	                             it) (the TTL of the lock key when written)
 //	<prefix>fence:<key>          the key's fencing counter, kept for ever
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone

@@ -277,7 +277,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			n.prefix + "fence-floor", n.prefix + "fence-max", meta}
 		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
-		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence}
+		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence, op.Attempt}
 	case quorum.OpExtend:
 		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt}
 	case quorum.OpRelease:

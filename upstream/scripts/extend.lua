@@ -31,10 +31,13 @@ if ttl == 0 then
     return 0
   end
 end
+-- An extension counts the hold toward the extender's majority: like a
+-- refresh, it clears took, so that a rollback of the attempt that took the
+-- key (a refused retry whose rollback lands after the RENEW) leaves it.
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'mode', ARGV[3])
+  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'mode', ARGV[3], 'took', '0')
 else
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl)
+  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'took', '0')
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)

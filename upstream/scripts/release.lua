@@ -11,7 +11,8 @@
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a release is bound to ('' for any): only a hold that
 -- attempt was the last to take or refresh is deleted; with ARGV[10] '1' (a
--- rollback), only one that attempt took and nobody refreshed since, so that
+-- rollback), only one that attempt took and nobody refreshed or extended
+-- since (extend.lua clears took: the extender counted the hold), so that
 -- neither a refused retry nor an earlier attempt landing late removes the
 -- hold it found; ARGV[6] and
 -- ARGV[9] the releasing instance's first and second waiters ('' for none):
