@@ -32,6 +32,11 @@ type zkData struct {
 	// granted in: a node promoted to a lease (promoted) keeps the fence,
 	// the creation zxid, of the node it replaced.
 	Fence int64 `json:"fence,omitempty"`
+	// Parked marks a lease that was a connection-bound lock, which an
+	// instance closing its session made a lease (park) so that it
+	// outlives the session: the watchdog's renewal of its holder, through
+	// another instance, makes it bound again (extended).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // fence is the fence of lock node n: its creation zxid, or the one its

@@ -421,6 +421,7 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		if !z.track(key, token, w.path, w.owner, d) && d.Mode != engine.Lease {
 			return 0, ErrNotConnected // the session changed: the node went with it
 		}
+		z.claim(w.path)
 		return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), nil
 	}
 	return 0, errContended
@@ -429,11 +430,11 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 // extended is lock data d with its lease reset to ttl (zero: d's own) and
 // its mode set to mode (empty: d's own).
 func extended(d zkData, ttl time.Duration, mode engine.Mode) (zkData, error) {
-	if mode == engine.Bound && d.Mode == engine.Lease {
+	if mode == engine.Bound && d.Mode == engine.Lease && !d.Parked {
 		return d, engine.ErrNotBound
 	}
 	if mode != "" {
-		d.Mode = mode
+		d.Mode, d.Parked = mode, false
 	}
 	if ttl <= 0 {
 		ttl = d.ttl()
