@@ -322,6 +322,29 @@ func TestZKAttackParkedLockRenewedBound(t *testing.T) {
 	}
 }
 
+// TestZKAttackRenewThroughOtherInstanceParked: a renewal that keeps the
+// mode (RENEW without a ttl) of T's bound lock through A, where nobody
+// holds it, moves it into A's session; A's close parks it rather than
+// delete it from under its holder on B.
+func TestZKAttackRenewThroughOtherInstanceParked(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "renew-elsewhere"
+	g := mustGrant(t, b, key, boundHold("T", 30*time.Second))
+	if _, err := a.Extend(testCtx(t), key, "T", 0, ""); err != nil {
+		t.Fatalf("renewal through A: %v", err)
+	}
+	if _, stat := lowest(t, raw, key); stat.EphemeralOwner != a.conn.SessionID() {
+		t.Fatalf("renewal through A left the node owned by %x", stat.EphemeralOwner)
+	}
+	a.Close()
+	if h, held, err := b.Inspect(testCtx(t), key); err != nil || !held || h.Token != "T" || h.Fence != g.Fence {
+		t.Fatalf("after A's close: %+v %v %v; want T's lock, fence %d", h, held, err, g.Fence)
+	}
+}
+
 // TestZKAttackLostShorteningReplyIsUnknown: T holds a 30s lease through
 // A; LOCK … PX 2000 TOKEN T through A rewrites it in place, shortened; the
 // write lands but its reply is lost. The answer is an unknown outcome:
