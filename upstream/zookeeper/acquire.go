@@ -57,6 +57,7 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, h engine.Hold) (eng
 	}
 	a.cleanup(ctx, err == nil)
 	if err != nil {
+		a.z.disown(a.key, a.h.Token, a.moved)
 		return engine.Grant{}, err
 	}
 	// The next waiter's place may be made already, by the grant's multi.
@@ -86,6 +87,10 @@ type acquisition struct {
 	// mineVersion is mine's version as this call left it: a retry of the
 	// same token through another instance that rewrote it since owns it.
 	mineVersion int32
+	// moved is the node of a bound lock of the same token that the call
+	// moved into this session (against): should the call fail after all,
+	// nobody here holds it (disown).
+	moved string
 }
 
 func (a *acquisition) run(ctx context.Context) (engine.Grant, error) {
@@ -177,6 +182,9 @@ func (a *acquisition) against(ctx context.Context, p string) (engine.Grant, erro
 	if err != nil {
 		return engine.Grant{}, err
 	}
+	if w.path != top.path && w.owner != 0 {
+		a.moved = w.path
+	}
 	return a.grant(w, d, false)
 }
 
@@ -190,6 +198,7 @@ func (a *acquisition) grant(w written, d zkData, made bool) (engine.Grant, error
 	if !modeFits(d.Mode, w.owner, a.z.conn.SessionID()) || !a.z.track(a.key, a.h.Token, w.path, w.owner, d) {
 		return engine.Grant{}, ErrNotConnected
 	}
+	a.z.claim(w.path)
 	if made {
 		a.mine, a.mineVersion = w.path, w.version
 	}

@@ -239,7 +239,6 @@ func TestZKAttackConvertRacesUnlockElsewhere(t *testing.T) {
 // A's shutdown, which nobody on A holds anything against, deletes it, and
 // another client gets the key within the validity B stated.
 func TestZKAttackLateAttemptDoesNotShortenRetry(t *testing.T) {
-	t.Skip("known: a late bound LOCK … TOKEN whose caller is gone moves the retry's node into its own session (against → rewrite); that instance's Close then deletes it within the retry's validity")
 	srv := zktest.Start(t)
 	link := newSlowLink(t, srv.Addr())
 	a := newTimedZK(t, link.cut.Addr())
@@ -286,6 +285,63 @@ func TestZKAttackLateAttemptDoesNotShortenRetry(t *testing.T) {
 				c, time.Until(validUntil).Round(time.Millisecond), moved)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestZKAttackParkedLockRenewedBound: a bound lock of T that A moved into
+// its session for a caller that went away (disown) is parked as a lease
+// when A closes, keeping its fence; the watchdog's renewal through B, the
+// instance of T's holder, makes it bound again, in B's session.
+func TestZKAttackParkedLockRenewedBound(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "parked"
+	g := mustGrant(t, b, key, boundHold("T", 30*time.Second))
+	mustGrant(t, a, key, boundHold("T", 30*time.Second)) // moves it into A's session
+	p := a.ownLock(key, "T")
+	if p == "" {
+		t.Fatal("A does not know the lock it moved")
+	}
+	a.disown(key, "T", p) // as if A's caller had gone
+	a.Close()
+	data, stat := lowest(t, raw, key)
+	if d := zkDataOf(data); stat.EphemeralOwner != 0 || d.Mode != engine.Lease || !d.Parked || d.Fence != g.Fence {
+		t.Fatalf("after A's close: %s owned by %x; want a parked lease with fence %d", data, stat.EphemeralOwner, g.Fence)
+	}
+	if _, err := b.Extend(testCtx(t), key, "T", 30*time.Second, engine.Bound); err != nil {
+		t.Fatalf("B's renewal of the parked lock: %v", err)
+	}
+	data, stat = lowest(t, raw, key)
+	if d := zkDataOf(data); d.Mode != engine.Bound || d.Parked || !modeFits(d.Mode, stat.EphemeralOwner, b.conn.SessionID()) {
+		t.Fatalf("after B's renewal: %s owned by %x; want bound in B's session", data, stat.EphemeralOwner)
+	}
+	if h, held, err := b.Inspect(testCtx(t), key); err != nil || !held || h.Token != "T" || h.Fence != g.Fence {
+		t.Fatalf("after B's renewal: %+v %v %v", h, held, err)
+	}
+}
+
+// TestZKAttackRenewThroughOtherInstanceParked: a renewal that keeps the
+// mode (RENEW without a ttl) of T's bound lock through A, where nobody
+// holds it, moves it into A's session; A's close parks it rather than
+// delete it from under its holder on B.
+func TestZKAttackRenewThroughOtherInstanceParked(t *testing.T) {
+	srv := zktest.Start(t)
+	a := newTimedZK(t, srv.Addr())
+	b := newTimedZK(t, srv.Addr())
+	raw := rawZK(t, srv.Addr())
+	key := "renew-elsewhere"
+	g := mustGrant(t, b, key, boundHold("T", 30*time.Second))
+	if _, err := a.Extend(testCtx(t), key, "T", 0, ""); err != nil {
+		t.Fatalf("renewal through A: %v", err)
+	}
+	if _, stat := lowest(t, raw, key); stat.EphemeralOwner != a.conn.SessionID() {
+		t.Fatalf("renewal through A left the node owned by %x", stat.EphemeralOwner)
+	}
+	a.Close()
+	if h, held, err := b.Inspect(testCtx(t), key); err != nil || !held || h.Token != "T" || h.Fence != g.Fence {
+		t.Fatalf("after A's close: %+v %v %v; want T's lock, fence %d", h, held, err, g.Fence)
 	}
 }
 

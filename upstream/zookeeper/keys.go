@@ -37,6 +37,11 @@ type zkData struct {
 	// at is when this instance made the data (lasts), on its monotonic
 	// clock; zero in data read from a node.
 	at time.Time
+	// Parked marks a lease that was a connection-bound lock, which an
+	// instance closing its session made a lease (park) so that it
+	// outlives the session: the watchdog's renewal of its holder, through
+	// another instance, makes it bound again (extended).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // fence is the fence of lock node n: its creation zxid, or the one its

@@ -439,19 +439,34 @@ func (z *ZooKeeper) Extend(ctx context.Context, key, token string, ttl time.Dura
 		if !z.track(key, token, w.path, w.owner, d) && d.Mode != engine.Lease {
 			return 0, ErrNotConnected // the session changed: the node went with it
 		}
+		z.renewedHere(key, token, v.top.path, w, mode)
 		return z.guaranteed(d.Mode, d.ttl()) - time.Since(start), nil
 	}
 	return 0, errContended
 }
 
+// renewedHere records who holds lock node w, which an Extend of mode
+// wrote from node was: the watchdog's renewal (Bound) has its holder here
+// (claim); any other Extend that moved a bound lock into this session did
+// it for a holder that may be elsewhere (disown), whom Close must not
+// take it from.
+func (z *ZooKeeper) renewedHere(key, token, was string, w written, mode engine.Mode) {
+	switch {
+	case mode == engine.Bound:
+		z.claim(w.path)
+	case w.path != was && w.owner != 0:
+		z.disown(key, token, w.path)
+	}
+}
+
 // extended is lock data d with its lease reset to ttl from now (zero
 // ttl: d's own) and its mode set to mode (empty: d's own).
 func extended(d zkData, now time.Time, ttl time.Duration, mode engine.Mode) (zkData, error) {
-	if mode == engine.Bound && d.Mode == engine.Lease {
+	if mode == engine.Bound && d.Mode == engine.Lease && !d.Parked {
 		return d, engine.ErrNotBound
 	}
 	if mode != "" {
-		d.Mode = mode
+		d.Mode, d.Parked = mode, false
 	}
 	if ttl <= 0 {
 		ttl = d.ttl()

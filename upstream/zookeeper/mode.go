@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockproxy/lockproxy/engine"
+	"go.uber.org/zap"
 )
 
 // A lock's mode decides the node that may hold it: a lease's node is
@@ -57,11 +58,15 @@ func (z *ZooKeeper) rewrite(ctx context.Context, op, key, token string, n lockNo
 		}
 		return written{path: n.path, fence: d.Fence, version: stat.Version, owner: stat.EphemeralOwner}, nil
 	}
+	if err := ctx.Err(); err != nil { // the caller is gone: move nothing for it
+		return written{}, err
+	}
 	ops := z.convertOps(n.path, n.stat.Version, d)
 	target := ops[1].(*zk.CreateRequest).Path
 	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
-		if mayHaveLanded(err) {
+		if mayHaveLanded(err) || errors.Is(err, context.Canceled) { // sent: its caller gone, it may still land
+			z.disown(key, token, target)
 			z.spawn(func() { z.adoptLock(key, token, target) })
 		}
 		return written{}, lostWrite(op, converting(raced(err)))
@@ -121,5 +126,53 @@ func (z *ZooKeeper) convertOps(p string, version int32, d zkData) []any {
 	return []any{
 		&zk.DeleteRequest{Path: p, Version: version},
 		&zk.CreateRequest{Path: converted(p, kind), Data: d.encode(), Acl: z.opts.ACL, Flags: flags},
+	}
+}
+
+// disown records that bound lock node p of key, which a call moved into
+// this session for token (against, or a conversion whose reply was lost),
+// is held by nobody here: the call's caller was gone, and its holder is
+// the retry that the call came too late for, through another instance.
+// Close parks it.
+func (z *ZooKeeper) disown(key, token, p string) {
+	if p == "" {
+		return
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.orphans[p] = zkLock{key, token}
+}
+
+// claim records that lock node p is held through this instance: a grant
+// or a renewal here answered for it.
+func (z *ZooKeeper) claim(p string) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	delete(z.orphans, p)
+}
+
+// park makes token's bound lock node p of key, which this session owns
+// and nobody here holds (disown), a lease that outlives the session that
+// Close is about to end: deleting it would take the key from its holder,
+// the retry through another instance, within the validity it was told —
+// never more than the session timeout for a bound lock (guaranteed),
+// counted from before now. The lease lasts that long from now, unless its
+// holder's renewal makes it bound again first (extended); it keeps its
+// fence. The conversion is checked against the version read: a renewal
+// that moved it back meanwhile wins.
+func (z *ZooKeeper) park(key, token, p string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(dropWithin, z.opts.SessionTimeout))
+	defer cancel()
+	n, err := z.get(ctx, p)
+	if err != nil || !n.data.heldBy(token) || n.data.Mode == engine.Lease || n.stat.EphemeralOwner != z.conn.SessionID() {
+		return
+	}
+	d := n.data
+	d.Mode, d.Parked, d.By, d.Fence = engine.Lease, true, z.id, n.fence()
+	timeout, _ := z.sessionTimeout()
+	d = d.lasts(z.wall(), max(timeout, z.opts.SessionTimeout))
+	if err := z.multiOps(ctx, z.convertOps(p, n.stat.Version, d)); err != nil {
+		z.log.Warn("a bound lock held through another instance could not be parked; closing the session deletes it",
+			zap.String("key", key), zap.Error(err))
 	}
 }

@@ -202,6 +202,7 @@ type ZooKeeper struct {
 	seen      map[string]sighting // lock nodes' versions as first read, by path (expiry.go)
 	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
 	departed  map[zkLock]struct{} // waiters that left their line, until they wait again (dropHanded)
+	orphans   map[string]zkLock   // bound lock nodes moved into the session that nobody here holds (disown), by path
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
 }
@@ -234,6 +235,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		seen:     map[string]sighting{},
 		served:   map[zkLock]struct{}{},
 		departed: map[zkLock]struct{}{},
+		orphans:  map[string]zkLock{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
 	if opts.TLS != nil {
@@ -270,7 +272,9 @@ func (z *ZooKeeper) sessionTimeout() (time.Duration, bool) {
 
 // Close ends the session, which frees its ephemeral nodes (the
 // connection-bound locks and the places in line taken through this
-// instance), and waits for background work. Leases stay until they are
+// instance), and waits for background work. A bound lock that a late
+// retry moved into this session and nobody here holds (disown) is parked
+// first: its holder is elsewhere. Leases stay until they are
 // released or run out; any instance ends them then.
 func (z *ZooKeeper) Close() error {
 	z.closeOnce.Do(func() {
@@ -279,10 +283,15 @@ func (z *ZooKeeper) Close() error {
 		for _, n := range z.own {
 			n.timer.Stop()
 		}
+		orphans := z.orphans
+		z.orphans = map[string]zkLock{}
 		clear(z.own)
 		clear(z.locks)
 		z.mu.Unlock()
 		close(z.done)
+		for p, l := range orphans {
+			z.park(l.key, l.token, p)
+		}
 		z.conn.Close()
 		z.bg.Wait()
 	})
