@@ -132,6 +132,28 @@ func settled(t *testing.T, r *Redlock) {
 	r.Close()
 }
 
+// turnsGivenBack waits until no node holds a turn: settled sees the
+// instance's own record of its turns empty, but each node's give-back is
+// sent by that node's dispatch goroutine once its call landed
+// (dispatchTurn), which Close does not wait for and a busy machine may run
+// later.
+func turnsGivenBack(t *testing.T, nodes []*turnNode) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		held := 0
+		for _, n := range nodes {
+			_, turns, _ := n.state()
+			held += turns
+		}
+		if held == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d turns still held on the nodes", held)
+		}
+	}
+}
+
 // TestTurnGivesUp: while another token holds the turn on a majority, a
 // script that writes is retried until its time limit and then refused
 // with NOQUORUM's words for it; it ran nowhere, and every attempt's
@@ -182,6 +204,7 @@ func TestTurnRefusedNodeAskedAgain(t *testing.T) {
 		t.Fatalf("got %+v, %v", v, err)
 	}
 	settled(t, r)
+	turnsGivenBack(t, nodes)
 	for i, n := range nodes {
 		if ran, turns, _ := n.state(); len(ran) != 1 || turns != 0 {
 			t.Fatalf("node %d ran %v and holds %d turns", i, ran, turns)
@@ -236,6 +259,7 @@ func TestTurnOneInstanceQueues(t *testing.T) {
 	}
 	wg.Wait()
 	settled(t, r)
+	turnsGivenBack(t, nodes)
 	first, _, _ := nodes[0].state()
 	for i, n := range nodes {
 		ran, turns, takes := n.state()
