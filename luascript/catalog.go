@@ -45,6 +45,7 @@ const (
 	libIoredis   = "ioredis-lock (npm)"
 	libRedlockRb = "redlock-rb (gem redlock)"
 	libSpring    = "Spring Integration RedisLockRegistry"
+	libPottery   = "pottery (Redlock)"
 )
 
 // catalog is every known script. Scripts whose sources normalise alike are
@@ -53,9 +54,9 @@ var catalog = []*Script{
 	{Name: "compare-and-delete release", file: "redis-io/release.lua", run: compareDel(reply1, reply0),
 		Library: "redis.io distributed-locks page; Laravel Illuminate/Cache/LuaScripts.php releaseLock; " +
 			libRedlockRb + " unlock; " + libRedsync + " v4.0.3–v4.11 delete; " + libRedislock +
-			" v0.9 release; " + libRedlockJS + " v3 unlock"},
+			" v0.9 release; " + libRedlockJS + " v3 unlock; " + libPottery + " 3 release"},
 	{Name: "compare-and-pexpire extend", file: "redsync/touch.lua", run: compareExpire(reply1, reply0),
-		Library: libRedsync + " touch (all v4); " + libRedislock + " v0.9 refresh; " + libRedlockJS + " v3 extend"},
+		Library: libRedsync + " touch (all v4); " + libRedislock + " v0.9 refresh; " + libRedlockJS + " v3 extend; " + libPottery + " 3 extend"},
 	{Name: "ioredis-lock delifequal", Library: libIoredis + " v4", file: "ioredis-lock/delifequal.lua",
 		run: compareDel(reply1, reply0)},
 	{Name: "ioredis-lock pexpireifequal", Library: libIoredis + " v4", file: "ioredis-lock/pexpireifequal.lua",
@@ -90,6 +91,7 @@ var catalog = []*Script{
 	{Name: "node-redlock lock (v3)", Library: libRedlockJS + " v3", file: "node-redlock/lock-v3.1.2.lua", run: setNXPX},
 	{Name: "redlock-rb lock", Library: libRedlockRb, file: "redlock-rb/lock.lua", run: redlockRbLock},
 	{Name: "redlock-rb pttl", Library: libRedlockRb, file: "redlock-rb/pttl.lua", run: redlockRbPTTL},
+	{Name: "pottery acquired", Library: libPottery + " 3", file: "pottery/acquired.lua", run: potteryAcquired},
 	{Name: "Spring obtain", Library: libSpring + " 5.x–7.0", file: "spring-integration/obtain-6.4.lua", run: springObtain},
 	{Name: "Spring renew", Library: libSpring + " 6.x–7.0", file: "spring-integration/renew-6.4.lua",
 		run: compareExpire(reply1, replyNull)},

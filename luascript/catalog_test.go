@@ -50,6 +50,9 @@ var libraryScripts = map[string]string{
 	"spring-integration/spin-delete-unlock-6.4.lua":   "Spring spin-lock unlock (DEL)",
 	"spring-integration/pubsub-unlink-unlock-6.4.lua": "Spring pub/sub-lock unlock (UNLINK)",
 	"spring-integration/pubsub-delete-unlock-6.4.lua": "Spring pub/sub-lock unlock (DEL)",
+	"pottery/acquired.lua":                            "pottery acquired",
+	"pottery/extend.lua":                              "compare-and-pexpire extend",
+	"pottery/release.lua":                             "compare-and-delete release",
 }
 
 func readLibraryScript(t *testing.T, name string) []byte {

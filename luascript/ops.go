@@ -192,6 +192,24 @@ func redislockPTTL(ctx context.Context, c *call) (Reply, error) {
 	return boolReply(st.heldBy(tok, ok), intReply(st.pttl), intReply(-3)), nil
 }
 
+// potteryAcquired: the PTTL of KEYS[1] when ARGV[1] holds it and it has
+// a TTL, else 0.
+func potteryAcquired(ctx context.Context, c *call) (Reply, error) {
+	key, err := c.key(1)
+	if err != nil {
+		return Reply{}, err
+	}
+	st, err := c.get(ctx, key)
+	if err != nil {
+		return Reply{}, err
+	}
+	tok, ok := c.arg(1)
+	if !st.heldBy(tok, ok) || st.pttl <= 0 {
+		return intReply(0), nil
+	}
+	return intReply(st.pttl), nil
+}
+
 // redisPyExtend: when ARGV[1] holds KEYS[1] with a TTL, PEXPIRE it to
 // ARGV[2], plus the remaining TTL when ARGV[3] == "0": 1, else 0.
 func redisPyExtend(ctx context.Context, c *call) (Reply, error) {
