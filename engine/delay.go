@@ -30,7 +30,7 @@ func (e *Engine) delayAll(ctx context.Context, locks []ref) []ref {
 			rest = append(rest, b)
 			continue
 		}
-		e.unwatch(b.key, b.token)
+		e.forget(b.key, b.token, Bound)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -235,7 +235,7 @@ func (e *Engine) releaseAll(ctx context.Context, locks []ref) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(locks))
 	for i, b := range locks {
-		e.unwatch(b.key, b.token)
+		e.forget(b.key, b.token, Bound)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

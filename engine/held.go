@@ -169,25 +169,17 @@ func (e *Engine) renewed(key, token string, mode Mode, validity time.Duration) {
 	}
 }
 
-// unwatch stops renewing key if token holds it as a bound lock.
-func (e *Engine) unwatch(key, token string) {
+// forget forgets token's lock on key if it is held here in mode: a bound
+// lock is no longer renewed, a lease no longer listed.
+func (e *Engine) forget(key, token string, mode Mode) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.unwatchLocked(key, token)
+	e.forgetLocked(key, token, mode)
 }
 
-// unwatchLocked is unwatch with e.mu held.
-func (e *Engine) unwatchLocked(key, token string) {
-	if r := e.heldLocked(key, token); r != nil && r.mode == Bound {
-		e.dropLocked(r)
-	}
-}
-
-// dropLease forgets the lease on key if token holds it.
-func (e *Engine) dropLease(key, token string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r := e.heldLocked(key, token); r != nil && r.mode == Lease {
+// forgetLocked is forget with e.mu held.
+func (e *Engine) forgetLocked(key, token string, mode Mode) {
+	if r := e.heldLocked(key, token); r != nil && r.mode == mode {
 		e.dropLocked(r)
 	}
 }
@@ -201,7 +193,7 @@ func (e *Engine) unlocking(key, token string) error {
 	if err := e.takeLostLocked(key, token); err != nil {
 		return err
 	}
-	e.unwatchLocked(key, token)
+	e.forgetLocked(key, token, Bound)
 	return nil
 }
 

@@ -84,7 +84,7 @@ func (e *Engine) Locks(ctx context.Context, match func(string) bool, count int) 
 		m := known[k]
 		here := ok && m.token != "" && h.Token == m.token
 		if !here && m.client == 0 && m.token != "" {
-			e.dropLease(k, m.token) // released or taken over elsewhere
+			e.forget(k, m.token, Lease) // released or taken over elsewhere
 		}
 		if !ok || !here && m.waiters == 0 {
 			continue

@@ -55,7 +55,7 @@ func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, 
 	if legacy {
 		return e.Unlock(ctx, key, token)
 	}
-	e.unwatch(key, token)
+	e.forget(key, token, Bound)
 	ok, err := e.free(context.WithValue(ctx, takingKey{}, true), key, token)
 	switch {
 	case ok && holder != nil && holder != by:
