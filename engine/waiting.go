@@ -214,10 +214,7 @@ func (e *Engine) leave(ctx context.Context, key, id string) {
 func (e *Engine) dequeue(key string, w *waiter, granted bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := e.locks[key]
-	if r == nil {
-		return
-	}
+	r := e.locks[key] // kept while w waits in it
 	for i, x := range r.waiting {
 		if x != w {
 			continue
