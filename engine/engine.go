@@ -79,9 +79,10 @@ type Engine struct {
 	// lock on, waits for, has a loss to report on or released lately
 	// (held.go).
 	locks   map[string]*record
-	sweepAt int // the size of locks at which a new record first sweeps it
-	bound   int // the bound locks in locks
-	waiters int // the clients waiting in locks
+	sweepAt int       // the size of locks at which a new record first sweeps it
+	spare   []*record // records swept out of locks, for reuse
+	bound   int       // the bound locks in locks
+	waiters int       // the clients waiting in locks
 	// lostLeases counts the losses with no owner (leases), which no
 	// closing connection clears.
 	lostLeases int

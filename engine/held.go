@@ -42,8 +42,9 @@ type held struct {
 type ref struct{ key, token, attempt string }
 
 // minSweep is the fewest records at which a new one first drops those
-// that hold nothing any more (sweepLocked).
-const minSweep = 4096
+// that hold nothing any more (sweepLocked), and the most of those kept
+// for reuse, so that locking a new key each time allocates no record.
+const minSweep = 1024
 
 // recordLocked is key's record, made if it has none; e.mu is held. Before
 // the map grows past twice what the last sweep kept, the records that
@@ -55,7 +56,13 @@ func (e *Engine) recordLocked(key string) *record {
 	if len(e.locks) >= e.sweepAt {
 		e.sweepLocked(time.Now())
 	}
-	r := &record{key: key}
+	var r *record
+	if n := len(e.spare); n > 0 {
+		r, e.spare = e.spare[n-1], e.spare[:n-1]
+	} else {
+		r = &record{}
+	}
+	r.key = key
 	e.locks[key] = r
 	return r
 }
@@ -70,6 +77,10 @@ func (e *Engine) sweepLocked(now time.Time) {
 		}
 		if r.token == "" && len(r.lost) == 0 && len(r.waiting) == 0 {
 			delete(e.locks, k)
+			if len(e.spare) < minSweep {
+				*r = record{timer: r.timer, gen: r.gen + 1} // a renewal still on its way is dropped
+				e.spare = append(e.spare, r)
+			}
 		}
 	}
 	e.sweepAt = max(minSweep, 2*len(e.locks))
