@@ -89,11 +89,15 @@ func (e *Engine) sweepLocked(now time.Time) {
 // heldLocked is key's record if token holds the lock granted on it here,
 // else nil; e.mu is held.
 func (e *Engine) heldLocked(key, token string) *record {
-	if r := e.locks[key]; r != nil && r.token != "" && r.token == token {
+	if r := e.locks[key]; r.holds(token) {
 		return r
 	}
 	return nil
 }
+
+// holds reports whether token holds the lock granted here on r's key (r
+// may be nil).
+func (r *record) holds(token string) bool { return r != nil && r.token != "" && r.token == token }
 
 // holdLocked makes h the lock held on r's key; e.mu is held. A bound lock
 // of another token that it replaces is gone from the store, which granted
@@ -185,12 +189,7 @@ func (e *Engine) renewed(key, token string, mode Mode, validity time.Duration) {
 func (e *Engine) forget(key, token string, mode Mode) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.forgetLocked(key, token, mode)
-}
-
-// forgetLocked is forget with e.mu held.
-func (e *Engine) forgetLocked(key, token string, mode Mode) {
-	if r := e.heldLocked(key, token); r != nil && r.mode == mode {
+	if r := e.locks[key]; r.holds(token) && r.mode == mode {
 		e.dropLocked(r)
 	}
 }
@@ -201,10 +200,13 @@ func (e *Engine) forgetLocked(key, token string, mode Mode) {
 func (e *Engine) unlocking(key, token string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.takeLostLocked(key, token); err != nil {
+	r := e.locks[key]
+	if err := e.takeLostLocked(r, token); err != nil {
 		return err
 	}
-	e.forgetLocked(key, token, Bound)
+	if r.holds(token) && r.mode == Bound {
+		e.dropLocked(r)
+	}
 	return nil
 }
 
@@ -300,8 +302,12 @@ func (e *Engine) forgetLostLeasesLocked() {
 	e.lostLeases = 0
 }
 
-// lostOf is the loss of token on r's key not yet reported, or nil.
+// lostOf is the loss of token on r's key not yet reported, or nil (r may
+// be nil).
 func (r *record) lostOf(token string) *loss {
+	if r == nil {
+		return nil
+	}
 	for _, l := range r.lost {
 		if l.token == token {
 			return l
@@ -310,12 +316,8 @@ func (r *record) lostOf(token string) *loss {
 	return nil
 }
 
-// takeLostLocked is takeLost with e.mu held.
-func (e *Engine) takeLostLocked(key, token string) error {
-	r := e.locks[key]
-	if r == nil {
-		return nil
-	}
+// takeLostLocked is takeLost on key's record r (nil: none) with e.mu held.
+func (e *Engine) takeLostLocked(r *record, token string) error {
 	l := r.lostOf(token)
 	if l == nil {
 		return nil

@@ -97,7 +97,7 @@ func (e *Engine) Taken(key, token string) {
 func (e *Engine) takeLost(key, token string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.takeLostLocked(key, token)
+	return e.takeLostLocked(e.locks[key], token)
 }
 
 // Lost records that token's lock on key, granted through this instance,
@@ -106,7 +106,7 @@ func (e *Engine) takeLost(key, token string) error {
 func (e *Engine) Lost(key, token string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r := e.locks[key]; r != nil && r.lostOf(token) != nil {
+	if e.locks[key].lostOf(token) != nil {
 		return // lost already (a renewal failed first), its holder told
 	}
 	if r := e.heldLocked(key, token); r != nil {

@@ -139,8 +139,10 @@ func (e *Engine) Released(key, token string) {
 func (e *Engine) releasedHere(key, token string, early *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.forgetLocked(key, token, Lease)
 	r := e.recordLocked(key)
+	if r.holds(token) && r.mode == Lease {
+		e.dropLocked(r)
+	}
 	r.echo = token
 	if q := r.waiting; len(q) > 0 && (early == nil || q[0] == early) {
 		q[0].promoted = false
