@@ -12,20 +12,39 @@ import (
 // UNLOCK over a backend that costs almost nothing: what the engine adds to
 // every lock cycle (bookkeeping for LOCKPROXY LOCKS and lost-lock notices).
 func BenchmarkLeaseCycle(b *testing.B) {
+	benchCycle(b, newEngine(&cheapBackend{held: map[string]string{}}), 1024, Hold{TTL: time.Minute})
+}
+
+// BenchmarkBoundCycle is BenchmarkLeaseCycle for connection-bound locks:
+// the engine's cost of starting and stopping the watchdog of each grant.
+func BenchmarkBoundCycle(b *testing.B) {
+	e := mustNew(&cheapBackend{held: map[string]string{}}, Config{BoundLease: time.Minute})
+	benchCycle(b, e, 1024, Hold{})
+}
+
+// BenchmarkLeaseDistinctKeys is BenchmarkLeaseCycle over so many keys
+// that each is locked once in a long while, as an application that locks
+// per order or per user does.
+func BenchmarkLeaseDistinctKeys(b *testing.B) {
+	benchCycle(b, newEngine(&cheapBackend{held: map[string]string{}}), 1<<18, Hold{TTL: time.Minute})
+}
+
+// benchCycle locks and unlocks n keys in turn with h from parallel clients.
+func benchCycle(b *testing.B, e *Engine, n int, h Hold) {
 	ctx := context.Background()
-	e := newEngine(&cheapBackend{held: map[string]string{}})
-	keys := make([]string, 1024)
+	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "bench:" + strconv.Itoa(i)
 	}
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		o := e.NewOwner(1)
 		i := 0
 		for pb.Next() {
 			i++
 			key := keys[i%len(keys)]
-			g, err := e.Lock(ctx, o, key, Hold{TTL: time.Minute})
+			g, err := e.Lock(ctx, o, key, h)
 			if err != nil {
 				continue // another goroutine holds this key now
 			}

@@ -18,11 +18,11 @@ import (
 
 // delayAll stops watching, and turns into leases of their delay, the locks
 // whose key has a lock-delay; it returns the others, to be released.
-func (e *Engine) delayAll(ctx context.Context, locks []*bound) []*bound {
+func (e *Engine) delayAll(ctx context.Context, locks []ref) []ref {
 	if e.cfg.LockDelay == nil {
 		return locks
 	}
-	var rest []*bound
+	var rest []ref
 	var wg sync.WaitGroup
 	for _, b := range locks {
 		d := e.cfg.LockDelay(b.key)
@@ -30,7 +30,7 @@ func (e *Engine) delayAll(ctx context.Context, locks []*bound) []*bound {
 			rest = append(rest, b)
 			continue
 		}
-		e.unwatch(b.key, b.token)
+		e.forget(b.key, b.token, Bound)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

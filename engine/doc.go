@@ -4,8 +4,10 @@
 // locks it learns were lost or taken (each holder is told through its
 // Owner's OnLost, and hears LostError once), lock-delay on disconnect, and
 // the listing of the locks it granted and its waiters (LOCKPROXY LOCKS,
-// WAITERS), which never shows a token. It declares the domain errors that
-// reach clients (commands/errors.go words them).
+// WAITERS), which never shows a token. All it knows of one key (the lock
+// granted here, bound or lease; losses not yet reported; waiters; the last
+// release) is one record that every reader uses (held.go). It declares the
+// domain errors that reach clients (commands/errors.go words them).
 //
 // It talks to the store through the small Backend interface (Redlock over
 // Redis nodes in quorum/, ZooKeeper in upstream/zookeeper), and a backend

@@ -74,23 +74,20 @@ type Engine struct {
 	log     *zap.Logger
 	stats   Stats
 
-	mu      sync.Mutex
-	bound   map[string]*bound   // connection-bound locks held through this instance, by key
-	leases  map[string]*lease   // leases granted through this instance, by key (lease.go)
-	lost    map[lockID]lostLock // locks found lost, until their holder hears of it
-	waiting map[string]queue    // clients waiting for each key, first come first
-	echoes  map[string]string   // the token of the last release through this instance, by key
-	// leaseSweepAt is the size of leases at which expired ones are dropped.
-	leaseSweepAt int
-	spareLeases  []*lease // records of forgotten leases, for reuse (lease.go)
-	waiters      int      // all of them
-	// lostLeases counts the entries of lost with no owner (leases), which
-	// no closing connection clears.
+	mu sync.Mutex
+	// locks holds the one record of each key that this instance holds a
+	// lock on, waits for, has a loss to report on or released lately
+	// (held.go).
+	locks   map[string]*record
+	sweepAt int       // the size of locks at which a new record first sweeps it
+	spare   []*record // records swept out of locks, for reuse
+	bound   int       // the bound locks in locks
+	waiters int       // the clients waiting in locks
+	// lostLeases counts the losses with no owner (leases), which no
+	// closing connection clears.
 	lostLeases int
 	closing    bool
 }
-
-type lockID struct{ key, token string }
 
 // New returns an engine over the backend that build makes; build is
 // handed the engine's Events, the backend's one way to report what it
@@ -99,13 +96,8 @@ func New(build func(Events) (Backend, error), cfg Config, log *zap.Logger) (*Eng
 	e := &Engine{
 		cfg:     cfg.withDefaults(),
 		log:     log,
-		bound:   map[string]*bound{},
-		leases:  map[string]*lease{},
-		lost:    map[lockID]lostLock{},
-		waiting: map[string]queue{},
-		echoes:  map[string]string{},
-
-		leaseSweepAt: minLeaseSweep,
+		locks:   map[string]*record{},
+		sweepAt: minSweep,
 	}
 	b, err := build(e)
 	if err != nil {
@@ -143,9 +135,7 @@ func (e *Engine) Lock(ctx context.Context, o *Owner, key string, h Hold) (Grant,
 		return g, err
 	}
 	e.stats.Grants.Add(1)
-	if h.Mode == Lease {
-		e.grantLease(o, key, h, g.Validity)
-	} else if !e.watch(o, key, h, g) {
+	if !e.granted(o, key, h, g) {
 		_ = e.release(WithAttempt(ctx, g.Attempt), key, h.Token) // granted while the engine shut down
 		return Grant{}, ErrShuttingDown
 	}
@@ -214,7 +204,7 @@ func (e *Engine) Stats() *Stats { return &e.stats }
 func (e *Engine) BoundHeld() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.bound)
+	return e.bound
 }
 
 // Shutdown stops granting locks and releases every connection-bound lock
@@ -222,14 +212,14 @@ func (e *Engine) BoundHeld() int {
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.closing = true
-	for _, q := range e.waiting {
-		for _, w := range q {
+	all := make([]ref, 0, e.bound)
+	for _, r := range e.locks {
+		for _, w := range r.waiting {
 			w.signal() // each stops waiting with ErrShuttingDown
 		}
-	}
-	all := make([]*bound, 0, len(e.bound))
-	for _, b := range e.bound {
-		all = append(all, b)
+		if r.mode == Bound {
+			all = append(all, ref{r.key, r.token, r.attempt})
+		}
 	}
 	e.mu.Unlock()
 	return e.releaseAll(ctx, all)
@@ -242,11 +232,11 @@ func (e *Engine) isClosing() bool {
 }
 
 // releaseAll stops watching and releases locks in parallel.
-func (e *Engine) releaseAll(ctx context.Context, locks []*bound) error {
+func (e *Engine) releaseAll(ctx context.Context, locks []ref) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(locks))
 	for i, b := range locks {
-		e.unwatch(b.key, b.token)
+		e.forget(b.key, b.token, Bound)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

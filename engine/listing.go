@@ -28,9 +28,6 @@ type ListedWaiter struct {
 	Waited time.Duration // since it began to wait
 }
 
-// forgetLease forgets key's lease if token holds it.
-func (e *Engine) forgetLease(key, token string) { e.dropLease(key, token) }
-
 // mine is what this instance knows of a key it lists: the token it
 // granted (bound or lease), the connection of a bound lock, its waiters.
 type mine struct {
@@ -46,20 +43,17 @@ func (e *Engine) candidates(match func(string) bool) ([]string, map[string]mine)
 	defer e.mu.Unlock()
 	now := time.Now()
 	known := map[string]mine{}
-	for k, l := range e.leases {
-		if match(k) && now.Before(l.until) {
-			known[k] = mine{token: l.token}
+	for k, r := range e.locks {
+		if !match(k) {
+			continue
 		}
-	}
-	for k, b := range e.bound {
-		if match(k) {
-			known[k] = mine{token: b.token, client: b.owner.id}
+		m := mine{waiters: len(r.waiting)}
+		if r.mode == Bound {
+			m.token, m.client = r.token, r.owner.id
+		} else if r.token != "" && now.Before(r.until) {
+			m.token = r.token
 		}
-	}
-	for k, q := range e.waiting {
-		if match(k) {
-			m := known[k]
-			m.waiters = len(q)
+		if m.token != "" || m.waiters > 0 {
 			known[k] = m
 		}
 	}
@@ -90,7 +84,7 @@ func (e *Engine) Locks(ctx context.Context, match func(string) bool, count int) 
 		m := known[k]
 		here := ok && m.token != "" && h.Token == m.token
 		if !here && m.client == 0 && m.token != "" {
-			e.forgetLease(k, m.token) // released or taken over elsewhere
+			e.forget(k, m.token, Lease) // released or taken over elsewhere
 		}
 		if !ok || !here && m.waiters == 0 {
 			continue
@@ -109,9 +103,9 @@ func (e *Engine) Locks(ctx context.Context, match func(string) bool, count int) 
 func (e *Engine) WaitingList(match func(string) bool, count int) []ListedWaiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	keys := make([]string, 0, len(e.waiting))
-	for k := range e.waiting {
-		if match(k) {
+	var keys []string
+	for k, r := range e.locks {
+		if len(r.waiting) > 0 && match(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -119,7 +113,7 @@ func (e *Engine) WaitingList(match func(string) bool, count int) []ListedWaiter 
 	now := time.Now()
 	var out []ListedWaiter
 	for _, k := range keys {
-		for _, w := range e.waiting[k] {
+		for _, w := range e.locks[k].waiting {
 			if len(out) >= count {
 				return out
 			}

@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"context"
-
-	"go.uber.org/zap"
-)
+import "context"
 
 // Why a lock was lost, as the holder is told (LostError.Reason, and the
 // push message of a RESP3 holder).
@@ -20,18 +16,6 @@ const (
 	// LostSession: the backend lost it (its ZooKeeper session expired).
 	LostSession = "session expired"
 )
-
-// lostLock is a loss not yet reported: whose, and why. owner is nil for a
-// lease whose connection is gone.
-type lostLock struct {
-	owner  *Owner
-	reason string
-}
-
-// maxLostLeases bounds the lost leases remembered for holders that have no
-// connection here to forget them with; past it, the oldest are forgotten
-// all at once (their holders then get "not held" instead of LOCKLOST).
-const maxLostLeases = 4096
 
 // OnLost sets what runs when a lock o holds is lost or taken from it:
 // fn gets the key and the reason (LostDeleted, ...). fn runs with the
@@ -49,42 +33,13 @@ func (o *Owner) TakeLost(key string) error {
 	e := o.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for id, reason := range o.lost {
-		if id.key == key {
-			delete(o.lost, id)
-			delete(e.lost, id)
-			return &LostError{Reason: reason}
+	for _, l := range o.lost {
+		if l.key == key {
+			e.toldLocked(l)
+			return &LostError{Reason: l.reason}
 		}
 	}
 	return nil
-}
-
-// forgetLostLocked drops o's unreported losses of key: o was granted key
-// again; e.mu is held.
-func (o *Owner) forgetLostLocked(key string) {
-	if o == nil {
-		return
-	}
-	e := o.e
-	for id := range o.lost {
-		if id.key == key {
-			delete(o.lost, id)
-			delete(e.lost, id)
-		}
-	}
-}
-
-// holderLocked is the connection that took key with token through this
-// instance, bound or lease, or nil, and whether a legacy command took it;
-// e.mu is held.
-func (e *Engine) holderLocked(key, token string) (*Owner, bool) {
-	if b := e.bound[key]; b != nil && b.token == token {
-		return b.owner, b.legacy
-	}
-	if r := e.leases[key]; r != nil && r.token == token && r.owner != nil {
-		return r.owner, r.legacy
-	}
-	return nil, false
 }
 
 // Take releases key held by token for a client that did not present the
@@ -100,7 +55,7 @@ func (e *Engine) Take(ctx context.Context, by *Owner, key, token string) (bool, 
 	if legacy {
 		return e.Unlock(ctx, key, token)
 	}
-	e.unwatch(key, token)
+	e.forget(key, token, Bound)
 	ok, err := e.free(context.WithValue(ctx, takingKey{}, true), key, token)
 	switch {
 	case ok && holder != nil && holder != by:
@@ -133,70 +88,16 @@ func Taking(ctx context.Context) bool {
 func (e *Engine) Taken(key, token string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	o, legacy := e.holderLocked(key, token)
-	if o == nil || legacy {
-		return
+	if o, legacy := e.holderLocked(key, token); o != nil && !legacy {
+		e.loseHeldLocked(e.locks[key], LostDeleted, nil)
 	}
-	if b := e.bound[key]; b != nil && b.token == token {
-		e.dropLocked(b)
-	}
-	e.dropLeaseLocked(key, token)
-	e.loseLocked(o, key, token, LostDeleted, nil)
-}
-
-// loseLocked records that o's lock on key with token was lost for reason,
-// counts and logs it and tells o; e.mu is held. A nil o is a lease whose
-// holder has no connection here: its next RENEW or UNLOCK hears of it.
-func (e *Engine) loseLocked(o *Owner, key, token, reason string, err error) {
-	e.stats.Lost.Add(1)
-	id := lockID{key, token}
-	if old, ok := e.lost[id]; ok && old.owner == nil {
-		e.lostLeases--
-	}
-	var client uint64
-	if o == nil {
-		if e.lostLeases >= maxLostLeases {
-			for id, l := range e.lost {
-				if l.owner == nil {
-					delete(e.lost, id)
-				}
-			}
-			e.lostLeases = 0
-		}
-		e.lostLeases++
-	} else {
-		client = o.id
-		o.lost[id] = reason
-		if o.onLost != nil {
-			o.onLost(key, reason)
-		}
-	}
-	e.lost[id] = lostLock{owner: o, reason: reason}
-	e.log.Error("lock lost: its holder is told (a RESP3 push, and LOCKLOST on its next command about the key)",
-		zap.String("key", key), zap.String("reason", reason), zap.Uint64("client", client), zap.Error(err))
 }
 
 // takeLost reports once that key's lock for token was lost.
 func (e *Engine) takeLost(key, token string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.takeLostLocked(key, token)
-}
-
-// takeLostLocked is takeLost with e.mu held.
-func (e *Engine) takeLostLocked(key, token string) error {
-	id := lockID{key, token}
-	l, ok := e.lost[id]
-	if !ok {
-		return nil
-	}
-	delete(e.lost, id)
-	if l.owner != nil {
-		delete(l.owner.lost, id)
-	} else {
-		e.lostLeases--
-	}
-	return &LostError{Reason: l.reason}
+	return e.takeLostLocked(e.locks[key], token)
 }
 
 // Lost records that token's lock on key, granted through this instance,
@@ -205,13 +106,12 @@ func (e *Engine) takeLostLocked(key, token string) error {
 func (e *Engine) Lost(key, token string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.lost[lockID{key, token}]; ok {
+	if e.locks[key].lostOf(token) != nil {
 		return // lost already (a renewal failed first), its holder told
 	}
-	o, _ := e.holderLocked(key, token)
-	if b := e.bound[key]; b != nil && b.token == token {
-		e.dropLocked(b)
+	if r := e.heldLocked(key, token); r != nil {
+		e.loseHeldLocked(r, LostSession, nil)
+		return
 	}
-	e.dropLeaseLocked(key, token)
-	e.loseLocked(o, key, token, LostSession, nil)
+	e.loseLocked(nil, key, token, LostSession, nil)
 }

@@ -150,20 +150,29 @@ func TestLockDelayKeepsTheLock(t *testing.T) {
 	}
 }
 
-// TestLeaseMemoryForgetsExpired: a connection that took as many leases as
-// are remembered, all run out, is still told when its next lease is taken.
+// TestLeaseMemoryForgetsExpired: the leases a connection took that ran
+// out are forgotten, so the engine's records stay within twice the live
+// ones, and the connection is still told when its next lease is taken.
 func TestLeaseMemoryForgetsExpired(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(newMem())
 	a, b := e.NewOwner(1), e.NewOwner(2)
 	var heard told
 	heard.hear(a)
-	for i := range maxLeasesPerOwner {
+	for i := range 3 * minSweep {
 		if _, err := e.Lock(ctx, a, "old:"+strconv.Itoa(i), Hold{TTL: time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
+		if i%minSweep == minSweep-1 {
+			time.Sleep(5 * time.Millisecond) // the leases' validity runs out
+		}
 	}
-	time.Sleep(5 * time.Millisecond) // the leases' validity runs out
+	e.mu.Lock()
+	records := len(e.locks)
+	e.mu.Unlock()
+	if records > minSweep {
+		t.Fatalf("%d records kept for %d leases that ran out", records, 3*minSweep)
+	}
 	g, err := e.Lock(ctx, a, "new", Hold{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -173,5 +182,94 @@ func TestLeaseMemoryForgetsExpired(t *testing.T) {
 	}
 	if got := heard.all(); !slices.Equal(got, []string{"new deleted"}) {
 		t.Fatalf("told %v", got)
+	}
+}
+
+// TestGrantOverALostBoundLockTellsItsHolder: when the store grants a key
+// again while this instance still renews another token's bound lock on it
+// (the lock expired or was deleted behind it), the new grant takes the
+// key's record and the old holder is told its lock is gone, before any
+// renewal of it would have found out.
+func TestGrantOverALostBoundLockTellsItsHolder(t *testing.T) {
+	ctx := context.Background()
+	m := newMem()
+	e := mustNew(m, Config{BoundLease: time.Minute}) // no renewal during the test
+	a, b := e.NewOwner(1), e.NewOwner(2)
+	var heard told
+	heard.hear(a)
+	old, err := e.Lock(ctx, a, "k", Hold{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.set(func(m *memBackend) { clear(m.held) }) // expired on the store
+	for _, h := range []Hold{{}, {TTL: time.Minute}} {
+		g, err := e.Lock(ctx, b, "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := e.Unlock(ctx, "k", g.Token); !ok {
+			t.Fatal("the new holder's UNLOCK did not release")
+		}
+		if got := heard.all(); !slices.Equal(got, []string{"k " + LostGone}) {
+			t.Fatalf("told %v after a grant of %+v", got, h)
+		}
+		var lost *LostError
+		if _, err := e.Unlock(ctx, "k", old.Token); !errors.As(err, &lost) || lost.Reason != LostGone {
+			t.Fatalf("the old holder's UNLOCK: %v", err)
+		}
+		if e.BoundHeld() != 0 {
+			t.Fatalf("%d bound locks still renewed", e.BoundHeld())
+		}
+		heard = told{}
+		heard.hear(a)
+		if old, err = e.Lock(ctx, a, "k", Hold{}); err != nil {
+			t.Fatal(err)
+		}
+		m.set(func(m *memBackend) { clear(m.held) })
+	}
+}
+
+// stuckExtend is a memBackend whose first Extend waits for release and
+// then finds the lock gone.
+type stuckExtend struct {
+	*memBackend
+	first            sync.Once
+	entered, release chan struct{}
+}
+
+func (s *stuckExtend) Extend(ctx context.Context, key, token string, ttl time.Duration, mode Mode) (time.Duration, error) {
+	stuck := false
+	s.first.Do(func() { stuck = true })
+	if !stuck {
+		return s.memBackend.Extend(ctx, key, token, ttl, mode)
+	}
+	close(s.entered)
+	<-s.release
+	return 0, ErrNotHeld
+}
+
+// TestRenewalAcrossAGrantIsDropped: a watchdog renewal that was on its way
+// while its lock was released and granted again with the same token does
+// not count against the new grant: the new lock is not declared lost, and
+// its own renewals go on.
+func TestRenewalAcrossAGrantIsDropped(t *testing.T) {
+	ctx := context.Background()
+	s := &stuckExtend{memBackend: newMem(), entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEngine(s)
+	o := e.NewOwner(1)
+	if _, err := e.Lock(ctx, o, "k", Hold{Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	<-s.entered
+	if ok, err := e.Unlock(ctx, "k", "t"); !ok || err != nil {
+		t.Fatalf("UNLOCK: %v %v", ok, err)
+	}
+	if _, err := e.Lock(ctx, o, "k", Hold{Token: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	close(s.release)
+	waitFor(t, "the new lock's renewals", func() bool { n, _ := s.snapshot(); return n >= 2 })
+	if n := e.Stats().Lost.Load(); n != 0 || e.BoundHeld() != 1 {
+		t.Fatalf("%d losses, %d bound locks renewed: the old renewal hit the new grant", n, e.BoundHeld())
 	}
 }

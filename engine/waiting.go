@@ -114,11 +114,6 @@ func (e *Engine) retryAfter(err error) time.Duration {
 	return min(d, e.cfg.WaiterKeep/3)
 }
 
-// maxEchoes bounds the releases this instance remembers making, so that it
-// can tell their echoes from the nodes; past it, it forgets them all (an
-// unrecognised echo only wakes a waiter for nothing).
-const maxEchoes = 4096
-
 // Released announces that key may be free: token released it (or, for a
 // waiter's token, gave up its place in key's line), through any instance;
 // an empty token is an announcement with no releaser to name (a watched
@@ -128,26 +123,28 @@ const maxEchoes = 4096
 // the key is held.
 func (e *Engine) Released(key, token string) {
 	e.mu.Lock()
-	own := token != "" && e.echoes[key] == token
+	r := e.locks[key]
+	own := token != "" && r != nil && r.echo == token
 	e.mu.Unlock()
 	if !own {
 		e.wakeHead(key)
 	}
 }
 
-// releasedHere records that token released key through this instance,
-// forgets its lease, and
-// wakes the key's first waiter — unless early, the one woken when the
-// release was sent, has moved on (its early try got the lock).
+// releasedHere records that token released key through this instance (to
+// tell the release's echo: the record keeps it until a sweep drops it),
+// forgets its lease, and wakes the key's first waiter — unless early, the
+// one woken when the release was sent, has moved on (its early try got the
+// lock).
 func (e *Engine) releasedHere(key, token string, early *waiter) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.dropLeaseLocked(key, token)
-	if len(e.echoes) >= maxEchoes {
-		clear(e.echoes)
+	r := e.recordLocked(key)
+	if r.holds(token) && r.mode == Lease {
+		e.dropLocked(r)
 	}
-	e.echoes[key] = token
-	if q := e.waiting[key]; len(q) > 0 && (early == nil || q[0] == early) {
+	r.echo = token
+	if q := r.waiting; len(q) > 0 && (early == nil || q[0] == early) {
 		q[0].promoted = false
 		q[0].signal()
 	}
@@ -157,7 +154,7 @@ func (e *Engine) releasedHere(key, token string, early *waiter) {
 func (e *Engine) line(key string) []Waiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.waiting[key]
+	q := e.queueLocked(key)
 	if len(q) == 0 {
 		return nil // no allocation on a release nobody waits for
 	}
@@ -172,7 +169,7 @@ func (e *Engine) line(key string) []Waiter {
 func (e *Engine) wakeHead(key string) *waiter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.waiting[key]
+	q := e.queueLocked(key)
 	if len(q) == 0 {
 		return nil
 	}
@@ -199,7 +196,8 @@ func (e *Engine) enqueue(key string, o *Owner, place Waiter) (*waiter, error) {
 		return nil, ErrTooManyWaiters
 	}
 	w := &waiter{wake: make(chan struct{}, 1), place: place, client: o.id}
-	e.waiting[key] = append(e.waiting[key], w)
+	r := e.recordLocked(key)
+	r.waiting = append(r.waiting, w)
 	e.waiters++
 	return w, nil
 }
@@ -218,18 +216,18 @@ func (e *Engine) leave(ctx context.Context, key, id string) {
 func (e *Engine) dequeue(key string, w *waiter, granted bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.waiting[key]
-	for i, x := range q {
+	r := e.locks[key] // kept while w waits in it
+	for i, x := range r.waiting {
 		if x != w {
 			continue
 		}
-		q = append(q[:i], q[i+1:]...)
+		q := append(r.waiting[:i], r.waiting[i+1:]...)
 		e.waiters--
 		if len(q) == 0 {
-			delete(e.waiting, key)
+			r.waiting = nil // the record is swept once it holds nothing else
 			return
 		}
-		e.waiting[key] = q
+		r.waiting = q
 		if i == 0 {
 			q[0].promoted = granted
 			q[0].signal()
@@ -243,7 +241,7 @@ func (e *Engine) dequeue(key string, w *waiter, granted bool) {
 func (e *Engine) position(key string, w *waiter) (next *Waiter, head bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	q := e.waiting[key]
+	q := e.queueLocked(key)
 	if len(q) == 0 || q[0] != w {
 		return nil, false
 	}
@@ -262,5 +260,13 @@ func (e *Engine) Waiters(key string) int {
 	if key == "" {
 		return e.waiters
 	}
-	return len(e.waiting[key])
+	return len(e.queueLocked(key))
+}
+
+// queueLocked is key's waiters in this instance; e.mu is held.
+func (e *Engine) queueLocked(key string) queue {
+	if r := e.locks[key]; r != nil {
+		return r.waiting
+	}
+	return nil
 }
