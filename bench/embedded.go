@@ -72,7 +72,7 @@ func writeEmbedded(w io.Writer, o options, e *embeddedResult) {
 		o    outcome
 	}{{"empty", e.empty}, {"after", e.after}} {
 		proxyCPU := fmtMicros(perCycle(r.o.cost.proxy, r.o.cycles))
-		if o.inprocess {
+		if o.inprocess || r.o.cycles == 0 {
 			proxyCPU = "-"
 		}
 		fmt.Fprintf(w, "%-8s %-9d %-10.0f %-10s %-10s %-10s %d\n", r.name, r.o.cycles, r.o.rate(),
