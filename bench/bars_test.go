@@ -79,9 +79,9 @@ func TestBars(t *testing.T) {
 		"bar 6 redlock contended fairness, the worst client's distance from the mean grants: lockproxy 1.00%, redsync 0.00%, limit <= 1%: met",
 		"bar 7 redlock conc 1, paused, ops/s against healthy: lockproxy 800, healthy 1000, ratio 0.80x, limit >= 0.8x: met",
 		"bar 7 redlock contended 8, paused, ops/s against healthy: lockproxy 399, healthy 500, ratio 0.80x, limit >= 0.8x: missed",
-		"bar 8 node state after 10000 distinct keys locked once, the largest growth of a node 30s after their leases: " +
+		"bar 8 node state after 10000 distinct keys locked once, the largest growth of a node once their leases ended (waited up to 30s): " +
 			"lockproxy +16 keys (+16 lockproxy:*, 0.002 per locked key), +512 KiB used_memory, limit +16 keys and +512 KiB used_memory a node, whatever the key count: met",
-		"bar 8 node state after 100000 distinct keys locked once, the largest growth of a node 30s after their leases: " +
+		"bar 8 node state after 100000 distinct keys locked once, the largest growth of a node once their leases ended (waited up to 30s): " +
 			"lockproxy +17 keys (+0 lockproxy:*, 0.000 per locked key), +0 KiB used_memory, limit +16 keys and +512 KiB used_memory a node, whatever the key count: missed",
 		"bar 9 embedded c=32 cycles/s on fresh keys, after 100000 distinct keys locked once: lockproxy 800, empty backend 1000, ratio 0.80x, limit >= 0.8x: met",
 		"bar zk zookeeper c=1 cycles/s: lockproxy 840, zkrecipe 700, ratio 1.20x, limit >= 1.2x: met",

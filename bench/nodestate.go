@@ -105,7 +105,7 @@ func stateBars(runs []stateRun) []bar {
 	var out []bar
 	limit := fmt.Sprintf("+%d keys and +%d KiB used_memory a node, whatever the key count", stateKeySlack, stateMemSlack>>10)
 	for _, r := range runs {
-		what := fmt.Sprintf("node state after %d distinct keys locked once, the largest growth of a node %v after their leases", r.keys, r.grace)
+		what := fmt.Sprintf("node state after %d distinct keys locked once, the largest growth of a node once their leases ended (waited up to %v)", r.keys, r.grace)
 		keys, lpKeys, memory, err := r.worst()
 		if err != nil {
 			out = append(out, missing("8", what, err.Error()))
