@@ -174,10 +174,11 @@ func TestParseFlagsContended(t *testing.T) {
 	if len(o.conc) != 0 || o.contended != 8 || o.hold != 100*time.Microsecond {
 		t.Fatalf("conc %v contended %d hold %v", o.conc, o.contended, o.hold)
 	}
-	if o, err := parseFlags([]string{"-concurrency", "", "-contended", "0", "-faults=false"}); err != nil || o.hasCases() || !o.rss {
+	if o, err := parseFlags([]string{"-concurrency", "", "-contended", "0", "-faults=false", "-state=false", "-embedded=false"}); err != nil || o.hasCases() || !o.rss {
 		t.Errorf("the RSS cases alone: %+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"-concurrency", "", "-contended", "0", "-faults=false", "-rss=false"}, {"-contended", "-1"}, {"-hold", "-1ms"}} {
+	for _, bad := range [][]string{{"-concurrency", "", "-contended", "0", "-faults=false", "-rss=false", "-state=false", "-embedded=false"},
+		{"-contended", "-1"}, {"-hold", "-1ms"}, {"-state-keys", "0"}, {"-state-keys", ""}, {"-embedded-keys", "0"}, {"-fill-bound", "0s"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)
 		}

@@ -87,9 +87,9 @@ func writeDocs(path string, r docsRun) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// barLine is a line of a run's verdicts: issue 16's bars, and passthrough's
-// ratios at each concurrency.
-var barLine = regexp.MustCompile(`^(bar |\d+\s+ratio\s)`)
+// barLine is a line of a run's verdicts: a bar of issue 29, locks' or
+// passthrough's.
+var barLine = regexp.MustCompile(`^bar `)
 
 // render is r as the page shows it: when, on what machine under what load,
 // every bar line, then the whole output.

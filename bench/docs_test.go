@@ -53,9 +53,10 @@ func TestDocsRunRendersDateMachineLoadAndEveryBar(t *testing.T) {
 			t.Errorf("rendered run lacks %q:\n%s", want, got)
 		}
 	}
-	pt := docsRun{block: "passthrough", output: "32     ratio             0.56x   lockproxy / direct\n"}
-	if !strings.Contains(pt.render(), "Every bar line of the run:\n\n```\n32     ratio ") {
-		t.Errorf("a passthrough run's ratio lines are its bars:\n%s", pt.render())
+	pt := docsRun{block: "passthrough", output: "32     ratio             0.56x   lockproxy / direct\n" +
+		"bar pt passthrough c=32 commands/s: lockproxy 30000, twemproxy 30000, ratio 1.00x, limit >= 1x: met\n"}
+	if !strings.Contains(pt.render(), "Every bar line of the run:\n\n```\nbar pt passthrough c=32 commands/s: lockproxy 30000, twemproxy 30000, ratio 1.00x, limit >= 1x: met\n```") {
+		t.Errorf("a passthrough run's bar lines, and those only, are its bars:\n%s", pt.render())
 	}
 }
 

@@ -23,6 +23,7 @@ type spec struct {
 	timeout  time.Duration // bound of one LOCK+UNLOCK cycle
 	samples  int           // latency samples kept, over all workers
 	phase    string        // "warmup" or "run"; part of the keys
+	fresh    bool          // every cycle on a key never used before, instead of the ring
 }
 
 // outcome is what one phase measured.
@@ -50,6 +51,7 @@ func (o outcome) rate() float64 {
 type worker struct {
 	keys    []string // the current name of each key slot
 	renamed int      // key slots renamed after a failure so far
+	fresh   string   // with spec.fresh: the prefix of this worker's keys, each cycle's its own
 	timeout time.Duration
 	rec     *reservoir // cycle latencies
 	acq     *reservoir // acquire latencies, sampled alike
@@ -81,6 +83,9 @@ func newWorkers(impl string, s spec) []*worker {
 	for i := range workers {
 		workers[i] = &worker{keys: workerKeys(impl, s, i), timeout: s.timeout,
 			rec: newReservoir(per, uint64(i)), acq: newReservoir(per, uint64(i))}
+		if s.fresh {
+			workers[i].fresh = fmt.Sprintf("bench:%s:%s:c%d:w%d:fresh", impl, s.phase, s.conc, i)
+		}
 	}
 	return workers
 }
@@ -99,6 +104,11 @@ func workerKeys(impl string, s spec, i int) []string {
 // passed and ctx is live.
 func (w *worker) loop(ctx context.Context, cycle cycleFunc, budget *atomic.Int64, deadline time.Time) {
 	for i := 0; budget.Add(-1) >= 0 && ctx.Err() == nil && time.Now().Before(deadline); i++ {
+		if w.fresh != "" {
+			w.keys[0] = w.fresh + strconv.Itoa(i)
+			w.one(ctx, cycle, 0)
+			continue
+		}
 		w.one(ctx, cycle, i%len(w.keys))
 	}
 }

@@ -1,33 +1,51 @@
 // Command bench measures LOCK+UNLOCK cycles through lockproxy against the
-// same work done client-side over the same servers, which it starts and
-// stops itself, and checks the bars of issue 16. In one run, by default:
+// same work done by the peers a user would otherwise pick, over the same
+// servers, which it starts and stops itself, and checks the bars of issue
+// 29. In one run, by default:
 //
 //   - redlock: three local redis-servers. Uncontended cycles at each
-//     -concurrency through lockproxy, through redsync, and through one plain
+//     -concurrency through lockproxy, through redsync, through one plain
 //     redis-server (the first node: SET key token NX PX 10000 plus a Lua
-//     compare-and-delete, no HA), then the contended case (clients that all
-//     wait for one key; lockproxy's LOCK ... WAIT against redsync's retries).
+//     compare-and-delete, no HA) and through twemproxy in front of it
+//     (the same cycle: what a proxy hop costs), then the contended case
+//     (clients that all wait for one key; lockproxy's LOCK ... WAIT
+//     against redsync's retries).
 //   - zookeeper: one standalone ZooKeeper server (internal/zktest) against
 //     go-zookeeper's lock recipe (zk.NewLock, Lock, Unlock).
 //   - faults: lockproxy over three fresh nodes, the third healthy, paused
 //     (SIGSTOP) and delayed by 150 ms, uncontended and contended.
+//   - node state (bar 8): for each -state-keys count, lockproxy over three
+//     fresh nodes locks that many distinct keys once each (SET NX PX
+//     1000); once the leases ended, each node's keys and used_memory must
+//     come back within a constant of where they started.
+//   - embedded (bar 9): c=32 cycles on fresh keys on an empty embedded
+//     backend, then after -embedded-keys distinct keys were locked once.
 //   - rss: a fresh lockproxy subprocess's VmRSS with 10,000 idle loopback
 //     connections, and another's with 100,000 held leases.
 //
 // For every case it prints cycles/s, acquire and cycle latency and the CPU
 // per cycle of each process: lockproxy (a subprocess; with -inprocess it
-// is in the bench's own CPU), the nodes (the redis-servers' or the
-// ZooKeeper JVM's utime+stime from /proc/PID/stat) and the load generator
-// (this process's rusage). It ends with one line per bar: met or missed,
-// with the two figures.
+// is in the bench's own CPU), twemproxy, the nodes (the redis-servers' or
+// the ZooKeeper JVM's utime+stime from /proc/PID/stat) and the load
+// generator (this process's rusage). It ends with one line per bar: its
+// name, lockproxy's figure, the peer's, their ratio, the limit, and met or
+// missed. The first line is the machine and its load average.
 //
-// Budget: under three minutes on the 2-core machine: 23 cases of 2.5 s
-// (0.5 s warm-up, 2 s measured), the RSS cases (bounded at 90 s each,
-// about 10-30 s together), the servers' starts and lockproxy's build.
+// Budget: about 5 minutes on the 2-core machine when lockproxy's fills are
+// quick: 29 cases of 2.5 s (0.5 s warm-up, 2 s measured), the node-state
+// runs (10,000 and 100,000 keys, each bounded by -fill-bound and then
+// -state-grace), the embedded case (its fill bounded by -fill-bound), the
+// RSS cases (bounded at 90 s each, about 10-30 s together), the servers'
+// starts and lockproxy's build. A lockproxy whose nodes keep a key per
+// locked key waits out -state-grace (30 s) twice; an embedded backend that
+// slows with every key takes up to -fill-bound (2 min). -state=false and
+// -embedded=false leave those cases out.
 //
 //	go run ./bench [-backend redlock,zookeeper] [-concurrency 1,32] [-contended 8]
 //	               [-hold 0s] [-duration 2s] [-warmup 500ms] [-cycles N]
-//	               [-impl redis,redsync,zkrecipe,lockproxy] [-faults=true] [-rss=true]
+//	               [-impl redis,twemproxy,redsync,zkrecipe,lockproxy] [-faults=true] [-rss=true]
+//	               [-state=true] [-state-keys 10000,100000] [-state-grace 30s]
+//	               [-embedded=true] [-embedded-keys 100000] [-fill-bound 2m]
 //	               [-inprocess] [-procs N] [-cpuprofile FILE]
 //	go run ./bench -passthrough [-concurrency 1,32] [-twemproxy nutcracker]
 //
@@ -35,12 +53,13 @@
 // every bar line, the whole output) into that page's marked block for its
 // kind of run, so that the published figures are never edited by hand.
 //
-// -passthrough measures forwarded GET/SET instead (issue 14): the data
-// Redis directly, through twemproxy when it is installed, and through
-// lockproxy, in one run.
+// -passthrough measures forwarded GET/SET instead: the data Redis
+// directly, through twemproxy when it is installed, and through lockproxy,
+// in one run; its bars compare lockproxy with twemproxy.
 //
-// With -concurrency "" -contended 0 no backend's case runs, only the faults
-// and RSS cases: add -faults=false for the RSS cases alone.
+// With -concurrency "" -contended 0 no backend's case runs, only the
+// faults, node-state, embedded and RSS cases: add -faults=false,
+// -state=false or -embedded=false to leave those out.
 package main
 
 import (
@@ -74,9 +93,15 @@ type options struct {
 	inprocess   bool
 	procs       int
 	cpuprofile  string
-	passthrough bool   // measure forwarded GET/SET instead (issue 14)
+	passthrough bool   // measure forwarded GET/SET instead
 	twemproxy   string // twemproxy's executable, the reference proxy
 	faults      bool
+	state       bool          // bar 8's node-state case
+	stateKeys   []int         // its key counts, one run each
+	stateGrace  time.Duration // how long after the last lease the nodes may take to come back
+	embedded    bool          // bar 9's embedded-backend case
+	embKeys     int           // the distinct keys it locks between its two measures
+	fillBound   time.Duration // bound of one fill of distinct keys (bars 8 and 9)
 	rss         bool
 	docs        string // a Markdown page whose marked block gets the run; empty: none
 }
@@ -149,6 +174,12 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.inprocess, "inprocess", false, "run lockproxy in this process instead of a subprocess")
 	fs.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of the lockproxy subprocess (0: Go's default)")
 	fs.BoolVar(&o.faults, "faults", true, "after the backends, measure lockproxy (redlock) with one node healthy, paused and delayed 150ms")
+	fs.BoolVar(&o.state, "state", true, "bar 8: lock -state-keys distinct keys once each (SET NX PX) through lockproxy over fresh nodes, and compare each node's keys and used_memory once the leases ended with its start")
+	stateKeys := fs.String("state-keys", "10000,100000", "key counts of the node-state case, one run over fresh nodes each, comma-separated")
+	fs.DurationVar(&o.stateGrace, "state-grace", 30*time.Second, "how long after the last lease ended the node-state case waits for the nodes to come back within the constant")
+	fs.BoolVar(&o.embedded, "embedded", true, "bar 9: c=32 cycles/s on fresh keys on an empty embedded backend, and after -embedded-keys distinct keys were locked once")
+	fs.IntVar(&o.embKeys, "embedded-keys", 100_000, "distinct keys the embedded case locks between its two measures")
+	fs.DurationVar(&o.fillBound, "fill-bound", 2*time.Minute, "bound of locking the distinct keys of one node-state run or of the embedded case")
 	fs.BoolVar(&o.rss, "rss", true, "measure the lockproxy subprocess's RSS with 10,000 idle connections and with 100,000 held locks")
 	fs.BoolVar(&o.passthrough, "passthrough", false, "measure forwarded GET/SET through lockproxy against the data Redis directly, at each -concurrency, instead of locks")
 	fs.StringVar(&o.twemproxy, "twemproxy", "nutcracker", "twemproxy's executable, measured in the same run as a reference proxy (left out if not found)")
@@ -159,7 +190,10 @@ func parseFlags(args []string) (options, error) {
 	}
 	var err error
 	if o.conc, err = parseInts(*conc); err != nil {
-		return o, err
+		return o, fmt.Errorf("-concurrency: %w", err)
+	}
+	if o.stateKeys, err = parseInts(*stateKeys); err != nil {
+		return o, fmt.Errorf("-state-keys: %w", err)
 	}
 	if o.impls, err = parseImpls(*impls); err != nil {
 		return o, err
@@ -177,8 +211,11 @@ func (o options) validate() error {
 	if o.contended < 0 || o.hold < 0 {
 		return errors.New("-contended and -hold must not be negative")
 	}
-	if !o.hasCases() && !o.faults && !o.rss {
-		return errors.New("nothing to measure: -concurrency is empty, -contended is 0, -faults and -rss are false")
+	if o.embKeys <= 0 || o.fillBound <= 0 || o.stateGrace < 0 || (o.state && len(o.stateKeys) == 0) {
+		return errors.New("-embedded-keys, -fill-bound and -state-keys must be positive, -state-grace not negative")
+	}
+	if !o.hasCases() && !o.faults && !o.rss && !o.state && !o.embedded {
+		return errors.New("nothing to measure: -concurrency is empty, -contended is 0, -faults, -state, -embedded and -rss are false")
 	}
 	return nil
 }
@@ -197,7 +234,7 @@ func parseInts(s string) ([]int, error) {
 	for f := range strings.SplitSeq(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("-concurrency: %q is not a positive integer", f)
+			return nil, fmt.Errorf("%q is not a positive integer", f)
 		}
 		out = append(out, n)
 	}

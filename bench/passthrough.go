@@ -32,6 +32,7 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	writeMachine(w)
 	if o.cpuprofile != "" && !o.inprocess {
 		fmt.Fprintln(os.Stderr, "bench: -cpuprofile without -inprocess profiles the load generator only, not lockproxy")
 	}
@@ -56,37 +57,50 @@ func runPassthrough(ctx context.Context, o options, w io.Writer) error {
 	}
 	defer func() { _ = px.stop() }()
 	targets := []ptTarget{{name: "direct", addr: data.Addr()}}
-	tw, why, err := startTwemproxy(ctx, o.twemproxy, dir, data.Addr())
+	tw := -1 // twemproxy's index in targets
+	twp, why, err := startTwemproxy(ctx, o.twemproxy, dir, data.Addr())
 	if err != nil {
 		return err
 	}
-	if tw != nil {
-		defer func() { _ = tw.stop() }()
-		targets = append(targets, ptTarget{name: "twemproxy", addr: tw.addr, pid: tw.pid, options: twemproxyOptions})
-		why = "twemproxy " + tw.desc
+	if twp != nil {
+		defer func() { _ = twp.stop() }()
+		tw = len(targets)
+		targets = append(targets, ptTarget{name: "twemproxy", addr: twp.addr, pid: twp.pid, options: twemproxyOptions})
+		why = "twemproxy " + twp.desc
 	}
+	lp := len(targets)
 	targets = append(targets, ptTarget{name: "lockproxy", addr: px.addr, pid: px.pid})
+	byConc := map[int][]ptOutcome{}
 	fmt.Fprintf(w, "passthrough: GET/SET alternating, warm-up %v, then %v or %d commands per case in %d turns; lockproxy %s; %s\n", o.warmup, o.duration, o.cycles, ptSlices, px.desc, why)
 	fmt.Fprintf(w, "(cpu/op: CPU time per command of this process (the load generator, and lockproxy if in-process), of the proxy's subprocess, of the data redis-server)\n")
 	fmt.Fprintf(w, "%-6s %-10s %12s %10s %10s %8s %10s %10s %10s\n", "conc", "target", "ops/s", "p50", "p99", "errors", "bench/op", "proxy/op", "redis/op")
 	for _, conc := range o.conc {
+		if ctx.Err() != nil {
+			break
+		}
 		out := passthroughCase(ctx, targets, data.PID(), conc, o)
+		byConc[conc] = out
 		for i, t := range targets {
 			r := out[i]
 			fmt.Fprintf(w, "%-6d %-10s %12.0f %10v %10v %8d %10v %10v %10v\n", conc, t.name, r.rate, r.p50, r.p99, r.errors, r.cpu, r.proxyCPU, r.redisCPU)
 		}
-		direct, proxied := out[0], out[len(out)-1]
+		direct, proxied := out[0], out[lp]
 		if direct.rate > 0 {
 			own := proxied.proxyCPU
 			if px.pid == 0 { // in-process: the load generator does the same work in both cases
 				own = proxied.cpu - direct.cpu
 			}
-			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy / direct (issue 14's bar: 0.7x at 32); lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, own)
-			if tw != nil {
-				ref := out[1]
+			fmt.Fprintf(w, "%-6d ratio      %11.2fx   lockproxy / direct; lockproxy's own CPU per forwarded command: about %v\n", conc, proxied.rate/direct.rate, own)
+			if tw >= 0 {
+				ref := out[tw]
 				fmt.Fprintf(w, "%-6d ratio      %11.2fx   twemproxy / direct; lockproxy / twemproxy %.2fx\n", conc, ref.rate/direct.rate, proxied.rate/ref.rate)
 			}
 		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "bars (issue 29; lockproxy against twemproxy in this run):")
+	for _, b := range ptBars(byConc, lp, tw, o.inprocess) {
+		fmt.Fprintln(w, b)
 	}
 	return ctx.Err()
 }

@@ -63,7 +63,7 @@ func (l *launcher) startLease(ctx context.Context, s suite, servers []string, le
 	} else {
 		px, err = l.startSubprocess(ctx, s, servers, lease)
 	}
-	if err != nil || s.backend != "redlock" {
+	if err != nil || s.backend == "zookeeper" {
 		return px, err
 	}
 	if err := awaitGrant(ctx, px.addr, lease); err != nil {
@@ -83,7 +83,8 @@ func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []strin
 	args := s.proxyArgs(servers)
 	if s.backend == "redlock" {
 		conf := filepath.Join(l.dir, "lockproxy.toml")
-		if err := os.WriteFile(conf, fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n", lease.Milliseconds()), 0o644); err != nil {
+		toml := fmt.Appendf(nil, "[redlock]\nmax_lease_ms = %d\n[locks]\nbound_lease_ms = %d\n", lease.Milliseconds(), boundLease(lease).Milliseconds())
+		if err := os.WriteFile(conf, toml, 0o644); err != nil {
 			return nil, err
 		}
 		args = append(args, "--config", conf)
@@ -91,8 +92,12 @@ func (l *launcher) startSubprocess(ctx context.Context, s suite, servers []strin
 	return startSubprocess(ctx, l.bin, args, l.procs)
 }
 
-// awaitGrant waits until lockproxy at addr grants a lock: until its nodes
-// are older than lease, its max_lease_ms.
+// boundLease is locks.bound_lease_ms for redlock.max_lease_ms lease: its
+// default, maxLease, or lease if that is shorter (it may not exceed it).
+func boundLease(lease time.Duration) time.Duration { return min(lease, maxLease) }
+
+// awaitGrant waits until lockproxy at addr grants a lock: with redlock,
+// until its nodes are older than lease, its max_lease_ms.
 func awaitGrant(ctx context.Context, addr string, lease time.Duration) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
@@ -128,11 +133,13 @@ func startInProcess(s suite, servers []string, lease time.Duration) (*proxy, err
 	cfg := instance.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Backend = s.backend
-	if s.backend == "zookeeper" {
+	switch s.backend {
+	case "zookeeper":
 		cfg.ZooKeeper.Servers = servers
-	} else {
+	case "redlock":
 		cfg.Redlock.Nodes = servers
 		cfg.Redlock.MaxLeaseMS = int(lease.Milliseconds())
+		cfg.Locks.BoundLeaseMS = int(boundLease(lease).Milliseconds())
 	}
 	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {

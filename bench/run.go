@@ -63,6 +63,18 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 			return err
 		}
 	}
+	if o.state && ctx.Err() == nil {
+		fmt.Fprintln(w)
+		if f.state, err = runNodeState(ctx, o, l, dir, w); err != nil {
+			return err
+		}
+	}
+	if o.embedded && ctx.Err() == nil {
+		fmt.Fprintln(w)
+		if f.embedded, err = runEmbedded(ctx, o, l, w); err != nil {
+			return err
+		}
+	}
 	if rssNodes != nil && ctx.Err() == nil {
 		fmt.Fprintln(w)
 		if f.rss, err = runRSS(ctx, l, rssNodes, w); err != nil {

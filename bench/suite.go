@@ -47,8 +47,11 @@ func (s suite) order() []string {
 
 // proxyArgs are lockproxy's command-line flags for the backend over servers.
 func (s suite) proxyArgs(servers []string) []string {
-	if s.backend == "zookeeper" {
+	switch s.backend {
+	case "zookeeper":
 		return []string{"--backend", "zookeeper", "--zk", strings.Join(servers, ",")}
+	case "embedded":
+		return []string{"--backend", "embedded"}
 	}
 	return []string{"--backend", "redlock", "--nodes", strings.Join(servers, ",")}
 }
