@@ -196,7 +196,7 @@ func TestGuardedScriptGoesWithItsScript(t *testing.T) {
 	collected := make(chan struct{})
 	func() {
 		s := admitted(t, `return redis.call('SET', KEYS[1], ARGV[1])`)
-		if g := guardedScript(s); g != guardedScript(s) {
+		if g := guardedScript(s, false); g != guardedScript(s, false) {
 			t.Fatal("the guarded script was made twice")
 		}
 		runtime.AddCleanup(s, func(ch chan struct{}) { close(ch) }, collected)
