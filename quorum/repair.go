@@ -42,9 +42,9 @@ import (
 // miniredis dumps strings only) is neither counted nor repaired for it.
 //
 // When: once a quorum of nodes agree on every key, once every node's part
-// is known, or at latest a node timeout after a quorum answered (a paused
-// node is not waited for; if it answers later, it is still compared with
-// the majority found, and repaired). Repairs are counted and logged
+// is known, or at latest a node timeout after the first node reported its
+// states (a paused node is not waited for: the nodes that answered keep
+// their turns no longer than that). Repairs are counted and logged
 // through Config.OnRepair.
 
 // KeyState is one key's state on one node.
@@ -113,7 +113,7 @@ func (v *stateVote) add(i int, states []KeyState) {
 	case v.majority != nil:
 	case v.left == 0 || v.allAgreed():
 		v.decide()
-	case v.answered == v.r.quorum && v.timer == nil:
+	case v.answered > 0 && v.timer == nil:
 		v.timer = time.AfterFunc(v.r.timeout(0), func() {
 			v.mu.Lock()
 			defer v.mu.Unlock()
