@@ -135,7 +135,11 @@ func TestScriptDriftRepaired(t *testing.T) {
 // changed to the third's state, and with no majority nothing is touched.
 func TestScriptDriftNeverOverwritesAMajority(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
-	c := newClient(t, startInstance(t, testConfig(nodes)).Addr(), 2)
+	cfg := testConfig(nodes)
+	cfg.MetricsListen = "127.0.0.1:0"
+	in := startInstance(t, cfg)
+	c := newClient(t, in.Addr(), 2)
+	metrics := func() string { _, b := httpGet(t, in.MetricsAddr(), "/metrics"); return b }
 	direct := directClients(t, nodes)
 	ctx := compatCtx(t)
 	key := uniqueKey(t)
@@ -165,6 +169,12 @@ func TestScriptDriftNeverOverwritesAMajority(t *testing.T) {
 	eventually(t, compatWaitBound, "node 0 takes the majority's state", func() bool { return alike(dumps(t, direct, key)) })
 	if v, err := nodeClient(t, nodes[0]).HGet(ctx, key, "n").Result(); err != nil || v != "2" {
 		t.Fatalf("node 0: %q %v, want the majority's 2", v, err)
+	}
+	m := metrics()
+	if metricValue(m, `lockproxy_node_script_repairs_total{node="",outcome="no_majority"}`) < 1 ||
+		metricValue(m, `lockproxy_node_script_repairs_total{node="`+nodes[0].Addr()+`",outcome="repaired"}`) != 1 ||
+		strings.Contains(m, `lockproxy_node_script_repairs_total{node="`+nodes[1].Addr()) {
+		t.Fatalf("repair metrics:\n%s", grepLines(m, "lockproxy_node_script_repairs"))
 	}
 }
 
