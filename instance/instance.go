@@ -196,6 +196,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		DriftFixed:  ms(rc.DriftFixedMS),
 		MaxLease:    maxLease,
 		OnTrust:     in.nodeSet.trust,
+		OnRepair:    in.nodeSet.repair,
 	})
 	in.nodeSet.redlock = r
 	in.nodeSet.start()

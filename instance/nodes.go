@@ -146,6 +146,25 @@ func (s *nodeSet) trust(i int, counted bool, why string) {
 	}
 }
 
+// repair is quorum.Config.OnRepair: a node that drifted apart under
+// scripts run on every node was given the majority's state of some keys
+// (or that failed), or the nodes differed on keys with no majority. Each
+// is counted per key and logged.
+func (s *nodeSet) repair(e quorum.RepairEvent) {
+	keys := zap.Strings("keys", e.Keys)
+	switch {
+	case e.NoMajority:
+		s.repairs.WithLabelValues("", "no_majority").Add(float64(len(e.Keys)))
+		s.log.Info("redis nodes hold different states of a script's keys and no state has a majority of nodes: not repaired", keys)
+	case e.Err != nil:
+		s.repairs.WithLabelValues(s.nodes[e.Node].String(), "failed").Add(float64(len(e.Keys)))
+		s.log.Warn("repair of a redis node that drifted apart from the majority failed", zap.String("node", s.nodes[e.Node].String()), keys, zap.Error(e.Err))
+	default:
+		s.repairs.WithLabelValues(s.nodes[e.Node].String(), "repaired").Add(float64(len(e.Keys)))
+		s.log.Info("repaired a redis node that drifted apart: it now holds the majority's state of the keys", zap.String("node", s.nodes[e.Node].String()), keys)
+	}
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
@@ -161,6 +180,7 @@ type nodeSet struct {
 	counted *prometheus.GaugeVec
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
+	repairs *prometheus.CounterVec
 	stop    context.CancelFunc
 	stopped chan struct{}
 	// redlock is the restart rule's view of the nodes (HeldOut); set
@@ -267,6 +287,10 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"node"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockproxy", Name: "node_errors_total",
 			Help: "Failed operations on a Redis node, by kind: timeout, connection, reply."}, []string{"node", "kind"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockproxy", Name: "node_script_repairs_total",
+			Help: "Keys of scripts run on every node that a node held in another state than a majority of nodes, by outcome: " +
+				"repaired (given the majority's state), failed (the repair did not apply), no_majority (node \"\": the nodes differed and no state had a majority; nothing repaired)."},
+			[]string{"node", "outcome"}),
 	}
 }
 
@@ -393,7 +417,7 @@ func (s *nodeSet) status() string {
 
 // collectors are the per-node series for /metrics.
 func (s *nodeSet) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors, heldOutSeconds{s}}
+	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors, s.repairs, heldOutSeconds{s}}
 }
 
 // heldOutDesc is lockproxy_node_held_out_seconds.

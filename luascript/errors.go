@@ -67,14 +67,21 @@ type EvalError struct {
 	// turn on its keys could not be taken on a majority of nodes within
 	// the time limit, and why (quorum/turn.go).
 	Turn string
+	// Read is true for a script that only reads (Admitted.Writes false):
+	// it changed no node, and the error says so.
+	Read bool
 	Err  error // the nodes' failures, joined
 }
 
 func (e *EvalError) Error() string {
 	var b strings.Builder
 	if e.Turn != "" {
+		what := "the script ran on no node"
+		if e.Read {
+			what = "this script only reads: it changed no node, and its first run's replies disagreed"
+		}
 		fmt.Fprintf(&b, "could not take the turn on the script's keys on a majority of nodes (%d of %d) within the script time limit (%d ms); "+
-			"the script ran on no node; %s", e.Needed, e.Nodes, e.Limit.Milliseconds(), e.Turn)
+			"%s; %s", e.Needed, e.Nodes, e.Limit.Milliseconds(), what, e.Turn)
 		return b.String()
 	}
 	if e.Answered < e.Needed {
@@ -85,7 +92,11 @@ func (e *EvalError) Error() string {
 	if e.TimedOut > 0 {
 		fmt.Fprintf(&b, "; %d did not finish within the script time limit (%d ms) and were sent SCRIPT KILL", e.TimedOut, e.Limit.Milliseconds())
 	}
-	b.WriteString("; the script may have run on some nodes, and its writes there are not undone")
+	if e.Read {
+		b.WriteString("; this script only reads: it changed no node, and the nodes whose states differed without a majority were not repaired")
+	} else {
+		b.WriteString("; the script may have run on some nodes, and its writes there are not undone")
+	}
 	return b.String()
 }
 

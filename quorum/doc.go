@@ -5,7 +5,9 @@
 // Redlock's restart rule (restart.go): a node that restarted without
 // verified fsync is not counted until every lease it may have held has
 // expired and its fencing counters have been raised. Eval (eval.go) runs a
-// script outside the catalog on every node and keeps the majority's reply.
+// script outside the catalog on every node and keeps the majority's reply;
+// repair.go gives a node whose state of the script's keys differs from a
+// majority's that state.
 //
 // It does no I/O of its own: upstream/ implements Node over real Redis
 // nodes, and tests implement it with fault-injecting fakes. It must not know

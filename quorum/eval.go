@@ -204,14 +204,46 @@ const KillTimeout = 15 * time.Second
 // background, so that they answer again (a script that already wrote
 // cannot be killed: Redis then answers UNKILLABLE and the node stays busy
 // until the script ends).
+//
+// A script that writes runs under its turn, and the nodes' states of its
+// keys are compared and repaired after it (repair.go). A script that only
+// reads (s.Writes false: the admission check found no writing command)
+// takes no turn; when the nodes that answered it disagree without a
+// majority, it runs once more, within what is left of limit, under the
+// turn with its keys' states: that second run waits for the scripts in
+// flight on the keys, and repairs a minority that drifted, so the client
+// gets the majority's reply wherever a majority of nodes holds one state.
+// Its errors say that it changed nothing (EvalError.Read).
 func (r *Redlock) Eval(ctx context.Context, s *luascript.Admitted, keys, args []string, limit time.Duration) (luascript.Reply, error) {
+	deadline := time.Now().Add(limit)
+	v, err := r.eval(ctx, s, keys, args, limit, s.Writes)
+	var ee *luascript.EvalError
+	if !s.Writes && len(keys) > 0 && errors.As(err, &ee) && ee.Turn == "" && ee.Answered >= r.quorum {
+		if left := time.Until(deadline); left > 0 {
+			var again *luascript.EvalError
+			v2, err2 := r.eval(ctx, s, keys, args, left, true)
+			if !errors.As(err2, &again) || again.Turn == "" { // no turn: the first run's disagreement says more
+				v, err = v2, err2
+			}
+		}
+	}
+	if !s.Writes && errors.As(err, &ee) {
+		ee.Read = true
+	}
+	return v, err
+}
+
+// eval runs s once; under its turn (and with its keys' states compared
+// and repaired) when turn is set and s has keys.
+func (r *Redlock) eval(ctx context.Context, s *luascript.Admitted, keys, args []string, limit time.Duration, turn bool) (luascript.Reply, error) {
 	op := &Op{Kind: OpEval, Script: s, Keys: keys, Args: args}
-	if s.Writes && len(keys) > 0 {
+	if turn && len(keys) > 0 {
 		t, err := r.enterTurn(ctx, keys, limit)
 		if err != nil {
 			return luascript.Reply{}, err
 		}
-		op.Turn, op.turn = t.token, t
+		op.Turn, op.turn, op.State = t.token, t, true
+		t.vote = newStateVote(r, uniqueKeys(keys))
 	}
 	sel := newSelection(r.quorum, len(r.nodes), s.ReadsTime)
 	f, err := r.fanout(ctx, limit, op, nil, sel.add)

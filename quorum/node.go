@@ -96,6 +96,12 @@ const (
 	// OpTurnBack gives back the turn on Keys: each key's turn that Token
 	// still holds is deleted. Reply: none but Err.
 	OpTurnBack
+	// OpRepair sets each of Keys to the state at the same place in Fix
+	// (RESTORE ... REPLACE with its DUMP and remaining time, or DEL when
+	// it has no key), only while every key's turn holds Turn, all in one
+	// atomic step (repair.go). Reply: none but Err; a turn that is not
+	// Turn's is a failure that wraps ErrTurnLost.
+	OpRepair
 )
 
 // UndoGrace is how much longer than the attempt's lease an undo mark
@@ -180,6 +186,12 @@ type Op struct {
 	// ErrTurnLost. Empty: the script runs unguarded.
 	Turn string
 	turn *turn // the Redlock's side of Turn
+	// State asks, for an OpEval guarded by its turn, for the state each
+	// key of Keys (uniqueKeys order) is left in on the node, in the same
+	// atomic step as the script: Reply.States (repair.go).
+	State bool
+	// Fix is, for an OpRepair, the state to give each key of Keys.
+	Fix []KeyState
 }
 
 // Reply is one node's answer to an Op.
@@ -191,6 +203,10 @@ type Reply struct {
 	Entry  Entry
 	Status Status          // OpStatus
 	Value  luascript.Reply // OpEval
+	// States is, for an OpEval with State, each key's state on the node
+	// right after the script, in the order of the op's unique keys; nil
+	// when the script raised an error (the node's state is then unknown).
+	States []KeyState
 	// Attempt is, for an OpRelease that deleted a hold (OK), the attempt
 	// that last took or refreshed it there ("" if the node did not record
 	// one): a release carried on to silent nodes is bound to it.

@@ -55,6 +55,11 @@ type Config struct {
 	// counting node i, and why. It must be quick; it runs on the goroutine
 	// that watches the nodes.
 	OnTrust func(i int, counted bool, why string)
+	// OnRepair, when set, is told of each repair of a node that drifted
+	// apart under scripts run on every node, and of keys whose nodes
+	// differ with no majority (repair.go). It must be quick; it runs on
+	// the script's goroutines.
+	OnRepair func(RepairEvent)
 }
 
 // Redlock takes locks on a majority of independent nodes. It implements

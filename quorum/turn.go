@@ -157,6 +157,10 @@ type turn struct {
 	backs atomic.Int32
 	leave func()
 	once  sync.Once
+	// vote compares the nodes' states of the keys after the script, and
+	// repairs the minority before it gets the turn back (repair.go); nil
+	// when the script is not asked for them.
+	vote *stateVote
 }
 
 // partDone counts node's part as over.
@@ -465,16 +469,28 @@ func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies chan<- Reply
 			case send = <-t.gates[i]:
 			case <-ctx.Done():
 			}
+			var rep Reply
 			switch {
 			case !waitAll(ctx, preds[i]):
-				replies <- Reply{Tag: i, Err: ErrOrderWait}
+				rep = Reply{Tag: i, Err: ErrOrderWait}
 			case !send && ctx.Err() != nil:
-				replies <- Reply{Tag: i, Err: ctx.Err()}
+				rep = Reply{Tag: i, Err: ctx.Err()}
 			case !send:
-				replies <- Reply{Tag: i, Err: ErrTurnLost}
+				rep = Reply{Tag: i, Err: ErrTurnLost}
 			default:
 				n.Do(ctx, op, i, own)
-				replies <- <-own
+				rep = <-own
+			}
+			replies <- rep
+			if t.vote != nil {
+				var states []KeyState
+				if rep.Err == nil && r.counts(rep) {
+					states = rep.States
+				}
+				t.vote.add(i, states)
+				if states != nil {
+					r.repairNode(t, i, states)
+				}
 			}
 			for _, p := range preds[i] {
 				<-p

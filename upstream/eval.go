@@ -19,7 +19,7 @@ import (
 
 // scriptFor is the script and arguments that run op on the node.
 func (n *RedisNode) scriptFor(op *quorum.Op) (*script, []string, []any) {
-	if op.Kind == quorum.OpTurn || op.Kind == quorum.OpTurnBack || op.Kind == quorum.OpEval && op.Turn != "" {
+	if op.Kind == quorum.OpTurn || op.Kind == quorum.OpTurnBack || op.Kind == quorum.OpRepair || op.Kind == quorum.OpEval && op.Turn != "" {
 		return n.turnFor(op)
 	}
 	if op.Kind != quorum.OpEval {
@@ -50,11 +50,15 @@ func evalReply(op *quorum.Op, tag int, v any, err error, inc string) quorum.Repl
 	case err != nil && errors.As(err, &reply) && !isNodeFailure(err):
 		msg := err.Error()
 		if op.Turn != "" {
-			msg = strings.ReplaceAll(msg, guardedScript(op.Script).sha, op.Script.SHA)
+			msg = strings.ReplaceAll(msg, guardedScript(op.Script, op.State).sha, op.Script.SHA)
 		}
 		r.Value = luascript.Reply{Kind: luascript.Error, Str: msg}
 	case err != nil:
 		r.Err = err
+	case op.State:
+		if v, r.States, r.Err = stated(op, v); r.Err == nil {
+			r.Value, r.Err = toReply(v)
+		}
 	default:
 		r.Value, r.Err = toReply(v)
 	}

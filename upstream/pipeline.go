@@ -41,6 +41,9 @@ func (c *call) answer(v any, err error, inc string) {
 	case quorum.OpEval:
 		c.deliver(evalReply(c.op, c.tag, v, err, inc))
 		return
+	case quorum.OpRepair:
+		c.deliver(repairReply(c.op, c.tag, err, inc))
+		return
 	case quorum.OpTurn, quorum.OpTurnBack:
 		r := quorum.Reply{Tag: c.tag, Err: err, Incarnation: inc}
 		if err == nil && c.op.Kind == quorum.OpTurn {

@@ -21,12 +21,15 @@ var (
 	turnLua string
 	//go:embed scripts/turnback.lua
 	turnBackLua string
+	//go:embed scripts/repair.lua
+	repairLua string
 
 	turnScript     = newScript("turn", turnLua)
 	turnBackScript = newScript("turnback", turnBackLua)
+	repairScript   = newScript("repair", repairLua)
 )
 
-func init() { scripts = append(scripts, turnScript, turnBackScript) }
+func init() { scripts = append(scripts, turnScript, turnBackScript, repairScript) }
 
 // turnKey is the key that holds the turn on key.
 func (n *RedisNode) turnKey(key string) string { return n.prefix + "turn:" + key }
@@ -57,7 +60,19 @@ const turnRefused = "LOCKPROXY_TURN "
 // own function, so its locals, upvalues and a top-level return are its
 // own as in a chunk; src ending in a comment without a newline is closed
 // by the newline before "end".
-func Guard(src string) string {
+func Guard(src string) string { return guard(src, false) }
+
+// GuardStated is Guard whose script also reports, in the same atomic step,
+// the state each key of the client's KEYS is left in (quorum/repair.go):
+// its reply is an array of the body's reply (nil as a null), then, for
+// each KEYS[i] in order, the key's PTTL and its DUMP (a null for no key),
+// or -3 and a null when the node cannot DUMP it. Lua turns a reply nested
+// in an array into RESP as it turns a script's own reply, so the body's
+// reply reads the same. A body that raises an error raises it unchanged,
+// with no states.
+func GuardStated(src string) string { return guard(src, true) }
+
+func guard(src string, stated bool) string {
 	var b strings.Builder
 	body := src
 	if strings.HasPrefix(src, "#!") {
@@ -70,21 +85,36 @@ func Guard(src string) string {
 		`return redis.error_reply('` + turnRefused + `' .. __lp_tok .. ' the turn on the script\'s keys is not this script\'s on this node') end end ` +
 		`local function __lp_body(...) `)
 	b.WriteString(body)
-	b.WriteString("\nend return __lp_body()")
+	if !stated {
+		b.WriteString("\nend return __lp_body()")
+		return b.String()
+	}
+	b.WriteString("\nend local __lp_r = __lp_body() if __lp_r == nil then __lp_r = false end " +
+		"local __lp_s = {__lp_r} for __lp_i = 1, #KEYS do local __lp_d = redis.pcall('DUMP', KEYS[__lp_i]) " +
+		"if type(__lp_d) == 'table' then __lp_s[#__lp_s + 1] = -3 __lp_s[#__lp_s + 1] = false " +
+		"else __lp_s[#__lp_s + 1] = redis.call('PTTL', KEYS[__lp_i]) __lp_s[#__lp_s + 1] = __lp_d end end return __lp_s")
 	return b.String()
 }
 
-// guardedScript is s guarded by its turn, made once per admitted script
-// and kept in its Memo: a map here would keep every script clients ever
-// sent (scripts that inline their values are all different), where the
-// Memo goes when the script cache drops the script.
-func guardedScript(s *luascript.Admitted) *script {
-	if g, ok := s.Memo.Load().(*script); ok {
-		return g
+// guarded is an admitted script wrapped by Guard and by GuardStated.
+type guarded struct{ plain, stated *script }
+
+// guardedScript is s guarded by its turn (stated: GuardStated), made
+// once per admitted script and kept in its Memo: a map here would keep
+// every script clients ever sent (scripts that inline their values are
+// all different), where the Memo goes when the script cache drops the
+// script.
+func guardedScript(s *luascript.Admitted, stated bool) *script {
+	g, ok := s.Memo.Load().(*guarded)
+	if !ok {
+		g = &guarded{plain: newScript("script "+s.SHA+" (guarded by its turn)", Guard(string(s.Src))),
+			stated: newScript("script "+s.SHA+" (guarded by its turn, with its keys' states)", GuardStated(string(s.Src)))}
+		s.Memo.Store(g)
 	}
-	g := newScript("script "+s.SHA+" (guarded by its turn)", Guard(string(s.Src)))
-	s.Memo.Store(g)
-	return g
+	if stated {
+		return g.stated
+	}
+	return g.plain
 }
 
 // turnFor is the script and arguments of an OpTurn, an OpTurnBack, or an
@@ -95,6 +125,8 @@ func (n *RedisNode) turnFor(op *quorum.Op) (*script, []string, []any) {
 		return turnScript, n.turnKeys(op.Keys), []any{op.Token, millis(op.TTL)}
 	case quorum.OpTurnBack:
 		return turnBackScript, n.turnKeys(op.Keys), []any{op.Token}
+	case quorum.OpRepair:
+		return n.repairFor(op)
 	}
 	keys := append(append(make([]string, 0, 2*len(op.Keys)), op.Keys...), n.turnKeys(uniqueSorted(op.Keys))...)
 	args := make([]any, 0, len(op.Args)+2)
@@ -102,7 +134,7 @@ func (n *RedisNode) turnFor(op *quorum.Op) (*script, []string, []any) {
 		args = append(args, a)
 	}
 	args = append(args, strconv.Itoa(len(keys)-len(op.Keys)), op.Turn)
-	return guardedScript(op.Script), keys, args
+	return guardedScript(op.Script, op.State), keys, args
 }
 
 // uniqueSorted is keys sorted, without repeats: the keys a turn is taken

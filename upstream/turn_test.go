@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/luascript"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -110,6 +111,8 @@ func TestGuardRunsSourceUnchanged(t *testing.T) {
 		many.String(),
 		"local a = 1\nreturn redis.call('INCR', KEYS[2])",
 		"local function f(...) return select('#', ...) end\nreturn f(unpack(ARGV))",
+		`return nil`, `return false`, `return true`, `return 3.7`, `return {1, false, 'x'}`,
+		`return redis.error_reply('MINE an error of its own')`, `return redis.status_reply('FINE')`,
 	}
 	forEachBackend(t, func(t *testing.T, addr string) {
 		ctx := testCtx(t)
@@ -132,6 +135,23 @@ func TestGuardRunsSourceUnchanged(t *testing.T) {
 			}
 			if got.Err != nil || !reflect.DeepEqual(got.Value, wantR.Value) {
 				t.Errorf("%q:\n guarded %+v\n plain   %+v", src, got, wantR)
+			}
+			// With its keys' states (quorum/repair.go): the same reply,
+			// and the state of each unique key, k1 then str.
+			done := make(chan quorum.Reply, 1)
+			n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: s, Keys: keys, Args: args, Turn: "tok", State: true}, 0, done)
+			st := <-done
+			if st.Err == nil && isMiniredis && st.Value.Kind == luascript.Error {
+				st.Value.Str, _, _ = strings.Cut(st.Value.Str, "stack traceback")
+			}
+			if st.Err != nil || !reflect.DeepEqual(st.Value, wantR.Value) {
+				t.Errorf("%q with states:\n got   %+v\n plain %+v", src, st, wantR)
+			}
+			if wantR.Value.Kind != luascript.Error || st.States != nil {
+				dump, _ := raw.Dump(ctx, "str").Result()
+				if len(st.States) != 2 || !st.States[1].Known || st.States[1].Dump != dump || st.States[1].PTTL != -1 {
+					t.Errorf("%q: states %+v, want k1's then str's (DUMP %q, no TTL)", src, st.States, dump)
+				}
 			}
 		}
 	})
@@ -196,7 +216,7 @@ func TestGuardedScriptGoesWithItsScript(t *testing.T) {
 	collected := make(chan struct{})
 	func() {
 		s := admitted(t, `return redis.call('SET', KEYS[1], ARGV[1])`)
-		if g := guardedScript(s); g != guardedScript(s) {
+		if g := guardedScript(s, false); g != guardedScript(s, false) {
 			t.Fatal("the guarded script was made twice")
 		}
 		runtime.AddCleanup(s, func(ch chan struct{}) { close(ch) }, collected)
@@ -211,5 +231,56 @@ func TestGuardedScriptGoesWithItsScript(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("an admitted script that was guarded is never collected: something keeps it")
 		}
+	}
+}
+
+// TestRepairGuardedByTurn: an OpRepair gives keys the states it carries
+// (RESTORE with the remaining time, no TTL for -1, DEL for -2) only while
+// the node's turn on them is the repair's; otherwise nothing changes and
+// the node's failure is ErrTurnLost.
+func TestRepairGuardedByTurn(t *testing.T) {
+	ctx := testCtx(t)
+	addr := redistest.Start(t, redistest.Options{}).Addr()
+	n := newNode(t, RedisOptions{Addr: addr})
+	raw := rawClient(t, addr)
+	raw.HSet(ctx, "src", "f", "v")
+	dump, err := raw.Dump(ctx, "src").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Set(ctx, "a", "old", 0)
+	raw.Set(ctx, "gone", "x", 0)
+	fix := []quorum.KeyState{{Known: true, Dump: dump, PTTL: 60000}, {Known: true, Dump: dump, PTTL: -1}, {Known: true, PTTL: -2}}
+	keys := []string{"a", "b", "gone"}
+	repair := func(token string) quorum.Reply {
+		done := make(chan quorum.Reply, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpRepair, Keys: keys, Fix: fix, Turn: token}, 0, done)
+		return <-done
+	}
+	turnOp(ctx, n, quorum.OpTurn, keys, "other")
+	if r := repair("mine"); !errors.Is(r.Err, quorum.ErrTurnLost) {
+		t.Fatalf("another's turn: %+v", r)
+	}
+	if v, _ := raw.Get(ctx, "a").Result(); v != "old" {
+		t.Fatalf("a repair without its turn changed a: %q", v)
+	}
+	turnOp(ctx, n, quorum.OpTurnBack, keys, "other")
+	turnOp(ctx, n, quorum.OpTurn, keys, "mine")
+	if r := repair("mine"); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, err := raw.HGet(ctx, k, "f").Result(); err != nil || v != "v" {
+			t.Fatalf("%s after the repair: %q %v", k, v, err)
+		}
+	}
+	if p, _ := raw.PTTL(ctx, "a").Result(); p <= 0 || p > time.Minute {
+		t.Fatalf("a's TTL: %v", p)
+	}
+	if p, _ := raw.PTTL(ctx, "b").Result(); p != -1 {
+		t.Fatalf("b's TTL: %v, want none", p)
+	}
+	if v, _ := raw.Exists(ctx, "gone").Result(); v != 0 {
+		t.Fatal("a key the majority does not hold was not deleted")
 	}
 }

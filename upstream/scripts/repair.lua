@@ -1,0 +1,25 @@
+-- Repair a node that drifted apart (quorum/repair.go): give each key the
+-- state the majority of nodes holds, only while the script's turn holds
+-- every key's turn, in one atomic step.
+-- KEYS: the n keys, then their n turn keys. ARGV[1] the turn's token, then
+-- for each key its remaining time in ms (-2: the majority has no key,
+-- delete it; -1: no expiry) and its DUMP payload.
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('GET', KEYS[n + i]) ~= ARGV[1] then
+    return redis.error_reply('LOCKPROXY_TURN ' .. ARGV[1] .. ' the turn on the keys is not the script\'s on this node')
+  end
+end
+for i = 1, n do
+  local pttl = tonumber(ARGV[2 * i])
+  if pttl == -2 then
+    redis.call('DEL', KEYS[i])
+  else
+    local ttl = 0 -- no expiry
+    if pttl >= 0 then
+      ttl = math.max(pttl, 1)
+    end
+    redis.call('RESTORE', KEYS[i], ttl, ARGV[2 * i + 1], 'REPLACE')
+  end
+end
+return n
