@@ -202,7 +202,11 @@ func (e *Engine) takeLostLocked(key, token string) error {
 // Lost records that token's lock on key, granted through this instance,
 // was lost behind its holder's back (Events): a connection-bound lock
 // stops being renewed, and its holder is told as Take tells it.
-func (e *Engine) Lost(key, token string) {
+func (e *Engine) Lost(key, token string) { e.LostFor(key, token, LostSession) }
+
+// LostFor is Lost for a reason of the backend's own (a Redis node's clock
+// jumped: quorum.LostClockJumped). A backend finds it by type assertion.
+func (e *Engine) LostFor(key, token, reason string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.lost[lockID{key, token}]; ok {
@@ -213,5 +217,5 @@ func (e *Engine) Lost(key, token string) {
 		e.dropLocked(b)
 	}
 	e.dropLeaseLocked(key, token)
-	e.loseLocked(o, key, token, LostSession, nil)
+	e.loseLocked(o, key, token, reason, nil)
 }
