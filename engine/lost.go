@@ -19,6 +19,10 @@ const (
 	LostRenewal = "renewal failed"
 	// LostSession: the backend lost it (its ZooKeeper session expired).
 	LostSession = "session expired"
+	// LostClockJumped: the wall clock of a Redis node it relied on jumped,
+	// and fewer than a majority of counted nodes still hold it
+	// (quorum/clock.go).
+	LostClockJumped = "node clock jumped"
 )
 
 // lostLock is a loss not yet reported: whose, and why. owner is nil for a
@@ -205,7 +209,7 @@ func (e *Engine) takeLostLocked(key, token string) error {
 func (e *Engine) Lost(key, token string) { e.LostFor(key, token, LostSession) }
 
 // LostFor is Lost for a reason of the backend's own (a Redis node's clock
-// jumped: quorum.LostClockJumped). A backend finds it by type assertion.
+// jumped: LostClockJumped). A backend finds it by type assertion.
 func (e *Engine) LostFor(key, token, reason string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
 )
 
 // A node whose wall clock jumped.
@@ -37,7 +39,7 @@ import (
 
 // LostClockJumped is the reason a holder is told its lock was lost when a
 // node it relied on jumped.
-const LostClockJumped = "node clock jumped"
+const LostClockJumped = engine.LostClockJumped
 
 // clockHolds is the Redlock's state for nodes whose clock jumped.
 type clockHolds struct {
