@@ -56,7 +56,7 @@ type clockHolds struct {
 // lock is valid.
 type vouched struct {
 	nodes uint64
-	until time.Time
+	until int64 // Unix nanoseconds, by this process's clock
 }
 
 const minSweep = 1024
@@ -168,7 +168,7 @@ func (r *Redlock) unvouchLocked(i int, now time.Time, untrusted uint64) []grantI
 	var lost []grantID
 	for id, v := range c.vouch {
 		switch {
-		case !now.Before(v.until):
+		case now.UnixNano() >= v.until:
 			delete(c.vouch, id)
 		case v.nodes&(1<<i) != 0:
 			if popcount(v.nodes&^held) < r.quorum {
@@ -188,10 +188,10 @@ func (r *Redlock) vouch(key, token string, ttl time.Duration, nodes uint64, vali
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.longest = max(c.longest, ttl, validity)
-	c.vouch[grantID{key, token}] = vouched{nodes: nodes, until: now.Add(validity)}
+	c.vouch[grantID{key, token}] = vouched{nodes: nodes, until: now.Add(validity).UnixNano()}
 	if len(c.vouch) >= c.sweepAt {
 		for id, v := range c.vouch {
-			if !now.Before(v.until) {
+			if now.UnixNano() >= v.until {
 				delete(c.vouch, id)
 			}
 		}

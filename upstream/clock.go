@@ -20,14 +20,20 @@ import (
 // was read at some moment between the pipeline's send and the arrival of
 // its replies, so its offset against this process's monotonic clock lies
 // within [T − received, T − sent]: an interval as wide as the round trip.
-// Between two replies a clock that only drifts moves that offset by at
-// most the drift allowance of the time between them (DriftFactor × elapsed
-// + DriftFixed, redlock.drift_factor and drift_fixed_ms, the allowance
-// every lease's validity already subtracts). When the new interval lies
-// wholly beyond the last one widened by that allowance, the clock jumped,
-// forward or back: every call of that pipeline is answered with a
-// *quorum.ClockJumpError, so that its votes count toward nothing, and the
-// quorum layer holds the node out (quorum/clock.go).
+// A clock that only drifts moves that offset by at most DriftFactor per
+// unit of time (redlock.drift_factor, the allowance every lease's validity
+// already subtracts), so the node keeps the tightest bounds its replies
+// give — each reply's interval, widened by DriftFactor × the time since it
+// was sent, intersected with the next — and a slow reply does not loosen
+// what a fast one established. When a new interval lies wholly beyond
+// those bounds widened by DriftFixed more (redlock.drift_fixed_ms), the
+// clock jumped, forward or back: every call of that pipeline is answered
+// with a *quorum.ClockJumpError, so that its votes count toward nothing,
+// and the quorum layer holds the node out (quorum/clock.go). The smallest
+// jump seen is thus DriftFixed plus the drift since the fastest recent
+// reply plus that reply's round trip (well under a millisecond on a
+// quiet LAN); a smaller one stays within what the validity subtracts only
+// when it is below the lease's drift allowance.
 //
 // The first reply a node sends this process is the baseline: a new
 // instance assumes the clock it first sees is right, and checks it from
@@ -47,16 +53,16 @@ type nodeClock struct {
 	factor      float64
 	fixed       time.Duration
 	known       bool
-	lo, hi      time.Duration // the offset's bounds at the last reply: node time − monotonic time
-	at          time.Duration // monotonic time of the last reply
+	lo, hi      time.Duration // the offset's bounds (node time − monotonic time) at the last reply
+	at          time.Duration // monotonic time the last reply's pipeline was sent
 	jumps       uint64
 	lastJump    time.Duration
 	lastJumpAge time.Time
 }
 
-// allowance is the drift a clock that does not jump may show over elapsed.
-func (c *nodeClock) allowance(elapsed time.Duration) time.Duration {
-	return time.Duration(float64(elapsed)*c.factor) + c.fixed
+// drift is the drift a clock that does not jump may show over elapsed.
+func (c *nodeClock) drift(elapsed time.Duration) time.Duration {
+	return time.Duration(float64(max(elapsed, 0)) * c.factor)
 }
 
 // note checks the node time read by TIME in a pipeline sent at sent and
@@ -71,24 +77,27 @@ func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
 	lo, hi := t-got, t-sent
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	was, wasLo, wasHi, at := c.known, c.lo, c.hi, c.at
-	c.known, c.lo, c.hi, c.at = true, lo, hi, got
-	if !was {
-		return nil // the baseline
-	}
-	allow := c.allowance(got - at)
-	var jump time.Duration
-	switch {
-	case lo > wasHi+allow:
-		jump = lo - wasHi // at least this far forward
-	case hi < wasLo-allow:
-		jump = hi - wasLo // at least this far back
-	default:
+	if !c.known {
+		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
 		return nil
 	}
+	d := c.drift(got - c.at)
+	wasLo, wasHi := c.lo-d, c.hi+d
+	var jump time.Duration
+	switch {
+	case lo > wasHi+c.fixed:
+		jump = lo - wasHi // at least this far forward
+	case hi < wasLo-c.fixed:
+		jump = hi - wasLo // at least this far back
+	default:
+		c.lo, c.hi, c.at = max(lo, wasLo), min(hi, wasHi), sent
+		return nil
+	}
+	allow := c.fixed + d + (c.hi - c.lo) + (hi - lo)
+	c.lo, c.hi, c.at = lo, hi, sent // the new baseline
 	c.jumps++
 	c.lastJump, c.lastJumpAge = jump, time.Now()
-	return &quorum.ClockJumpError{Jump: jump, Allowance: allow + (wasHi - wasLo) + (hi - lo)}
+	return &quorum.ClockJumpError{Jump: jump, Allowance: allow}
 }
 
 // ClockStats is what a node's replies said of its clock.
