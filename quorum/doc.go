@@ -4,7 +4,9 @@
 // attempt, and fencing tokens that strictly increase per key. It enforces
 // Redlock's restart rule (restart.go): a node that restarted without
 // verified fsync is not counted until every lease it may have held has
-// expired and its fencing counters have been raised. Eval (eval.go) runs a
+// expired and its fencing counters have been raised; a node whose wall
+// clock jumped (its answers say so: ErrClockJumped) is held out the same
+// way, and the holders of locks it vouched for are told (clock.go). Eval (eval.go) runs a
 // script outside the catalog on every node and keeps the majority's reply.
 //
 // It does no I/O of its own: upstream/ implements Node over real Redis
