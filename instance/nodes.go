@@ -92,6 +92,9 @@ func (n *watchedNode) probe(ctx context.Context) {
 	if rl := n.set.redlock; rl != nil {
 		rl.NoteClock(n.index, r.Err) // an idle node's clock is checked by its probe
 	}
+	if errors.Is(r.Err, quorum.ErrClockJumped) {
+		r.Err = nil // it answered: up, and held out for its clock
+	}
 	n.setUp(r.Err)
 }
 
