@@ -268,6 +268,9 @@ func (r *Redlock) checkNodes() {
 	}
 	if r.cfg.OnTrust != nil {
 		for _, e := range events {
+			if e.counted && r.clockHeld(e.node) {
+				continue // still held out for its clock: clockHoldOver tells
+			}
 			r.cfg.OnTrust(e.node, e.counted, e.why)
 		}
 	}

@@ -82,7 +82,13 @@ func clockJumpCase(t *testing.T, lease, step time.Duration) {
 	for i, s := range servers {
 		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
 	}
+	counted := map[int]bool{}
 	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond,
+		OnTrust: func(i int, ok bool, _ string) {
+			mu.Lock()
+			defer mu.Unlock()
+			counted[i] = ok
+		},
 		OnLost: func(key, token, reason string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -134,6 +140,12 @@ func clockJumpCase(t *testing.T, lease, step time.Duration) {
 	held := r.HeldOut()
 	if len(held) == 0 || held[0].Node != 0 || !held[0].Clock {
 		t.Fatalf("held out after a %v step: %+v, want node 0 for its clock", step, held)
+	}
+	mu.Lock()
+	trusted := counted[0]
+	mu.Unlock()
+	if trusted {
+		t.Fatalf("OnTrust says node 0 counts again during its clock hold-out (%v step)", step)
 	}
 	t.Logf("%v step: %d tries by b refused while a's validity ran; node 0 %s", step, tries, held[0].Why)
 }
