@@ -92,10 +92,11 @@ func replyError(key string, err error) string {
 
 // lostWhy says why a lock was lost, by engine reason.
 var lostWhy = map[string]string{
-	engine.LostDeleted: "another connection deleted it",
-	engine.LostGone:    "a renewal found it gone (deleted through another instance, or expired)",
-	engine.LostRenewal: "renewals failed until its validity ran out",
-	engine.LostSession: "its ZooKeeper session expired",
+	engine.LostDeleted:     "another connection deleted it",
+	engine.LostGone:        "a renewal found it gone (deleted through another instance, or expired)",
+	engine.LostRenewal:     "renewals failed until its validity ran out",
+	engine.LostSession:     "its ZooKeeper session expired",
+	engine.LostClockJumped: "the wall clock of a Redis node it relied on jumped, and fewer than a majority of the nodes that count still hold it",
 }
 
 // oneLine replaces the bytes that would end a RESP error line.

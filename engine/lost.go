@@ -15,6 +15,10 @@ const (
 	LostRenewal = "renewal failed"
 	// LostSession: the backend lost it (its ZooKeeper session expired).
 	LostSession = "session expired"
+	// LostClockJumped: the wall clock of a Redis node it relied on jumped,
+	// and fewer than a majority of counted nodes still hold it
+	// (quorum/clock.go).
+	LostClockJumped = "node clock jumped"
 )
 
 // OnLost sets what runs when a lock o holds is lost or taken from it:
@@ -103,15 +107,19 @@ func (e *Engine) takeLost(key, token string) error {
 // Lost records that token's lock on key, granted through this instance,
 // was lost behind its holder's back (Events): a connection-bound lock
 // stops being renewed, and its holder is told as Take tells it.
-func (e *Engine) Lost(key, token string) {
+func (e *Engine) Lost(key, token string) { e.LostFor(key, token, LostSession) }
+
+// LostFor is Lost for a reason of the backend's own (a Redis node's clock
+// jumped: LostClockJumped). A backend finds it by type assertion.
+func (e *Engine) LostFor(key, token, reason string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.locks[key].lostOf(token) != nil {
 		return // lost already (a renewal failed first), its holder told
 	}
 	if r := e.heldLocked(key, token); r != nil {
-		e.loseHeldLocked(r, LostSession, nil)
+		e.loseHeldLocked(r, reason, nil)
 		return
 	}
-	e.loseLocked(nil, key, token, LostSession, nil)
+	e.loseLocked(nil, key, token, reason, nil)
 }

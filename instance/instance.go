@@ -174,6 +174,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		opts := upstream.RedisOptions{
 			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: hostTLS(tlsc, a),
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
+			DriftFactor: rc.DriftFactor, DriftFixed: ms(rc.DriftFixedMS),
 			Observe: w.record,
 		}
 		in.nodes = append(in.nodes, opts)
@@ -197,6 +198,8 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		MaxLease:    maxLease,
 		OnTrust:     in.nodeSet.trust,
 		OnRepair:    in.nodeSet.repair,
+		OnClockJump: in.nodeSet.clockJumped,
+		OnLost:      lostFor(ev),
 	})
 	in.nodeSet.redlock = r
 	in.nodeSet.start()
@@ -423,4 +426,16 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, drain time.Duration) 
 	dctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	return errors.Join(served, in.Shutdown(dctx))
+}
+
+// lostFor is how the Redlock tells ev that a lock granted here is no
+// longer held by a majority (a node's clock jumped): the engine's LostFor,
+// which tells the holder with the reason.
+func lostFor(ev engine.Events) func(key, token, reason string) {
+	if l, ok := ev.(interface {
+		LostFor(key, token, reason string)
+	}); ok {
+		return l.LostFor
+	}
+	return func(key, token, _ string) { ev.Lost(key, token) }
 }

@@ -34,6 +34,8 @@ type watchedNode struct {
 	quorum.Node
 	set *nodeSet
 
+	index int // the node's place in the Redlock's list
+
 	mu      sync.Mutex
 	up      bool
 	lastErr string
@@ -87,6 +89,12 @@ func (n *watchedNode) probe(ctx context.Context) {
 	if errors.Is(r.Err, context.Canceled) {
 		return // shutting down
 	}
+	if rl := n.set.redlock; rl != nil {
+		rl.NoteClock(n.index, r.Err) // an idle node's clock is checked by its probe
+	}
+	if errors.Is(r.Err, quorum.ErrClockJumped) {
+		r.Err = nil // it answered: up, and held out for its clock
+	}
 	n.setUp(r.Err)
 }
 
@@ -138,6 +146,8 @@ func (s *nodeSet) trust(i int, counted bool, why string) {
 	switch {
 	case counted:
 		s.log.Warn("redis node counted again", zap.String("node", n.String()), zap.String("why", why))
+	case strings.HasPrefix(why, quorum.LostClockJumped):
+		s.log.Warn("redis node held out: its clock jumped; not counted toward any grant or fence", zap.String("node", n.String()), zap.String("why", why))
 	case strings.HasPrefix(why, "the same Redis server as"):
 		s.log.Warn("redis node not counted: another node's server under a second name", zap.String("node", n.String()), zap.String("why", why))
 	default:
@@ -181,6 +191,7 @@ type nodeSet struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 	repairs *prometheus.CounterVec
+	jumps   *prometheus.CounterVec
 	stop    context.CancelFunc
 	stopped chan struct{}
 	// redlock is the restart rule's view of the nodes (HeldOut); set
@@ -209,8 +220,8 @@ func heldOutWhy(h quorum.HeldOut, ok bool, fallback string) string {
 	switch {
 	case !ok:
 		return fallback
-	case h.AliasOf >= 0:
-		return h.Why
+	case h.AliasOf >= 0, h.Clock:
+		return h.Why + fmt.Sprintf("; %v left", h.Left.Round(time.Second))
 	default:
 		return strings.TrimPrefix((&quorum.NotCountedError{HeldOut: h}).Error(), "not counted: ")
 	}
@@ -220,7 +231,7 @@ func heldOutWhy(h quorum.HeldOut, ok bool, fallback string) string {
 // want of fsync (not as an alias), so that the fix applies.
 func needsFix(held map[int]quorum.HeldOut) bool {
 	for _, h := range held {
-		if h.AliasOf < 0 {
+		if h.AliasOf < 0 && !h.Clock {
 			return true
 		}
 	}
@@ -291,6 +302,8 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 			Help: "Keys of scripts run on every node that a node held in another state than a majority of nodes, by outcome: " +
 				"repaired (given the majority's state), failed (the repair did not apply), no_majority (node \"\": the nodes differed and no state had a majority; nothing repaired)."},
 			[]string{"node", "outcome"}),
+		jumps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lockproxy", Name: "node_clock_jumps_total",
+			Help: "Jumps of a Redis node's wall clock (forward or back, by more than the drift allowance between two replies) seen by this instance; each holds the node out."}, []string{"node"}),
 	}
 }
 
@@ -299,12 +312,13 @@ func newNodeSet(log *zap.Logger) *nodeSet {
 // and as counted unless the restart rule is on (counted false) and has yet
 // to vet them.
 func (s *nodeSet) add(addr string, counted bool) *watchedNode {
-	n := &watchedNode{set: s, up: true, counted: counted}
+	n := &watchedNode{set: s, index: len(s.nodes), up: true, counted: counted}
 	if !counted {
 		n.notCounted = "not yet vetted by the restart rule"
 	}
 	s.up.WithLabelValues(addr).Set(1)
 	s.counted.WithLabelValues(addr).Set(b2f(counted))
+	s.jumps.WithLabelValues(addr)
 	s.nodes = append(s.nodes, n)
 	return n
 }
@@ -371,7 +385,7 @@ func (s *nodeSet) info() string {
 	up, q, _ := s.health()
 	held := s.heldOut()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\nnodes_held_out:%d\r\n", len(s.nodes), up, q, s.status(), len(held))
+	fmt.Fprintf(&b, "# Nodes\r\nnodes:%d\r\nnodes_up:%d\r\nquorum:%d\r\nstatus:%s\r\nnodes_held_out:%d\r\nclock_jumps:%d\r\n", len(s.nodes), up, q, s.status(), len(held), s.clockJumps())
 	if needsFix(held) {
 		fmt.Fprintf(&b, "held_out_fix:%s\r\n", fixHeldOut)
 	}
@@ -396,6 +410,12 @@ func (s *nodeSet) info() string {
 		if state == "not_counted" && isHeld {
 			fmt.Fprintf(&b, ",held_out_ms=%d", h.Left.Milliseconds())
 		}
+		if c, ok := clockOf(n); ok {
+			fmt.Fprintf(&b, ",clock_jumps=%d", c.Jumps)
+			if c.Known {
+				fmt.Fprintf(&b, ",clock_offset_ms=%d", c.Offset.Milliseconds())
+			}
+		}
 		b.WriteString("\r\n")
 	}
 	b.WriteString("\r\n")
@@ -417,7 +437,7 @@ func (s *nodeSet) status() string {
 
 // collectors are the per-node series for /metrics.
 func (s *nodeSet) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors, s.repairs, heldOutSeconds{s}}
+	return []prometheus.Collector{s.up, s.counted, s.latency, s.errors, s.repairs, s.jumps, heldOutSeconds{s}, clockOffsets{s}}
 }
 
 // heldOutDesc is lockproxy_node_held_out_seconds.

@@ -28,11 +28,13 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	start := time.Now()
 	attempt := engine.NewToken()
 	c, err := r.claim(ctx, key, h, attempt)
+	holders := c.yes
 	if err == nil && !c.agreed {
-		err = r.commit(ctx, key, h.Token, attempt, c.fence, h.TTL)
+		holders, err = r.commit(ctx, key, h.Token, attempt, c.fence, h.TTL)
 	}
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
+			r.vouch(key, h.Token, h.TTL, holders, v)
 			r.settle(key, h, attempt, c.calls)
 			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v, Attempt: attempt}, nil
 		}
@@ -47,6 +49,7 @@ type claimed struct {
 	fence  int64
 	agreed bool    // a majority of holders recorded the fence already: no commit needed
 	taken  uint64  // bit i: node i answered that another token holds the key
+	yes    uint64  // bit i: node i took the key for the token, or held it already
 	calls  *flight // the acquires, some perhaps still in flight
 }
 
@@ -61,6 +64,8 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 				s.add(rep.Claim)
 				if rep.Claim.State == Taken {
 					c.taken |= 1 << rep.Tag
+				} else {
+					c.yes |= 1 << rep.Tag
 				}
 			}
 			return t.decided()
@@ -136,15 +141,23 @@ func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 	}
 }
 
-// commit runs phase two.
-func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence int64, ttl time.Duration) error {
+// commit runs phase two. It returns the nodes where the token holds the
+// key (bit i: node i).
+func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence int64, ttl time.Duration) (uint64, error) {
 	t := newTally(r.quorum, len(r.nodes))
+	var yes uint64
 	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence, Attempt: attempt}, nil,
-		func(rep Reply) bool { t.add(rep.OK, rep.Err); return t.decided() })
+		func(rep Reply) bool {
+			t.add(rep.OK, rep.Err)
+			if rep.Err == nil && rep.OK {
+				yes |= 1 << rep.Tag
+			}
+			return t.decided()
+		})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return t.outcome("acquire", engine.ErrNotAcquired)
+	return yes, t.outcome("acquire", engine.ErrNotAcquired)
 }
 
 // Extend resets the lease of key held by token on a majority of nodes; a
@@ -160,10 +173,14 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
+	var yes uint64  // bit i: node i extended it
 	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
 	_, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
+			if rep.Err == nil && rep.TTL > 0 {
+				yes |= 1 << rep.Tag
+			}
 			leased = leased || rep.Err == nil && rep.TTL < 0
 			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
 				applied = rep.TTL
@@ -180,6 +197,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 		return 0, err
 	}
 	if v := r.validity(applied, start); v > 0 {
+		r.vouch(key, token, applied, yes, v)
 		return v, nil
 	}
 	return 0, engine.ErrNotHeld
@@ -203,6 +221,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
 	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx)}
+	r.unvouch(key, token)
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}

@@ -1,6 +1,10 @@
 package quorum
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // ErrSuspected is the presumed failure of a suspected node that a fan-out
 // did not wait for: it failed its recent calls in a row.
@@ -16,3 +20,36 @@ func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
 
 // Unwrap returns the node's own error.
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// ErrClockJumped is the answer of a node whose wall clock jumped (forward
+// or back) by more than the drift allowance since its previous reply: it
+// counts toward nothing, and the node is held out (clock.go). Replies
+// carry it as a *ClockJumpError.
+var ErrClockJumped = errors.New("node clock jumped")
+
+// ClockJumpError is a node's answer in a pipeline whose time showed that
+// its clock jumped: it matches ErrClockJumped.
+type ClockJumpError struct {
+	// Jump is how far the clock moved beyond its last reading at least:
+	// positive forward, negative back.
+	Jump time.Duration
+	// Allowance is the drift allowance and the round trips' uncertainty
+	// it exceeded.
+	Allowance time.Duration
+}
+
+func (e *ClockJumpError) Error() string {
+	return fmt.Sprintf("node clock jumped %s (more than the %v drift allowance since its previous reply): its answer does not count", signed(e.Jump), e.Allowance.Round(time.Millisecond))
+}
+
+// Is makes a ClockJumpError match ErrClockJumped.
+func (e *ClockJumpError) Is(target error) bool { return target == ErrClockJumped }
+
+// signed is d rounded to milliseconds, with its sign: "+10s", "-520ms".
+func signed(d time.Duration) string {
+	d = d.Round(time.Millisecond)
+	if d >= 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}

@@ -52,6 +52,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 		select {
 		case rep := <-f.replies:
 			f.note(rep)
+			r.NoteClock(rep.Tag, rep.Err)
 			if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
 				rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
 			}

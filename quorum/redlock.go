@@ -60,6 +60,14 @@ type Config struct {
 	// differ with no majority (repair.go). It must be quick; it runs on
 	// the script's goroutines.
 	OnRepair func(RepairEvent)
+	// OnClockJump, when set, is told that node i's clock jumped by jump
+	// (positive forward) and that it is held out for holdFor (clock.go).
+	// It must be quick.
+	OnClockJump func(i int, jump, holdFor time.Duration)
+	// OnLost, when set, is told that token's lock on key, granted or
+	// renewed through this Redlock, is no longer held by a majority of
+	// counted nodes, and why (LostClockJumped). It must be quick.
+	OnLost func(key, token, reason string)
 }
 
 // Redlock takes locks on a majority of independent nodes. It implements
@@ -77,7 +85,8 @@ type Redlock struct {
 	mu       sync.Mutex
 	inflight map[grantID]pendingAcquire // grants whose acquires beyond the quorum are still in flight
 
-	trust *trust // nil: the restart rule is off (Config.MaxLease zero)
+	trust *trust      // nil: the restart rule is off (Config.MaxLease zero)
+	clock *clockHolds // nodes whose clock jumped, and who vouches for the locks granted here (clock.go)
 
 	order keyOrder  // scripts outside the catalog, one key at a time per node (eval.go)
 	turns turnQueue // scripts that write, one turn at a time per key (turn.go)
@@ -103,7 +112,8 @@ func New(nodes []Node, cfg Config) *Redlock {
 		cfg.DriftFixed = DefaultDriftFixed
 	}
 	q := len(nodes)/2 + 1
-	r := &Redlock{nodes: nodes, quorum: q, cfg: cfg, health: newHealth(len(nodes), q), inflight: map[grantID]pendingAcquire{}}
+	r := &Redlock{nodes: nodes, quorum: q, cfg: cfg, health: newHealth(len(nodes), q), inflight: map[grantID]pendingAcquire{},
+		clock: newClockHolds(len(nodes))}
 	r.life, r.stop = context.WithCancel(context.Background())
 	if cfg.MaxLease > 0 {
 		r.startTrust()
@@ -167,6 +177,7 @@ func (r *Redlock) validity(ttl time.Duration, start time.Time) time.Duration {
 // lock expire with its lease.
 func (r *Redlock) Close() error {
 	r.stop()
+	r.stopClock()
 	r.bg.Wait()
 	return nil
 }

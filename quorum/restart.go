@@ -95,6 +95,9 @@ type HeldOut struct {
 	// AliasOf is the node whose server it is, under another address; -1
 	// for none.
 	AliasOf int
+	// Clock is set when the node is held out because its clock jumped
+	// (clock.go) rather than after a restart.
+	Clock bool
 }
 
 // NotCountedError is the answer of a node the restart rule holds out: it
@@ -102,7 +105,7 @@ type HeldOut struct {
 type NotCountedError struct{ HeldOut }
 
 func (e *NotCountedError) Error() string {
-	if e.AliasOf >= 0 {
+	if e.AliasOf >= 0 || e.Clock {
 		return "not counted: " + e.Why
 	}
 	if e.Left <= 0 {
@@ -144,6 +147,9 @@ func (r *Redlock) startTrust() {
 // restart rule. An answer from a process not seen by the last status read
 // asks for a read at once.
 func (r *Redlock) counts(rep Reply) bool {
+	if r.clockHeld(rep.Tag) {
+		return false
+	}
 	t := r.trust
 	if t == nil {
 		return true
@@ -202,7 +208,9 @@ func (r *Redlock) checkNodes() {
 	}
 	st := make([]*Status, len(r.nodes))
 	for range r.nodes {
-		if rep := <-done; rep.Err == nil && rep.Status.RunID != "" {
+		rep := <-done
+		r.NoteClock(rep.Tag, rep.Err)
+		if rep.Err == nil && rep.Status.RunID != "" {
 			st[rep.Tag] = &rep.Status
 		}
 	}
@@ -260,6 +268,9 @@ func (r *Redlock) checkNodes() {
 	}
 	if r.cfg.OnTrust != nil {
 		for _, e := range events {
+			if e.counted && r.clockHeld(e.node) {
+				continue // still held out for its clock: clockHoldOver tells
+			}
 			r.cfg.OnTrust(e.node, e.counted, e.why)
 		}
 	}
@@ -360,16 +371,11 @@ func (r *Redlock) checkLease(ttl time.Duration) error {
 // answers (all true when the rule is off).
 func (r *Redlock) Counted() []bool {
 	out := make([]bool, len(r.nodes))
-	if r.trust == nil {
-		for i := range out {
-			out[i] = true
-		}
-		return out
-	}
-	r.trust.mu.RLock()
-	defer r.trust.mu.RUnlock()
-	for i, n := range r.trust.nodes {
-		out[i] = n.counted != ""
+	now := time.Now()
+	untrusted := r.untrusted()
+	for i := range out {
+		_, held := r.clockHeldOut(i, now)
+		out[i] = !held && untrusted&(1<<i) == 0
 	}
 	return out
 }
@@ -415,14 +421,19 @@ func (r *Redlock) clearVetted(i int) {
 // HeldOut lists the nodes the restart rule does not count, with how long
 // each is still held out (none when the rule is off).
 func (r *Redlock) HeldOut() []HeldOut {
-	if r.trust == nil {
-		return nil
-	}
 	now := time.Now()
-	r.trust.mu.RLock()
-	defer r.trust.mu.RUnlock()
 	var out []HeldOut
-	for i, n := range r.trust.nodes {
+	for i := range r.nodes {
+		if h, ok := r.clockHeldOut(i, now); ok {
+			out = append(out, h)
+			continue
+		}
+		if r.trust == nil {
+			continue
+		}
+		r.trust.mu.RLock()
+		n := r.trust.nodes[i]
+		r.trust.mu.RUnlock()
 		if n.counted == "" {
 			out = append(out, r.heldOut(i, n, now))
 		}
@@ -442,6 +453,12 @@ func (r *Redlock) heldOut(i int, n nodeTrust, now time.Time) HeldOut {
 // notCounted is the error that stands for node i's answer while the rule
 // holds it out.
 func (r *Redlock) notCounted(i int) error {
+	if h, ok := r.clockHeldOut(i, time.Now()); ok {
+		return &NotCountedError{h}
+	}
+	if r.trust == nil {
+		return ErrNotCounted // a clock hold-out that ended meanwhile
+	}
 	r.trust.mu.RLock()
 	n := r.trust.nodes[i]
 	r.trust.mu.RUnlock()

@@ -243,6 +243,7 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 		}
 		got++
 		r.health.note(rep.Tag, rep.Err)
+		r.NoteClock(rep.Tag, rep.Err)
 		if rep.Err == nil && !r.counts(rep) {
 			rep.Err = ErrNotCounted
 		}

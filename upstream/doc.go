@@ -8,7 +8,9 @@
 // client's key holding the token, as SET NX PX leaves it on one Redis, with
 // lockproxy's bookkeeping in <prefix>-prefixed keys beside it), the Lua
 // scripts, EVALSHA with its NOSCRIPT fallback, connection pools and
-// pipelining, the conversion of node replies into quorum types, and release
+// pipelining, each node's wall clock read with every pipeline (clock.go:
+// one TIME at its end; a jump answers that pipeline's calls with
+// quorum.ErrClockJumped), the conversion of node replies into quorum types, and release
 // notifications (release.lua publishes the released key on
 // "<prefix>released"; Subscribe receives them and hands them to the
 // engine's Events.Released). Notifications are a hint

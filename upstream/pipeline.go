@@ -183,10 +183,12 @@ func (w *worker) run(batch []*call) {
 		return
 	}
 	var missing []*call
-	cmds := w.send(ctx, batch, false)
+	cmds, jumped := w.send(ctx, batch, false)
 	inc := n.Incarnation() // read after the replies: see RedisNode.incarnation
 	for i, cmd := range cmds {
-		if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
+		if jumped != nil {
+			batch[i].fail(jumped) // its vote counts toward nothing: see clock.go
+		} else if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
 			missing = append(missing, batch[i])
 		} else {
 			batch[i].answer(cmd.Val(), err, inc)
@@ -195,10 +197,14 @@ func (w *worker) run(batch []*call) {
 	if len(missing) == 0 {
 		return
 	}
-	cmds = w.send(ctx, missing, true)
+	cmds, jumped = w.send(ctx, missing, true)
 	inc = n.Incarnation()
 	for i, cmd := range cmds {
-		missing[i].answer(cmd.Val(), typed(cmd.Err()), inc)
+		if jumped != nil {
+			missing[i].fail(jumped)
+		} else {
+			missing[i].answer(cmd.Val(), typed(cmd.Err()), inc)
+		}
 	}
 }
 
@@ -254,9 +260,11 @@ func (n *RedisNode) batchContext(batch []*call) (context.Context, context.Cancel
 	return context.WithDeadline(context.Background(), latest)
 }
 
-// send runs the batch's scripts in one pipeline, by source or by SHA1. Each
-// returned command carries its own reply or error.
-func (w *worker) send(ctx context.Context, batch []*call, source bool) []*redis.Cmd {
+// send runs the batch's scripts in one pipeline, by source or by SHA1,
+// followed by one TIME. Each returned command carries its own reply or
+// error; the error returned is a *quorum.ClockJumpError when the node's
+// TIME shows that its clock jumped since its previous reply (clock.go).
+func (w *worker) send(ctx context.Context, batch []*call, source bool) ([]*redis.Cmd, error) {
 	n := w.n
 	pipe := w.pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
@@ -268,9 +276,12 @@ func (w *worker) send(ctx context.Context, batch []*call, source bool) []*redis.
 			cmds[i] = pipe.EvalSha(ctx, s.sha, keys, args...)
 		}
 	}
+	now := pipe.Time(ctx)
 	n.roundTrips.Add(1)
 	n.sent.Add(uint64(len(batch)))
+	sent := mono()
 	_, _ = pipe.Exec(ctx) // the error is also set on each command
+	jumped := n.clock.note(now, sent, mono())
 	w.check(cmds)
-	return cmds
+	return cmds, jumped
 }

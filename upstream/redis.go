@@ -52,6 +52,13 @@ type RedisOptions struct {
 	// Timeout caps one round trip to the node, whatever the callers'
 	// deadlines; default 5s.
 	Timeout time.Duration
+	// DriftFactor and DriftFixed are the clock drift allowed between two
+	// replies (per unit of time between them, and fixed): a node whose
+	// clock moved by more jumped (clock.go). Defaults: quorum's
+	// DefaultDriftFactor and DefaultDriftFixed, as redlock.drift_factor and
+	// drift_fixed_ms.
+	DriftFactor float64
+	DriftFixed  time.Duration
 	// Observe, when set, is told of every call of Do once it is answered or
 	// fails: how long it took and its error. It runs on the goroutine that
 	// delivers the reply, so it must be quick.
@@ -65,6 +72,10 @@ func (o RedisOptions) withDefaults() RedisOptions {
 	o.MaxBatch = orDefault(o.MaxBatch, DefaultMaxBatch)
 	o.DialTimeout = orDefault(o.DialTimeout, DefaultDialTimeout)
 	o.Timeout = orDefault(o.Timeout, DefaultTimeout)
+	o.DriftFixed = orDefault(o.DriftFixed, quorum.DefaultDriftFixed)
+	if o.DriftFactor <= 0 {
+		o.DriftFactor = quorum.DefaultDriftFactor
+	}
 	return o
 }
 
@@ -119,6 +130,7 @@ type RedisNode struct {
 
 	roundTrips atomic.Uint64
 	sent       atomic.Uint64
+	clock      nodeClock                  // what the node's replies said of its wall clock (clock.go)
 	observe    func(time.Duration, error) // RedisOptions.Observe
 
 	// incarnation is the run id of the node process that the newest
@@ -144,6 +156,7 @@ func NewRedisNode(o RedisOptions) *RedisNode {
 		done:     make(chan struct{}),
 		observe:  o.Observe,
 	}
+	n.clock.factor, n.clock.fixed = o.DriftFactor, o.DriftFixed
 	copts := o.clientOptions()
 	copts.OnConnect = n.onConnect
 	n.client = redis.NewClient(copts)
@@ -396,10 +409,17 @@ func (n *RedisNode) status(ctx context.Context, c *call) {
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	vetted := pipe.Get(ctx, n.prefix+"vetted")
 	top := pipe.Get(ctx, n.prefix+"fence-max")
+	now := pipe.Time(ctx)
 	n.roundTrips.Add(1)
+	sent := mono()
 	_, _ = pipe.Exec(ctx)
+	jumped := n.clock.note(now, sent, mono())
 	r := quorum.Reply{Tag: c.tag, Incarnation: n.Incarnation()}
 	defer func() { c.deliver(r) }()
+	if jumped != nil {
+		r.Err = jumped
+		return
+	}
 	if err := info.Err(); err != nil {
 		r.Err = err
 		return

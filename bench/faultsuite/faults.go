@@ -14,7 +14,8 @@ import (
 const slowDelay = 150 * time.Millisecond
 
 // faultKinds are the faults, in the order -fault all runs them.
-var faultKinds = []string{"kill", "pause", "restart-empty", "partition", "delay", "proxy-kill", "proxy-pause", "proxy-cut"}
+var faultKinds = []string{"kill", "pause", "restart-empty", "partition", "delay", "proxy-kill", "proxy-pause", "proxy-cut",
+	"clock-forward", "clock-back", "clock-drift"}
 
 // faultHelp says what each kind does, for -help and the README.
 var faultHelp = map[string]string{
@@ -27,6 +28,9 @@ var faultHelp = map[string]string{
 	"proxy-kill":    "SIGKILL a lockproxy, restart it on its port after the fault's length",
 	"proxy-pause":   "SIGSTOP a lockproxy, SIGCONT it after the fault's length",
 	"proxy-cut":     "blackhole a lockproxy's links to a majority of the nodes (ZooKeeper: to all)",
+	"clock-forward": "kill another node, then step a node's wall clock forward by 2x, 10x, 100x the lease's drift allowance in turn (clock.go)",
+	"clock-back":    "as clock-forward, stepping the clock back",
+	"clock-drift":   "run a node's wall clock 0.5% fast, within the drift allowance: no instance may see a jump",
 }
 
 // bed is what the faults act on.
@@ -34,6 +38,11 @@ type bed struct {
 	up        *upstream
 	instances []*instance
 	rng       *rand.Rand // used by the injector goroutine only
+	// driftAllowance is the clients' lease drift allowance, and steps the
+	// clock steps made so far (clock.go).
+	driftAllowance time.Duration
+	steps          int
+	length         time.Duration
 }
 
 // inject applies fault kind to a random target and returns what undoes it.
@@ -63,6 +72,8 @@ func (b *bed) inject(kind string) (heal func() error, what string, err error) {
 		return in.Resume, "paused lockproxy " + in.Addr(), in.Pause()
 	case "proxy-cut":
 		return b.cut(in), "cut lockproxy " + in.Addr() + " off", nil
+	case "clock-forward", "clock-back", "clock-drift":
+		return b.clockFault(kind, n, b.length)
 	}
 	return nil, "", fmt.Errorf("unknown fault %q", kind)
 }

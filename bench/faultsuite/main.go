@@ -186,12 +186,13 @@ func runOne(ctx context.Context, cfg config, kind, bin, dir string) (r result, e
 	// fsync on them, so its restart rule decides when a restarted node
 	// counts again.
 	durable := kind != "restart-empty"
-	up, err := startUpstream(cfg.backend, cfg.nodes, cfg.instances, durable, dir)
+	up, err := startUpstream(cfg.backend, cfg.nodes, cfg.instances, durable, clockKind(kind), dir)
 	if err != nil {
 		return r, err
 	}
 	defer func() { err = errors.Join(err, up.close()) }()
-	b := &bed{up: up, rng: newRand()}
+	b := &bed{up: up, rng: newRand(), length: cfg.length,
+		driftAllowance: time.Duration(float64(cfg.ttl)*0.01) + 2*time.Millisecond} // redlock.drift_factor and drift_fixed_ms defaults
 	defer func() { err = errors.Join(err, b.stopInstances()) }()
 	for i := range cfg.instances {
 		in, err := startInstance(bin, cfg.backend, up.addrs(i), maxLease(cfg), dir, i)
@@ -207,6 +208,11 @@ func runOne(ctx context.Context, cfg config, kind, bin, dir string) (r result, e
 	start := time.Now()
 	applied, err := b.drive(ctx, cfg, kind, h, s)
 	end := time.Now()
+	if clockKind(kind) && err == nil {
+		var line string
+		line, err = b.checkClocks(ctx, kind, applied)
+		fmt.Fprintf(os.Stderr, "faultsuite: %s: %s\n", kind, line)
+	}
 	grants, writes := h.snapshot()
 	// The gap is measured while clients start new cycles: not over the
 	// final heal and the last cycles' end.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/lockproxy/lockproxy/internal/clockshim"
 	"github.com/lockproxy/lockproxy/internal/netfault"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/internal/zktest"
@@ -33,18 +34,19 @@ type upstream struct {
 	links   [][]*netfault.Proxy
 	wipe    func(node) error // deletes a stopped node's data
 	stop    func() error
+	clocks  []*clockshim.Clock // each node's wall clock, when under the shim (clock.go)
 }
 
 // startUpstream starts the backend's servers under dir and the links of
 // each of the instances to them.
-func startUpstream(backend string, n, instances int, durable bool, dir string) (*upstream, error) {
+func startUpstream(backend string, n, instances int, durable, shim bool, dir string) (*upstream, error) {
 	var u *upstream
 	var err error
 	switch backend {
 	case "redlock":
-		u, err = startRedis(n, durable, dir)
+		u, err = startRedis(n, durable, shim, dir)
 	case "zookeeper":
-		u, err = startZooKeeper(dir)
+		u, err = startZooKeeper(dir, shim)
 	default:
 		return nil, fmt.Errorf("unknown backend %q (redlock or zookeeper)", backend)
 	}
@@ -65,15 +67,25 @@ func startUpstream(backend string, n, instances int, durable bool, dir string) (
 // so that a killed node restarts with every acknowledged write (and
 // lockproxy, which verifies it, counts it again at once); without, so that
 // a node restarted empty falls under lockproxy's restart rule.
-func startRedis(n int, durable bool, dir string) (*upstream, error) {
+func startRedis(n int, durable, shim bool, dir string) (*upstream, error) {
 	u := &upstream{backend: "redlock", wipe: wipeRedis}
 	u.stop = u.stopNodes
+	if shim {
+		var err error
+		if u.clocks, err = startClocks(n, dir); err != nil {
+			return nil, err
+		}
+	}
 	for i := range n {
 		d := filepath.Join(dir, "redis"+strconv.Itoa(i+1))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, errors.Join(err, u.stop())
 		}
-		s, err := redistest.StartProcess(d, redistest.Options{AppendFsyncAlways: durable})
+		opts := redistest.Options{AppendFsyncAlways: durable}
+		if shim {
+			opts.Env = u.clocks[i].Env()
+		}
+		s, err := redistest.StartProcess(d, opts)
 		if err != nil {
 			return nil, errors.Join(err, u.stop())
 		}
@@ -87,13 +99,23 @@ func wipeRedis(n node) error {
 	return errors.Join(os.RemoveAll(filepath.Join(n.Dir(), "appendonlydir")), os.RemoveAll(filepath.Join(n.Dir(), "dump.rdb")))
 }
 
-// startZooKeeper starts a 3-server ensemble.
-func startZooKeeper(dir string) (*upstream, error) {
-	e, err := zktest.StartEnsembleProcess(dir, 3)
+// startZooKeeper starts a 3-server ensemble, under the clock shim when
+// shim (the JVM reads its wall clock through libc).
+func startZooKeeper(dir string, shim bool) (*upstream, error) {
+	var clocks []*clockshim.Clock
+	var env func(i int) []string
+	if shim {
+		var err error
+		if clocks, err = startClocks(3, dir); err != nil {
+			return nil, err
+		}
+		env = func(i int) []string { return clocks[i].Env() }
+	}
+	e, err := zktest.StartEnsembleProcessEnv(dir, 3, env)
 	if err != nil {
 		return nil, err
 	}
-	u := &upstream{backend: "zookeeper", wipe: wipeZooKeeper, stop: e.Stop}
+	u := &upstream{backend: "zookeeper", wipe: wipeZooKeeper, stop: e.Stop, clocks: clocks}
 	for _, s := range e.Servers() {
 		u.nodes = append(u.nodes, s)
 	}

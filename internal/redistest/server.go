@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,9 @@ type Options struct {
 	AppendFsyncAlways bool
 	// TLS, when set, makes the server speak TLS only on its port.
 	TLS *TLS
+	// Env is added to the server's environment ("NAME=value"), for
+	// example to preload a wall-clock shim (internal/clockshim).
+	Env []string
 }
 
 // TLS is a redis-server's TLS setup: PEM files, and the client
@@ -94,6 +98,9 @@ func (s *Server) Dir() string { return s.dir }
 // waits until it answers PING. It fails if the server is running.
 func (s *Server) Restart() error {
 	cmd := exec.Command(Binary, s.args()...)
+	if len(s.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opts.Env...)
+	}
 	log := filepath.Join(s.dir, "redis.log")
 	if err := s.Start(cmd, log); err != nil {
 		return fmt.Errorf("redistest: %w", err)

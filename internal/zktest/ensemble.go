@@ -35,14 +35,27 @@ func StartEnsembleProcess(dir string, n int) (*Ensemble, error) {
 	return startEnsemble(dir, n, nil)
 }
 
+// StartEnsembleProcessEnv is StartEnsembleProcess with env(i) added to
+// server i's environment (for example a wall-clock shim:
+// internal/clockshim), on every start and restart.
+func StartEnsembleProcessEnv(dir string, n int, env func(i int) []string) (*Ensemble, error) {
+	return startEnsembleEnv(dir, n, nil, env)
+}
+
 // startEnsemble starts n servers, serving TLS as tls says if not nil.
 func startEnsemble(dir string, n int, tls *TLS) (*Ensemble, error) {
+	return startEnsembleEnv(dir, n, tls, nil)
+}
+
+// startEnsembleEnv is startEnsemble with env(i), when not nil, added to
+// server i's environment.
+func startEnsembleEnv(dir string, n int, tls *TLS, env func(i int) []string) (*Ensemble, error) {
 	if _, err := exec.LookPath(Script); err != nil {
 		return nil, fmt.Errorf("zktest: %w (Debian package zookeeper)", err)
 	}
 	var errs []error
 	for attempt := range startAttempts {
-		e, err := startOnFreePorts(filepath.Join(dir, "try"+strconv.Itoa(attempt)), n, tls)
+		e, err := startOnFreePorts(filepath.Join(dir, "try"+strconv.Itoa(attempt)), n, tls, env)
 		if err == nil {
 			return e, nil
 		}
@@ -51,7 +64,7 @@ func startEnsemble(dir string, n int, tls *TLS) (*Ensemble, error) {
 	return nil, errors.Join(errs...)
 }
 
-func startOnFreePorts(dir string, n int, tls *TLS) (*Ensemble, error) {
+func startOnFreePorts(dir string, n int, tls *TLS, env func(i int) []string) (*Ensemble, error) {
 	ports, err := proctest.FreePorts(4 * n) // client, quorum, election and TLS client port per server
 	if err != nil {
 		return nil, err
@@ -60,6 +73,9 @@ func startOnFreePorts(dir string, n int, tls *TLS) (*Ensemble, error) {
 	var peers []string
 	for i := range n {
 		s := &Server{dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), port: ports[4*i], securePort: ports[4*i+3], tls: tls}
+		if env != nil {
+			s.env = env(i)
+		}
 		if n > 1 {
 			s.id = i + 1
 			peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", s.id, ports[4*i+1], ports[4*i+2]))

@@ -48,6 +48,7 @@ type Server struct {
 	// securePort is the TLS client port, served when tls is set.
 	securePort int
 	tls        *TLS
+	env        []string // added to the server's environment
 	proctest.Proc
 }
 
@@ -89,7 +90,7 @@ func (s *Server) launch() error {
 	if s.tls != nil {
 		flags += " -cp " + classPath // the last -cp wins over zkServer.sh's
 	}
-	cmd.Env = append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+flags)
+	cmd.Env = append(append(os.Environ(), "ZOOCFGDIR="+s.dir, "JVMFLAGS="+flags), s.env...)
 	cmd.Dir = s.dir
 	if err := s.Start(cmd, s.log()); err != nil {
 		return fmt.Errorf("zktest: %w", err)

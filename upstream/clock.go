@@ -1,0 +1,135 @@
+package upstream
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// A node's wall clock, watched from the replies it sends anyway.
+//
+// Redis expires keys by its wall clock: a node whose clock steps forward
+// drops its locks early, one that steps back keeps them late. Every
+// pipeline to a node (the scripts of a batch, a status read, a health
+// probe) ends with one TIME, which costs no round trip. The node's time T
+// was read at some moment between the pipeline's send and the arrival of
+// its replies, so its offset against this process's monotonic clock lies
+// within [T − received, T − sent]: an interval as wide as the round trip.
+// A clock that only drifts moves that offset by at most DriftFactor per
+// unit of time (redlock.drift_factor, the allowance every lease's validity
+// already subtracts), so the node keeps the tightest bounds its replies
+// give — each reply's interval, widened by DriftFactor × the time since it
+// was sent, intersected with the next — and a slow reply does not loosen
+// what a fast one established. When a new interval lies wholly beyond
+// those bounds widened by DriftFixed more (redlock.drift_fixed_ms), the
+// clock jumped, forward or back: every call of that pipeline is answered
+// with a *quorum.ClockJumpError, so that its votes count toward nothing,
+// and the quorum layer holds the node out (quorum/clock.go). The smallest
+// jump seen is thus DriftFixed plus the drift since the fastest recent
+// reply plus that reply's round trip (well under a millisecond on a
+// quiet LAN); a smaller one stays within what the validity subtracts only
+// when it is below the lease's drift allowance.
+//
+// The first reply a node sends this process is the baseline: a new
+// instance assumes the clock it first sees is right, and checks it from
+// the next reply on — within a second for an idle node (the health probe),
+// at the next batch for a busy one. A jump between two replies is seen at
+// the second.
+
+// monoBase anchors this process's monotonic readings.
+var monoBase = time.Now()
+
+// mono is the monotonic time since monoBase.
+func mono() time.Duration { return time.Since(monoBase) }
+
+// nodeClock is what one node's replies said of its clock.
+type nodeClock struct {
+	mu          sync.Mutex
+	factor      float64
+	fixed       time.Duration
+	known       bool
+	lo, hi      time.Duration // the offset's bounds (node time − monotonic time) at the last reply
+	at          time.Duration // monotonic time the last reply's pipeline was sent
+	jumps       uint64
+	lastJump    time.Duration
+	lastJumpAge time.Time
+}
+
+// drift is the drift a clock that does not jump may show over elapsed.
+func (c *nodeClock) drift(elapsed time.Duration) time.Duration {
+	return time.Duration(float64(max(elapsed, 0)) * c.factor)
+}
+
+// note checks the node time read by TIME in a pipeline sent at sent and
+// answered at got (monotonic times). It returns the jump when the offset
+// moved by more than the drift allowance, and nil otherwise (also when
+// the reply carries no time).
+func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
+	if cmd == nil || cmd.Err() != nil {
+		return nil
+	}
+	t := time.Duration(cmd.Val().UnixNano())
+	lo, hi := t-got, t-sent
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.known {
+		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
+		return nil
+	}
+	d := c.drift(got - c.at)
+	wasLo, wasHi := c.lo-d, c.hi+d
+	var jump time.Duration
+	switch {
+	case lo > wasHi+c.fixed:
+		jump = lo - wasHi // at least this far forward
+	case hi < wasLo-c.fixed:
+		jump = hi - wasLo // at least this far back
+	default:
+		c.lo, c.hi, c.at = max(lo, wasLo), min(hi, wasHi), sent
+		return nil
+	}
+	allow := c.fixed + d + (c.hi - c.lo) + (hi - lo)
+	c.lo, c.hi, c.at = lo, hi, sent // the new baseline
+	c.jumps++
+	c.lastJump, c.lastJumpAge = jump, time.Now()
+	return &quorum.ClockJumpError{Jump: jump, Allowance: allow}
+}
+
+// ClockStats is what a node's replies said of its clock.
+type ClockStats struct {
+	Known  bool          // a reply carried the node's time
+	Offset time.Duration // node wall time − this process's wall time, at the last reply (approximate: half the round trip)
+	Jumps  uint64        // jumps seen
+	Last   time.Duration // the last jump, signed
+	LastAt time.Time     // when it was seen
+}
+
+// Clock reports what the node's replies said of its clock.
+func (n *RedisNode) Clock() ClockStats {
+	c := &n.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := ClockStats{Known: c.known, Jumps: c.jumps, Last: c.lastJump, LastAt: c.lastJumpAge}
+	if c.known {
+		mid := (c.lo + c.hi) / 2
+		s.Offset = mid - time.Duration(monoBase.UnixNano())
+	}
+	return s
+}
+
+// String describes a node's clock for INFO nodes.
+func (s ClockStats) String() string {
+	if !s.Known {
+		return "unknown"
+	}
+	out := "offset " + s.Offset.Round(time.Millisecond).String() + " jumps " + strconv.FormatUint(s.Jumps, 10)
+	if s.Jumps > 0 {
+		out += fmt.Sprintf(" last %v %v ago", s.Last.Round(time.Millisecond), time.Since(s.LastAt).Round(time.Second))
+	}
+	return out
+}
