@@ -160,10 +160,12 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	t := newTally(r.quorum, len(r.nodes))
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
+	var w renewal
 	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
-	_, err := r.fanout(ctx, r.timeout(ttl), op, nil,
+	calls, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
+			w.add(rep)
 			leased = leased || rep.Err == nil && rep.TTL < 0
 			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
 				applied = rep.TTL
@@ -180,6 +182,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 		return 0, err
 	}
 	if v := r.validity(applied, start); v > 0 {
+		r.heal(key, token, applied, mode, &w, calls, time.Now().Add(v))
 		return v, nil
 	}
 	return 0, engine.ErrNotHeld
@@ -202,7 +205,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx)}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl
 	}
