@@ -151,7 +151,9 @@ func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence 
 // zero ttl reuses the lease the lock was last given. The validity counts
 // from the shortest lease a majority applied. It reports ErrNotHeld only
 // when so many nodes said so that no majority can hold the lock; answers
-// that do not decide it give an engine.UnknownOutcomeError.
+// that do not decide it give an engine.UnknownOutcomeError. An extension a
+// majority granted heals the lock, in the background, onto the counted
+// nodes where its key is free (heal.go).
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	if err := r.checkLease(ttl); err != nil {
 		return 0, err
