@@ -164,7 +164,9 @@ func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence 
 // zero ttl reuses the lease the lock was last given. The validity counts
 // from the shortest lease a majority applied. It reports ErrNotHeld only
 // when so many nodes said so that no majority can hold the lock; answers
-// that do not decide it give an engine.UnknownOutcomeError.
+// that do not decide it give an engine.UnknownOutcomeError. An extension a
+// majority granted heals the lock, in the background, onto the counted
+// nodes where its key is free (heal.go).
 func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration, mode engine.Mode) (time.Duration, error) {
 	if err := r.checkLease(ttl); err != nil {
 		return 0, err
@@ -174,13 +176,15 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
 	var yes uint64  // bit i: node i extended it
+	var w renewal
 	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
-	_, err := r.fanout(ctx, r.timeout(ttl), op, nil,
+	calls, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
 			if rep.Err == nil && rep.TTL > 0 {
 				yes |= 1 << rep.Tag
 			}
+			w.add(rep)
 			leased = leased || rep.Err == nil && rep.TTL < 0
 			if rep.TTL > 0 && (applied == 0 || rep.TTL < applied) {
 				applied = rep.TTL
@@ -198,6 +202,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	if v := r.validity(applied, start); v > 0 {
 		r.vouch(key, token, applied, yes, v)
+		r.heal(key, token, applied, mode, &w, calls, time.Now().Add(v))
 		return v, nil
 	}
 	return 0, engine.ErrNotHeld
@@ -220,7 +225,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx)}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
 	r.unvouch(key, token)
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl

@@ -62,7 +62,9 @@ const (
 	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
 	// reuses the TTL the key was last given — and records Mode unless it is
 	// empty. Reply: TTL applied, 0 if Token does not hold the key, negative
-	// if Mode is Bound and the lock is a lease.
+	// if Mode is Bound and the lock is a lease; where it applied one, the
+	// hold as the node records it (Entry's Fence, Mode and Name, and
+	// Attempt); where the key is free, FreeAt.
 	OpExtend
 	// OpRelease deletes Key if Token holds it, and unless Rollback, takes
 	// Token's place out of the key's line. Reply: OK (released).
@@ -102,6 +104,16 @@ const (
 	// atomic step (repair.go). Reply: none but Err; a turn that is not
 	// Turn's is a failure that wraps ErrTurnLost.
 	OpRepair
+	// OpHeal takes Key again for Hold.Token, with Fence, Attempt and
+	// Hold's Mode, Name and TTL (the lease recorded), where the key is free
+	// (nothing of any type there): the renewal of a lock a majority holds
+	// heals a node that lost it (see Redlock.Extend). It raises the key's
+	// fencing counter to at least Fence, gives the key the TTL left until
+	// HealUntil, and takes nothing once that is past or if a release of
+	// the key found it free or another's on the node since FreeAt (both on
+	// the node's clock, from its OpExtend reply). Reply: TTL given, 0 if
+	// it took nothing.
+	OpHeal
 )
 
 // UndoGrace is how much longer than the attempt's lease an undo mark
@@ -138,7 +150,7 @@ type Status struct {
 type Op struct {
 	Kind  OpKind
 	Key   string
-	Hold  engine.Hold // OpAcquire
+	Hold  engine.Hold // OpAcquire; OpHeal's Token, Mode, Name and TTL
 	Token string      // OpCommit, OpExtend, OpRelease; the waiter, for OpLeave; the run id, for OpFloor
 	// Rollback marks an OpRelease that undoes a failed acquire: the token
 	// keeps its place in the key's line, and only a hold that Attempt took
@@ -173,9 +185,17 @@ type Op struct {
 	// one its grants put in line after it, which follows the head there): a
 	// node need not announce the release when nobody else is in line.
 	Line  []engine.Waiter
-	Fence int64         // OpCommit, OpFloor
-	TTL   time.Duration // OpExtend
-	Mode  engine.Mode   // OpExtend
+	Fence int64 // OpCommit, OpFloor, OpHeal
+	// FreeAt and HealUntil are OpHeal's clock readings (ms of the node's
+	// clock): when the node's OpExtend found the key free, and when the
+	// validity the holder was told ends.
+	FreeAt, HealUntil int64
+	// MarkFor is, for an OpRelease that is not a Rollback, how long a node
+	// where the token does not hold the key marks it released, so that a
+	// heal that found it free before (OpHeal) takes nothing; zero: no mark.
+	MarkFor time.Duration
+	TTL     time.Duration // OpExtend
+	Mode    engine.Mode   // OpExtend
 	// Script, Keys and Args are OpEval's script and its KEYS and ARGV;
 	// Keys are also the keys of OpTurn and OpTurnBack.
 	Script     *luascript.Admitted
@@ -209,8 +229,12 @@ type Reply struct {
 	States []KeyState
 	// Attempt is, for an OpRelease that deleted a hold (OK), the attempt
 	// that last took or refreshed it there ("" if the node did not record
-	// one): a release carried on to silent nodes is bound to it.
+	// one): a release carried on to silent nodes is bound to it. For an
+	// OpExtend that applied a TTL, the attempt the hold records.
 	Attempt string
+	// FreeAt is, for an OpExtend, the node's clock (ms) when it found the
+	// key free (nothing of any type there); 0 otherwise.
+	FreeAt int64
 	// Incarnation is the run id of the node process that answered, when
 	// the node knows it ("" otherwise). The restart rule counts an answer
 	// only from the process it has vetted.

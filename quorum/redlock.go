@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -87,6 +88,8 @@ type Redlock struct {
 
 	trust *trust      // nil: the restart rule is off (Config.MaxLease zero)
 	clock *clockHolds // nodes whose clock jumped, and who vouches for the locks granted here (clock.go)
+
+	healed atomic.Int64 // heals that took a lock again on a node (heal.go)
 
 	order keyOrder  // scripts outside the catalog, one key at a time per node (eval.go)
 	turns turnQueue // scripts that write, one turn at a time per key (turn.go)

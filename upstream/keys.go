@@ -17,6 +17,9 @@ import "strings"
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
 //	<prefix>undone:<attempt>     undo mark of an acquire attempt (short TTL)
+//	<prefix>released:<key>       release mark: the node's clock (ms) when a
+//	                             release found the key free or another's
+//	                             (heal.lua; TTL: the longest lease)
 //	<prefix>turn:<key>           the turn of a script on key (turn.go)
 //	<prefix>fence-floor, <prefix>fence-max, <prefix>vetted
 //	                             node-wide keys of the restart rule
@@ -32,7 +35,7 @@ import "strings"
 // one to one.
 
 // reserved are the names under the prefix that lockproxy writes itself.
-var reserved = []string{"meta:", "fence:", "line:", "line-deadline:", "undone:", "key:", "turn:", "fence-floor", "fence-max", "vetted"}
+var reserved = []string{"meta:", "fence:", "line:", "line-deadline:", "undone:", "released:", "key:", "turn:", "fence-floor", "fence-max", "vetted"}
 
 // lockKey is the node key of key's lock: key itself, unless it falls in
 // the node's bookkeeping.
@@ -62,3 +65,12 @@ func (n *RedisNode) lineKeys(key string) (line, deadlines string) {
 
 // undoKey is the undo mark of an acquire attempt.
 func (n *RedisNode) undoKey(attempt string) string { return n.prefix + "undone:" + attempt }
+
+// releasedKey is key's release mark (release.lua, heal.lua).
+func (n *RedisNode) releasedKey(key string) string { return n.prefix + "released:" + key }
+
+// healCounters are the fencing counters a heal of key raises to the
+// lock's fence: the key's counter and the node's largest.
+func (n *RedisNode) healCounters(key string) []string {
+	return []string{n.fenceKey(key), n.prefix + "fence-max"}
+}

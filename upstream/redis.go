@@ -306,8 +306,12 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 		if len(op.Line) > 1 {
 			second = op.Line[1].ID
 		}
-		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took}
+		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta, n.releasedKey(op.Key)}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor)}
+	case quorum.OpHeal:
+		keys := append([]string{lock, meta, n.releasedKey(op.Key)}, n.healCounters(op.Key)...)
+		h := op.Hold
+		return healScript, keys, []any{h.Token, op.Fence, string(h.Mode), h.Name, millis(h.TTL), op.Attempt, op.FreeAt, op.HealUntil}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}

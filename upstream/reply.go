@@ -112,7 +112,9 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 	case quorum.OpCommit:
 		r.OK, err = flag(commitScript, v)
 	case quorum.OpExtend:
-		r.TTL, err = applied(v)
+		err = extended(v, r)
+	case quorum.OpHeal:
+		r.TTL, err = healed(v)
 	case quorum.OpRelease:
 		r.OK, r.Attempt, err = released(v)
 	case quorum.OpLeave:
@@ -125,11 +127,46 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 	return err
 }
 
-// applied reads extend.lua's reply: the TTL applied in ms, 0 if not held.
-func applied(v any) (time.Duration, error) {
+// extended reads extend.lua's reply into r: {ttl, fence, attempt, mode,
+// name} where the token holds the key (the TTL applied in ms), {0, the
+// node's clock in ms} where the key is free, {0} where another holds it,
+// {-1} where a bound renewal found a lease.
+func extended(v any, r *quorum.Reply) error {
+	a, ok := v.([]any)
+	if !ok || len(a) == 0 {
+		return badReply(extendScript.name, v)
+	}
+	ms, ok := a[0].(int64)
+	switch {
+	case !ok || ms < -1:
+		return badReply(extendScript.name, v)
+	case ms <= 0 && len(a) == 1:
+	case ms == 0 && len(a) == 2:
+		if r.FreeAt, ok = a[1].(int64); !ok || r.FreeAt <= 0 {
+			return badReply(extendScript.name, v)
+		}
+	case ms > 0 && len(a) == 5:
+		fence, ok1 := a[1].(int64)
+		attempt, ok2 := a[2].(string)
+		mode, ok3 := a[3].(string)
+		name, ok4 := a[4].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return badReply(extendScript.name, v)
+		}
+		r.Entry = quorum.Entry{Fence: fence, Mode: engine.Mode(mode), Name: name}
+		r.Attempt = attempt
+	default:
+		return badReply(extendScript.name, v)
+	}
+	r.TTL = time.Duration(ms) * time.Millisecond
+	return nil
+}
+
+// healed reads heal.lua's reply: the TTL given in ms, 0 if it took nothing.
+func healed(v any) (time.Duration, error) {
 	ms, ok := v.(int64)
-	if !ok || ms < -1 {
-		return 0, badReply(extendScript.name, v)
+	if !ok || ms < 0 {
+		return 0, badReply(healScript.name, v)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -33,6 +33,8 @@ var (
 	leaveLua string
 	//go:embed scripts/floor.lua
 	floorLua string
+	//go:embed scripts/heal.lua
+	healLua string
 )
 
 var (
@@ -43,6 +45,7 @@ var (
 	inspectScript = newScript("inspect", inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
 	floorScript   = newScript("floor", floorLua)
+	healScript    = newScript("heal", healLua)
 
-	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript}
+	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript, healScript}
 )

@@ -7,38 +7,49 @@
 -- lock has become a lease, ARGV[4] the attempt the extension is bound to
 -- ('' for any hold of the token): only a hold that attempt was the last to
 -- take or refresh (the meta hash's attempt) is extended
--- Returns the ttl applied, 0 if the token does not hold the lock, or -1 if
--- a renewal of a connection-bound lock finds it a lease.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
-  return 0
+-- Returns {ttl applied, fence, attempt, mode, name} (the hold as the meta
+-- hash records it: fence 0 and '' where it is not known), so that the
+-- extender can heal the lock onto nodes where the key is free (heal.lua);
+-- {0, now} if the key is free on this node (now: the node's clock in ms);
+-- {0} if the token does not hold it otherwise; {-1} if a renewal of a
+-- connection-bound lock finds it a lease.
+local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
+if holder ~= ARGV[1] then
+  if holder == false then
+    local t = redis.call('TIME')
+    return {0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+  end
+  return {0}
 end
-local m = redis.call('HMGET', KEYS[2], 'token', 'mode', 'ttl', 'attempt')
+local m = redis.call('HMGET', KEYS[2], 'token', 'mode', 'ttl', 'attempt', 'fence', 'name')
 if m[1] ~= ARGV[1] then -- the meta hash expired before the key (a script extended the key)
   redis.call('DEL', KEYS[2])
-  m = {false, false, false, false}
+  m = {false, false, false, false, false, false}
 end
 if ARGV[4] ~= '' and m[4] ~= ARGV[4] then
-  return 0
+  return {0}
 end
 if ARGV[3] == 'bound' and m[2] == 'lease' then
-  return -1
+  return {-1}
 end
 local ttl = tonumber(ARGV[2])
 if ttl == 0 then
   -- the lock's own ttl; without a meta hash, what the key has left
   ttl = tonumber(m[3]) or redis.call('PTTL', KEYS[1])
   if ttl <= 0 then
-    return 0
+    return {0}
   end
 end
 -- An extension counts the hold toward the extender's majority: like a
 -- refresh, it clears took, so that a rollback of the attempt that took the
 -- key (a refused retry whose rollback lands after the RENEW) leaves it.
+local mode = m[2] or ''
 if ARGV[3] ~= '' then
+  mode = ARGV[3]
   redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'mode', ARGV[3], 'took', '0')
 else
   redis.call('HSET', KEYS[2], 'token', ARGV[1], 'ttl', ttl, 'took', '0')
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-return ttl
+return {ttl, tonumber(m[5]) or 0, m[4] or '', mode, m[6] or ''}

@@ -6,7 +6,11 @@
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] waiting line, KEYS[3] line deadlines, KEYS[4] the undo mark of the
 -- acquire attempt ARGV[7], KEYS[5] the lock's meta hash (it describes the
--- holder only while its token is the lock key's value)
+-- holder only while its token is the lock key's value), KEYS[6] the key's
+-- release mark, written (the node's clock, in ms, for ARGV[11] ms; '0':
+-- not written) by a release that is not a rollback where the token does
+-- not hold the key: a heal that found the key free before it takes nothing
+-- (heal.lua)
 -- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
 -- clients name it (without the prefix), ARGV[4] '1' to leave the line,
 -- ARGV[5] the attempt a release is bound to ('' for any): only a hold that
@@ -48,6 +52,13 @@ if ARGV[7] ~= '' and attempt ~= ARGV[7] then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
 end
 if holder ~= ARGV[1] then
+  -- Where the key is free or another's, the release leaves a mark: a heal
+  -- (heal.lua) decided before it, which found the key free here, takes
+  -- nothing when it lands after it.
+  if ARGV[11] ~= '0' and ARGV[10] ~= '1' then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 'PX', ARGV[11])
+  end
   return 0
 end
 if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then

@@ -1,0 +1,156 @@
+package quorum
+
+import (
+	"context"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+// Healing a held lock onto nodes that lost it.
+//
+// A node that restarted empty (no fsync), or that missed a grant, does not
+// hold a lock that a majority of nodes still holds, and an extension alone
+// never puts it back there: a lock renewed for hours then rests on a bare
+// majority, and the next single node to restart loses it, although a
+// majority of nodes was up and counted at every moment. So, like redsync's
+// "extend or lock", a renewal (Extend: the watchdog's, RENEW, a
+// lock-delay) that a majority granted takes the key again (OpHeal) on
+// every counted node that answered that the key is free there, with the
+// token, the fence and the attempt the holders record: the node's fencing
+// counter is raised to at least the fence, so that no later grant there
+// counts at or below it, and the hold is one that releases and extensions
+// bound to the attempt still match, and that no rollback deletes.
+//
+// What a heal never does:
+//   - take a key that anything holds on the node (another token, a value of
+//     another type, the token itself): heal.lua takes only a free key;
+//   - heal from a round that a majority did not grant, or whose holders
+//     do not all record the same fence and attempt;
+//   - heal a node that the restart rule holds out: its answer does not
+//     count (restart.go), so it is nobody's heal target;
+//   - make the lock live longer than the validity the holder was told: the
+//     healed key's TTL runs out when that validity does, measured on the
+//     node's own clock from the moment the node found the key free (the
+//     extension's reply carries the node's clock), and a heal that lands
+//     after that takes nothing;
+//   - undo a release. A release that reaches the node after the
+//     extension found the key free there, and before the heal lands, finds
+//     the key free (or another's) and leaves a mark there (release.lua),
+//     the node's clock; a heal takes nothing where a mark is at or after
+//     the moment the extension found the key free. The mark lasts
+//     markFor, at least as long as any heal's validity (see markFor), so
+//     it outlasts every heal that could still land. A release that lands
+//     after the heal deletes the healed key like any other. A release that
+//     never reaches the node is the case of a release that misses a node
+//     without healing: the node keeps the lock for what is left of the
+//     validity the holder was told, no longer.
+//
+// What it leaves: a heal decided from one round and a second grant of the
+// same token on the node (a retry's acquire, or another instance's heal)
+// deleted by a release before the first heal lands: the release deleted
+// a hold and left no mark, so the heal takes the key for what is left of
+// the validity. Marking every release would cost a write on every node
+// for every release; this needs two renewals or a renewal and a retry of
+// the same lock racing its release.
+
+// markFor is how long a release marks a key it found free or another's
+// (Op.MarkFor), and the longest validity a heal may carry: with the
+// restart rule on, the longest lease (no validity is longer); without it,
+// UndoGrace, and a renewal whose validity is longer heals nothing.
+func (r *Redlock) markFor() time.Duration {
+	if r.cfg.MaxLease > 0 {
+		return r.cfg.MaxLease
+	}
+	return UndoGrace
+}
+
+// renewal gathers what the replies of one extension say for a heal.
+type renewal struct {
+	holders int    // nodes that extended the hold
+	fence   int64  // the fence the first of them records
+	attempt string // and its attempt
+	mode    engine.Mode
+	name    string
+	split   bool       // holders disagree on the fence or the attempt
+	free    []freeNode // counted nodes where the key is free
+}
+
+// freeNode is a counted node that answered that the key is free, at its
+// clock's at (ms), read here at received.
+type freeNode struct {
+	node     int
+	at       int64
+	received time.Time
+}
+
+// add notes rep, a counted answer to the extension.
+func (w *renewal) add(rep Reply) {
+	switch {
+	case rep.Err != nil:
+	case rep.TTL > 0:
+		if w.holders == 0 {
+			w.fence, w.attempt, w.mode, w.name = rep.Entry.Fence, rep.Attempt, rep.Entry.Mode, rep.Entry.Name
+		}
+		w.split = w.split || rep.Entry.Fence != w.fence || rep.Attempt != w.attempt
+		w.holders++
+	case rep.FreeAt > 0:
+		w.free = append(w.free, freeNode{rep.Tag, rep.FreeAt, time.Now()})
+	}
+}
+
+// heal takes key again for token on the nodes that lost it, in the
+// background: on those that already answered the extension f, and on
+// those that answer it later. validEnd is when the validity the holder
+// was told ends; ttl the lease the lock keeps, mode the one the extension
+// recorded ("" for the holders' own).
+func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w *renewal, f *flight, validEnd time.Time) {
+	if w.split || w.fence <= 0 || w.holders < r.quorum {
+		return
+	}
+	if mode == "" {
+		mode = w.mode
+	}
+	h := engine.Hold{Token: token, TTL: ttl, Mode: mode, Name: w.name}
+	free := w.free
+	if len(free) == 0 && f.landed() {
+		return
+	}
+	r.bg.Go(func() {
+		for f.got < f.n { // the answers that came after the verdict
+			rep := <-f.replies
+			f.note(rep)
+			if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep) {
+				free = append(free, freeNode{rep.Tag, rep.FreeAt, time.Now()})
+			}
+		}
+		f.cancel()
+		done := make(chan Reply, len(free))
+		ctx, cancel := context.WithTimeout(r.life, r.timeout(ttl))
+		defer cancel()
+		sent := 0
+		for _, n := range free {
+			left := validEnd.Sub(n.received)
+			if left <= 0 || left > r.markFor() {
+				continue
+			}
+			op := &Op{Kind: OpHeal, Key: key, Hold: h, Fence: w.fence, Attempt: w.attempt,
+				FreeAt: n.at, HealUntil: n.at + left.Milliseconds()}
+			r.nodes[n.node].Do(ctx, op, n.node, done)
+			sent++
+		}
+		healed := 0
+		for range sent {
+			rep := <-done
+			r.health.note(rep.Tag, rep.Err)
+			if rep.Err == nil && rep.TTL > 0 {
+				healed++
+			}
+		}
+		r.healed.Add(int64(healed))
+	})
+}
+
+// Healed is how many times a renewal took a lock again on a node that had
+// lost it.
+func (r *Redlock) Healed() int64 { return r.healed.Load() }

@@ -1,0 +1,41 @@
+-- Take a lock again, for the token that holds it on a majority of nodes, on
+-- a node where its key is free (the node restarted empty, or missed the
+-- grant): a renewal heals the nodes that lost the lock (quorum.Extend).
+-- KEYS[1] the lock key, KEYS[2] its meta hash, KEYS[3] the key's release
+-- mark (release.lua: the node's clock, in ms, when a release of the key
+-- found it free or another's), KEYS[4..] the fencing counters to raise to
+-- at least the fence (the key's counter and the node's largest)
+-- ARGV[1] token, ARGV[2] fence, ARGV[3] mode, ARGV[4] name, ARGV[5] the
+-- lock's ttl (ms: what a renewal without one reuses), ARGV[6] the attempt
+-- the hold records (so that releases and extensions bound to it still
+-- match), ARGV[7] the node's clock (ms) when the renewal found the key
+-- free here, ARGV[8] the node's clock (ms) when the validity the holder
+-- was told ends
+-- Returns the TTL given to the key in ms, or 0 if it took nothing: the key
+-- is not free (another holder, of any type, or the token itself), a release
+-- of the key ran here since the renewal found it free, or the validity is
+-- over.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+local mark = tonumber(redis.pcall('GET', KEYS[3])) -- nil unless a number
+if mark and mark >= tonumber(ARGV[7]) then
+  return 0
+end
+local t = redis.call('TIME')
+local left = tonumber(ARGV[8]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if left <= 0 then
+  return 0
+end
+-- The counters: no later grant on this node counts at or below the fence.
+local fence = tonumber(ARGV[2])
+for i = 4, #KEYS do
+  if fence > (tonumber(redis.call('GET', KEYS[i])) or 0) then
+    redis.call('SET', KEYS[i], ARGV[2])
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', left)
+-- took '0': no rollback of any attempt deletes the healed hold.
+redis.call('HSET', KEYS[2], 'token', ARGV[1], 'fence', ARGV[2], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[5], 'attempt', ARGV[6], 'took', '0')
+redis.call('PEXPIRE', KEYS[2], left)
+return left
