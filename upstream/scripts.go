@@ -33,16 +33,18 @@ var (
 	leaveLua string
 	//go:embed scripts/floor.lua
 	floorLua string
+	//go:embed scripts/layout.lua
+	layoutLua string
 )
 
 var (
-	acquireScript = newScript("acquire", acquireLua)
-	commitScript  = newScript("commit", commitLua)
+	acquireScript = newScript("acquire", layoutLua+acquireLua)
+	commitScript  = newScript("commit", layoutLua+commitLua)
 	extendScript  = newScript("extend", extendLua)
 	releaseScript = newScript("release", releaseLua)
 	inspectScript = newScript("inspect", inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
-	floorScript   = newScript("floor", floorLua)
+	floorScript   = newScript("floor", layoutLua+floorLua)
 
 	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript}
 )
