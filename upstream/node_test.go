@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -305,4 +306,27 @@ func counter(t *testing.T, n *RedisNode, key string) int64 {
 		t.Fatalf("reading the counter: %+v, %v", c, err)
 	}
 	return c.Counter
+}
+
+// TestNothingOutlivesTheLease: once a lease ends, nothing of its key is
+// left on the node (layout 1 kept the key's fencing counter for ever), and
+// the key's next grant still gets a higher fence, from the node's counter.
+func TestNothingOutlivesTheLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		first, err := n.Acquire(ctx, "k", hold("a", 50*time.Millisecond))
+		if err != nil || first.State != quorum.Acquired {
+			t.Fatalf("Acquire = %+v, %v", first, err)
+		}
+		// Redis expires a key when it is read, or within about a second.
+		eventually(t, 5*time.Second, "k's lease and bookkeeping expire", func() bool {
+			keys := raw.Keys(ctx, "*").Val()
+			slices.Sort(keys)
+			return slices.Equal(keys, []string{"lockproxy:fence-floor", "lockproxy:fence-max", "lockproxy:layout"})
+		})
+		again, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		if err != nil || again.State != quorum.Acquired || again.Fence <= first.Fence {
+			t.Errorf("Acquire after the lease = %+v, %v; want a fence above %d", again, err, first.Fence)
+		}
+	})
 }
