@@ -15,8 +15,11 @@ import (
 // its fencing counter by one and records the new value as the lock's fence
 // in the same atomic step. When the first majority of nodes to take it all
 // report the same value, that value is the fence, already recorded on a
-// majority of holders. Otherwise (the counters had drifted apart, or this
-// is a retry by the holder) phase two commits the fence to every node: it
+// majority of holders. Otherwise (the counters had drifted apart — a node
+// missed grants, or, where a node keeps one counter for all its keys as
+// upstream does, grants of other keys reached the nodes in different
+// orders — or this is a retry by the holder) phase two commits the fence
+// to every node, which also brings their counters together again: it
 // raises each counter to it and succeeds only where the token still holds
 // the key. The grant needs a quorum in each phase it runs and a positive
 // validity; otherwise every node is rolled back. README.md ("Fencing

@@ -13,7 +13,9 @@ type Claim struct {
 	// State says whether the node now holds the lock for the token.
 	State ClaimState
 	// Counter is the node's fencing counter for the key after the acquire
-	// (raised by one when State is Acquired).
+	// (raised by one when State is Acquired). A node may keep one counter
+	// for all its keys, as upstream does: it only has to be at least every
+	// fence the node recorded or committed for the key.
 	Counter int64
 	// Fence is the fence recorded for the token on this node: the raised
 	// counter when Acquired, the fence of the earlier grant when Mine.
@@ -49,12 +51,12 @@ type OpKind uint8
 
 const (
 	// OpAcquire sets Key to Hold.Token with TTL Hold.TTL if the key is free,
-	// raising the key's fencing counter by one and recording the new value
+	// raising the node's fencing counter for the key by one and recording the new value
 	// as the lock's fence, or resets the TTL if Hold.Token already holds it;
 	// all in one atomic step, and nothing if Attempt was undone (see
 	// Op.Undo). Reply: Claim.
 	OpAcquire OpKind = iota
-	// OpCommit raises the key's fencing counter to at least Fence, and
+	// OpCommit raises the node's fencing counter for the key to at least Fence, and
 	// records Fence for Token if Token holds the key: exactly where
 	// Attempt was the last to take or refresh the hold, else only raising
 	// the fence recorded. Reply: OK (held).
@@ -77,10 +79,9 @@ const (
 	// OpStatus reads what the node says of its own process and data (see
 	// Status), without changing anything. Reply: Status.
 	OpStatus
-	// OpFloor raises the node's fence floor — below which no fencing
-	// counter on the node counts — and its largest counter to at least
-	// Fence, and records Token (the node's run id) as the process whose
-	// counters were raised. Reply: OK.
+	// OpFloor raises every fencing counter of the node to at least Fence
+	// (upstream: its one counter), and records Token (the node's run id)
+	// as the process whose counters were raised. Reply: OK.
 	OpFloor
 	// OpEval runs Script, a script outside the catalog, with Keys and Args
 	// on the node, atomically there (EVALSHA, EVAL when the node does not
@@ -141,7 +142,7 @@ type Status struct {
 	// process whose fencing counters were raised.
 	Vetted string
 	// FenceMax is the largest fencing counter the node holds, over every
-	// key and its fence floor.
+	// key.
 	FenceMax int64
 }
 

@@ -36,8 +36,8 @@ import (
 //   - Then, unless another instance already did it for this process (the
 //     node records the run id it was vetted for), its fence floor is
 //     raised (OpFloor) to the largest counter held by any node that
-//     answered, and the node counts from then on. The acquire script
-//     counts from max(key counter, floor). Every fence granted so far is
+//     answered, and the node counts from then on (upstream keeps one
+//     counter for every key of a node: the floor raises it). Every fence granted so far is
 //     recorded on a majority of nodes; when at least N−quorum+1 of the
 //     other nodes are counted and answered, one of them is in that
 //     majority, so the floor is at least every fence granted before it. When

@@ -179,6 +179,7 @@ func TestReservedKeys(t *testing.T) {
 		"lockproxy:undone:k":   "lockproxy:key:lockproxy:undone:k",
 		"lockproxy:key:x":      "lockproxy:key:lockproxy:key:x",
 		"lockproxy:fence-floo": "lockproxy:fence-floo",
+		"lockproxy:layout":     "lockproxy:key:lockproxy:layout",
 	} {
 		got := n.lockKey(key)
 		if got != want {
@@ -192,16 +193,16 @@ func TestReservedKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
-		mustAcquire(t, n, "lockproxy:fence:k", hold("b", time.Minute))
-		if v := raw.Get(ctx, "lockproxy:fence:k").Val(); v != "1" {
-			t.Errorf("k's fencing counter = %q, want 1", v)
+		mustAcquire(t, n, "lockproxy:layout", hold("b", time.Minute))
+		if v := raw.HGet(ctx, "lockproxy:layout", "fence").Val(); v != "2" {
+			t.Errorf("the node's fencing counter = %q, want 2", v)
 		}
-		if v := raw.Get(ctx, "lockproxy:key:lockproxy:fence:k").Val(); v != "b" {
+		if v := raw.Get(ctx, "lockproxy:key:lockproxy:layout").Val(); v != "b" {
 			t.Errorf("the moved lock key holds %q, want b", v)
 		}
 		mustRelease(t, n, "k", "a", true)
-		if c, err := n.Acquire(ctx, "k", hold("c", time.Minute)); err != nil || c.Fence != 2 {
-			t.Errorf("Acquire(k) = %+v, %v; want fence 2", c, err)
+		if c, err := n.Acquire(ctx, "k", hold("c", time.Minute)); err != nil || c.Fence != 3 {
+			t.Errorf("Acquire(k) = %+v, %v; want fence 3", c, err)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -56,7 +57,8 @@ func TestAcquireTakenHeld(t *testing.T) {
 			return err == nil && (c.State == quorum.Acquired || c.Held < 40*time.Millisecond)
 		})
 		// The holder's own acquire still reports its fence, not a PTTL.
-		if c, err := n.Acquire(ctx, "k", hold("a", ttl)); err != nil || c != (quorum.Claim{State: quorum.Mine, Counter: 1, Fence: 1}) {
+		// The counter is the node's: raised by short's grant since.
+		if c, err := n.Acquire(ctx, "k", hold("a", ttl)); err != nil || c != (quorum.Claim{State: quorum.Mine, Counter: 2, Fence: 1}) {
 			t.Errorf("Acquire by the holder = %+v, %v", c, err)
 		}
 	})
@@ -214,7 +216,7 @@ func TestExpiry(t *testing.T) {
 // TestKeyLayout: the lock key is the client's key, a string holding the
 // token with the lease's TTL, as SET k a NX PX 60000 leaves it on one Redis;
 // the holder's bookkeeping is a meta hash beside it with the same TTL, and
-// the fencing counter is kept for ever.
+// the node's one fencing counter is kept for ever: nothing of the key's.
 func TestKeyLayout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
@@ -238,12 +240,22 @@ func TestKeyLayout(t *testing.T) {
 		if ttl := raw.PTTL(ctx, "lockproxy:meta:k").Val(); ttl <= 0 || ttl > time.Minute {
 			t.Errorf("meta PTTL = %v, want (0, 1m]", ttl)
 		}
-		if v, ttl := raw.Get(ctx, "lockproxy:fence:k").Val(), raw.PTTL(ctx, "lockproxy:fence:k").Val(); v != "5" || ttl != -1 {
-			t.Errorf("fence key = %q with PTTL %v, want \"5\" with none", v, ttl)
+		layout, err := raw.HGetAll(ctx, "lockproxy:layout").Result()
+		if ttl := raw.PTTL(ctx, "lockproxy:layout").Val(); err != nil || layout["fence"] != "5" || layout["version"] != "2" || ttl != -1 {
+			t.Errorf("layout hash = %v, %v with PTTL %v, want fence 5 and version 2 with none", layout, err, ttl)
+		}
+		for _, k := range []string{"lockproxy:fence-floor", "lockproxy:fence-max"} {
+			if typ := raw.Type(ctx, k).Val(); typ != "hash" {
+				t.Errorf("%s is a %s, want a hash (layout 1's GET of it must fail)", k, typ)
+			}
 		}
 		mustRelease(t, n, "k", "a", true)
 		if got := raw.Exists(ctx, "k", "lockproxy:meta:k").Val(); got != 0 {
 			t.Errorf("%d of the lock key and its meta hash left after the release", got)
+		}
+		// Nothing of k's is left: only the node's own keys.
+		if keys := raw.Keys(ctx, "*").Val(); len(keys) != 3 {
+			t.Errorf("keys left after the release: %v, want the layout hash, fence-floor and fence-max", keys)
 		}
 	})
 }
@@ -253,10 +265,10 @@ func TestPrefix(t *testing.T) {
 		n, ctx := newNode(t, RedisOptions{Addr: addr, Prefix: "x/"}), testCtx(t)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
 		raw := rawClient(t, addr)
-		if got := raw.Exists(ctx, "k", "x/meta:k", "x/fence:k").Val(); got != 3 {
-			t.Errorf("EXISTS k x/meta:k x/fence:k = %d, want 3", got)
+		if got := raw.Exists(ctx, "k", "x/meta:k", "x/layout").Val(); got != 3 {
+			t.Errorf("EXISTS k x/meta:k x/layout = %d, want 3", got)
 		}
-		if got := raw.Exists(ctx, "lockproxy:meta:k", "lockproxy:fence:k").Val(); got != 0 {
+		if got := raw.Exists(ctx, "lockproxy:meta:k", "lockproxy:layout").Val(); got != 0 {
 			t.Errorf("%d keys under the default prefix", got)
 		}
 	})
@@ -294,4 +306,27 @@ func counter(t *testing.T, n *RedisNode, key string) int64 {
 		t.Fatalf("reading the counter: %+v, %v", c, err)
 	}
 	return c.Counter
+}
+
+// TestNothingOutlivesTheLease: once a lease ends, nothing of its key is
+// left on the node (layout 1 kept the key's fencing counter for ever), and
+// the key's next grant still gets a higher fence, from the node's counter.
+func TestNothingOutlivesTheLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		first, err := n.Acquire(ctx, "k", hold("a", 50*time.Millisecond))
+		if err != nil || first.State != quorum.Acquired {
+			t.Fatalf("Acquire = %+v, %v", first, err)
+		}
+		// Redis expires a key when it is read, or within about a second.
+		eventually(t, 5*time.Second, "k's lease and bookkeeping expire", func() bool {
+			keys := raw.Keys(ctx, "*").Val()
+			slices.Sort(keys)
+			return slices.Equal(keys, []string{"lockproxy:fence-floor", "lockproxy:fence-max", "lockproxy:layout"})
+		})
+		again, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		if err != nil || again.State != quorum.Acquired || again.Fence <= first.Fence {
+			t.Errorf("Acquire after the lease = %+v, %v; want a fence above %d", again, err, first.Fence)
+		}
+	})
 }

@@ -286,11 +286,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	switch op.Kind {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
-		keys := []string{lock, n.fenceKey(op.Key), line, deadlines, n.undoKey(op.Attempt),
+		keys := []string{lock, n.layoutKey(), line, deadlines, n.undoKey(op.Attempt),
 			n.prefix + "fence-floor", n.prefix + "fence-max", meta}
 		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
-		return commitScript, []string{lock, n.fenceKey(op.Key), n.prefix + "fence-max", meta}, []any{op.Token, op.Fence, op.Attempt}
+		return commitScript, []string{lock, n.layoutKey(), n.prefix + "fence-max", meta, n.prefix + "fence-floor"}, []any{op.Token, op.Fence, op.Attempt}
 	case quorum.OpExtend:
 		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt}
 	case quorum.OpRelease:
@@ -309,14 +309,14 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta, n.releasedKey(op.Key)}
 		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor)}
 	case quorum.OpHeal:
-		keys := append([]string{lock, meta, n.releasedKey(op.Key)}, n.healCounters(op.Key)...)
+		keys := append([]string{lock, meta, n.releasedKey(op.Key)}, n.healCounters()...)
 		h := op.Hold
 		return healScript, keys, []any{h.Token, op.Fence, string(h.Mode), h.Name, millis(h.TTL), op.Attempt, op.FreeAt, op.HealUntil}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
 	case quorum.OpFloor:
-		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted"}, []any{op.Fence, op.Token}
+		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted", n.layoutKey()}, []any{op.Fence, op.Token}
 	default:
 		return inspectScript, []string{lock, meta}, nil
 	}
@@ -412,7 +412,8 @@ func (n *RedisNode) status(ctx context.Context, c *call) {
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	vetted := pipe.Get(ctx, n.prefix+"vetted")
-	top := pipe.Get(ctx, n.prefix+"fence-max")
+	top := pipe.HGet(ctx, n.layoutKey(), "fence")
+	old := pipe.Get(ctx, n.prefix+"fence-max") // layout 1's; WRONGTYPE in layout 2
 	now := pipe.Time(ctx)
 	n.roundTrips.Add(1)
 	sent := mono()
@@ -437,19 +438,27 @@ func (n *RedisNode) status(ctx context.Context, c *call) {
 	}
 	s.Uptime = time.Duration(up) * time.Second
 	s.Durable = aof.Err() == nil && fsync.Err() == nil && aof.Val()["appendonly"] == "yes" && fsync.Val()["appendfsync"] == "always"
-	for _, cmd := range []*redis.StringCmd{vetted, top} {
+	if err := old.Err(); err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		old.SetErr(redis.Nil)
+	}
+	for _, cmd := range []*redis.StringCmd{vetted, top, old} {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			r.Err = err
 			return
 		}
 	}
 	s.Vetted = vetted.Val()
-	if v := top.Val(); v != "" {
-		f, err := strconv.ParseFloat(v, 64) // written by Lua: may read 1e+15
+	// The node's counter: layout 2's, or on a node still in layout 1 its
+	// fence-max, at least every counter there.
+	for _, v := range []string{top.Val(), old.Val()} {
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64) // layout 1's was written by Lua: may read 1e+15
 		if err != nil {
-			r.Err = badReply("GET fence-max", v)
+			r.Err = badReply("fence counter", v)
 			return
 		}
-		s.FenceMax = int64(f)
+		s.FenceMax = max(s.FenceMax, int64(f))
 	}
 }

@@ -35,17 +35,19 @@ var (
 	floorLua string
 	//go:embed scripts/heal.lua
 	healLua string
+	//go:embed scripts/layout.lua
+	layoutLua string
 )
 
 var (
-	acquireScript = newScript("acquire", acquireLua)
-	commitScript  = newScript("commit", commitLua)
+	acquireScript = newScript("acquire", layoutLua+acquireLua)
+	commitScript  = newScript("commit", layoutLua+commitLua)
 	extendScript  = newScript("extend", extendLua)
 	releaseScript = newScript("release", releaseLua)
 	inspectScript = newScript("inspect", inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
-	floorScript   = newScript("floor", floorLua)
-	healScript    = newScript("heal", healLua)
+	floorScript   = newScript("floor", layoutLua+floorLua)
+	healScript    = newScript("heal", layoutLua+healLua)
 
 	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript, healScript}
 )

@@ -1,10 +1,10 @@
 -- Take a lock if it is free and no older waiter is in line for it, or reset
--- its TTL if the token already holds it. Taking it raises the key's fencing
--- counter by one and records the new value as the lock's fence, in the same
--- atomic step. A waiter that is refused takes (or keeps) its place in line.
+-- its TTL if the token already holds it. Taking it raises the node's fencing
+-- counter (one for every key: layout.lua) by one and records the new value
+-- as the lock's fence, in the same atomic step. A waiter that is refused takes (or keeps) its place in line.
 -- KEYS[1] the lock key itself: the string token with the lease's TTL, as
 -- SET NX PX leaves it (any other value, of any type, is another holder's),
--- KEYS[2] fencing counter,
+-- KEYS[2] the layout hash, whose field fence is the node's fencing counter,
 -- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
 -- KEYS[4] line deadlines (sorted set: waiter -> µs of the node's clock
 -- (TIME) after which it is gone: every instance adds and purges places
@@ -22,17 +22,16 @@
 -- fresh acquire (SET NX: refused even when the token already holds the key,
 -- since legacy values need not be unique), '' for an acquire that may be
 -- retried by the holder.
--- KEYS[6] the node's fence floor (raised when a node that restarted without
--- fsync rejoins: no counter on the node counts below it), KEYS[7] the
--- largest counter on the node (raised with every counter, so that a node
--- that rejoins learns the floor from the others), KEYS[8] the lock's meta
+-- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
+-- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
+-- the lock's meta
 -- hash (token, fence, mode, name, ttl; attempt, the last attempt to take or
 -- refresh the key, and took, '1' when that attempt took it and '0' when it
 -- only refreshed it; it describes the holder only while its token is the
 -- lock key's value, and has the key's TTL).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
--- mine (n is the fence of that grant, or the counter where it is not
--- known), 0 refused (n is how long, in ms, the
+-- mine (n is the fence of that grant, or the node's counter where it is not
+-- known: never below it), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
 -- The meta hash keeps the ttl so that a renewal without one reuses it.
 -- now is the node's clock in microseconds, read once, when first needed.
@@ -44,8 +43,24 @@ local function now()
   end
   return clock
 end
-local counter = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(redis.call('GET', KEYS[6])) or 0)
-if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
+local function meta(token, fence, took)
+  redis.call('HSET', KEYS[8], 'token', token, 'fence', string.format('%.0f', fence), 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[10], 'took', took)
+  redis.call('PEXPIRE', KEYS[8], ARGV[2])
+end
+-- The common case, in five commands: no undo mark, nobody in line, no
+-- waiter of this instance to place, and the key free.
+local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+if quiet and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
+  if fence == 1 then -- no counter on the node until now
+    fence = settle(KEYS[2], KEYS[6], KEYS[7]) + 1
+    redis.call('HSET', KEYS[2], 'fence', string.format('%.0f', fence))
+  end
+  meta(ARGV[1], fence, '1')
+  return {1, fence, fence}
+end
+local counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
+if not quiet and redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
   return {0, counter, 0}
 end
 -- false when free; a table (WRONGTYPE) when the key holds another type
@@ -54,13 +69,12 @@ local waiter = ARGV[5]
 if holder == ARGV[1] and ARGV[11] ~= '1' then
   local m = redis.call('HMGET', KEYS[8], 'token', 'fence')
   -- Where the hold's fence is unknown (its meta hash expired before the
-  -- key), the key's counter stands for it: never below the grant's fence.
+  -- key), the node's counter stands for it: never below the grant's fence.
   local fence = m[1] == holder and tonumber(m[2]) or counter
   -- A refresh records its attempt as the last to land, but not as the one
   -- that took the key: its rollback deletes nothing (see release.lua).
-  redis.call('HSET', KEYS[8], 'token', holder, 'fence', fence, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[10], 'took', '0')
+  meta(holder, fence, '0')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[8], ARGV[2])
   return {2, counter, fence}
 end
 local wait
@@ -88,14 +102,9 @@ else
       redis.call('PEXPIRE', KEYS[3], keep)
       redis.call('PEXPIRE', KEYS[4], keep)
     end
-    counter = counter + 1
-    redis.call('SET', KEYS[2], counter)
-    if counter > (tonumber(redis.call('GET', KEYS[7])) or 0) then
-      redis.call('SET', KEYS[7], counter)
-    end
+    counter = redis.call('HINCRBY', KEYS[2], 'fence', 1)
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    redis.call('HSET', KEYS[8], 'token', ARGV[1], 'fence', counter, 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[10], 'took', '1')
-    redis.call('PEXPIRE', KEYS[8], ARGV[2])
+    meta(ARGV[1], counter, '1')
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)

@@ -1,20 +1,15 @@
--- Raise the key's fencing counter to at least the fence, and record the
+-- Raise the node's fencing counter to at least the fence, and record the
 -- fence on the lock if the token holds it: exactly, where the committing
 -- attempt is the last to have taken or refreshed the hold (the fence the
 -- holder is told), else only raising it.
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
--- KEYS[2] fencing counter (persistent, no TTL), KEYS[3] the largest counter
--- on the node, raised with it, KEYS[4] the lock's meta hash
+-- KEYS[2] the layout hash (field fence: the node's counter, layout.lua),
+-- KEYS[3] and KEYS[5] fence-max and fence-floor of layout 1 (read where the
+-- node has no counter yet), KEYS[4] the lock's meta hash
 -- ARGV[1] token, ARGV[2] fence, ARGV[3] the committing attempt ('' none)
 -- Returns 1 if the token holds the lock, else 0.
 local fence = tonumber(ARGV[2])
-local counter = tonumber(redis.call('GET', KEYS[2])) or 0
-if fence > counter then
-  redis.call('SET', KEYS[2], ARGV[2])
-end
-if fence > (tonumber(redis.call('GET', KEYS[3])) or 0) then
-  redis.call('SET', KEYS[3], ARGV[2])
-end
+raise(KEYS[2], KEYS[5], KEYS[3], fence)
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
   return 0
 end

@@ -3,8 +3,9 @@
 -- grant): a renewal heals the nodes that lost the lock (quorum.Extend).
 -- KEYS[1] the lock key, KEYS[2] its meta hash, KEYS[3] the key's release
 -- mark (release.lua: the node's clock, in ms, when a release of the key
--- found it free or another's), KEYS[4..] the fencing counters to raise to
--- at least the fence (the key's counter and the node's largest)
+-- found it free or another's), KEYS[4] the layout hash (field fence: the
+-- node's counter, layout.lua), KEYS[5] and KEYS[6] fence-floor and
+-- fence-max of layout 1 (read where the node has no counter yet)
 -- ARGV[1] token, ARGV[2] fence, ARGV[3] mode, ARGV[4] name, ARGV[5] the
 -- lock's ttl (ms: what a renewal without one reuses), ARGV[6] the attempt
 -- the hold records (so that releases and extensions bound to it still
@@ -27,13 +28,8 @@ local left = tonumber(ARGV[8]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[
 if left <= 0 then
   return 0
 end
--- The counters: no later grant on this node counts at or below the fence.
-local fence = tonumber(ARGV[2])
-for i = 4, #KEYS do
-  if fence > (tonumber(redis.call('GET', KEYS[i])) or 0) then
-    redis.call('SET', KEYS[i], ARGV[2])
-  end
-end
+-- The counter: no later grant on this node counts at or below the fence.
+raise(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', left)
 -- took '0': no rollback of any attempt deletes the healed hold.
 redis.call('HSET', KEYS[2], 'token', ARGV[1], 'fence', ARGV[2], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[5], 'attempt', ARGV[6], 'took', '0')

@@ -1,5 +1,5 @@
--- Delete a lock the token holds, and announce it to waiters. The fencing
--- counter stays. Unless the release is a rollback, the token also gives up
+-- Delete a lock the token holds, and announce it to waiters. The node's
+-- fencing counter stays. Unless the release is a rollback, the token also gives up
 -- any place it held in the key's line (as a waiter, the token names its
 -- place): a waiter granted elsewhere may have been refused, and placed in
 -- line, on this node.
@@ -35,7 +35,9 @@
 -- that refused it, and its own instance wakes it directly. The message is
 -- '<length of token>:<token><key>', so that the instance that released can
 -- tell its own release when it hears of it.
-if ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+-- The line exists only while somebody waits: one look in the common case.
+local lined = redis.call('EXISTS', KEYS[2]) == 1
+if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
@@ -65,7 +67,7 @@ if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') the
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[5])
-local others = redis.call('ZCARD', KEYS[2])
+local others = lined and redis.call('ZCARD', KEYS[2]) or 0
 for _, mine in ipairs({ARGV[6], ARGV[9]}) do
   if others > 0 and mine ~= '' and redis.call('ZSCORE', KEYS[2], mine) then
     others = others - 1
