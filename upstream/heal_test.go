@@ -109,9 +109,9 @@ func TestWatchdogLockHealsAcrossRestarts(t *testing.T) {
 		if !holdsWith(t, s.Addr(), "k", "a", g.Fence) {
 			t.Errorf("node %d does not hold k for a with fence %d at the end", i, g.Fence)
 		}
-		c, err := rawClient(t, s.Addr()).Get(ctx, DefaultPrefix+"fence:k").Int64()
+		c, err := rawClient(t, s.Addr()).HGet(ctx, DefaultPrefix+"layout", "fence").Int64()
 		if err != nil || c < g.Fence {
-			t.Errorf("node %d: fencing counter %d %v below the fence %d", i, c, err, g.Fence)
+			t.Errorf("node %d: the node's fencing counter %d %v below the fence %d", i, c, err, g.Fence)
 		}
 	}
 	if r.Healed() < 5 {
