@@ -180,7 +180,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	leased := false // a node found a bound lock made a lease
 	var yes uint64  // bit i: node i extended it
 	var w renewal
-	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx)}
+	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
 	calls, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)

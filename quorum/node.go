@@ -112,8 +112,10 @@ const (
 	// fencing counter to at least Fence, gives the key the TTL left until
 	// HealUntil, and takes nothing once that is past or if a release of
 	// the key found it free or another's on the node since FreeAt (both on
-	// the node's clock, from its OpExtend reply). Reply: TTL given, 0 if
-	// it took nothing.
+	// the node's clock, from its OpExtend reply; the release's mark is
+	// above FreeAt even where the clock stepped back: OpExtend.MarkFor).
+	// The TTL given is never more than HealUntil − FreeAt. Reply: TTL
+	// given, 0 if it took nothing.
 	OpHeal
 )
 
@@ -193,7 +195,10 @@ type Op struct {
 	FreeAt, HealUntil int64
 	// MarkFor is, for an OpRelease that is not a Rollback, how long a node
 	// where the token does not hold the key marks it released, so that a
-	// heal that found it free before (OpHeal) takes nothing; zero: no mark.
+	// heal that found it free before (OpHeal) takes nothing; for an
+	// OpExtend, how long a node where the key is free marks the moment it
+	// found it so (FreeAt), which every later mark exceeds whatever the
+	// node's clock does; zero: no mark.
 	MarkFor time.Duration
 	TTL     time.Duration // OpExtend
 	Mode    engine.Mode   // OpExtend

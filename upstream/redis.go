@@ -292,7 +292,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.layoutKey(), n.prefix + "fence-max", meta, n.prefix + "fence-floor"}, []any{op.Token, op.Fence, op.Attempt}
 	case quorum.OpExtend:
-		return extendScript, []string{lock, meta}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt}
+		return extendScript, []string{lock, meta, n.releasedKey(op.Key)}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt, millis(op.MarkFor)}
 	case quorum.OpRelease:
 		leave, took := "1", ""
 		if op.Rollback {

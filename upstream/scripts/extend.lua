@@ -1,23 +1,36 @@
 -- Reset the TTL of a lock the token holds, and record a new mode if given.
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] the lock's meta hash (token, mode, ttl, ...; it describes the
--- holder only while its token is the lock key's value)
+-- holder only while its token is the lock key's value), KEYS[3] the key's
+-- release mark (release.lua, heal.lua)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds (0: the lock's own ttl),
 -- ARGV[3] mode or ''; 'bound' is the watchdog's renewal, refused once the
 -- lock has become a lease, ARGV[4] the attempt the extension is bound to
 -- ('' for any hold of the token): only a hold that attempt was the last to
--- take or refresh (the meta hash's attempt) is extended
+-- take or refresh (the meta hash's attempt) is extended, ARGV[5] how long,
+-- in ms, a mark written here lasts ('0': none written)
 -- Returns {ttl applied, fence, attempt, mode, name} (the hold as the meta
 -- hash records it: fence 0 and '' where it is not known), so that the
 -- extender can heal the lock onto nodes where the key is free (heal.lua);
--- {0, now} if the key is free on this node (now: the node's clock in ms);
+-- {0, at} if the key is free on this node: at is the node's clock in ms,
+-- or one more than the key's release mark where that is not below it (the
+-- clock stepped back), written as the mark, so that a release after this
+-- one marks the key above at whatever the node's clock does (release.lua);
 -- {0} if the token does not hold it otherwise; {-1} if a renewal of a
 -- connection-bound lock finds it a lease.
 local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
 if holder ~= ARGV[1] then
   if holder == false then
     local t = redis.call('TIME')
-    return {0, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local mark = tonumber(redis.pcall('GET', KEYS[3])) -- nil unless a number
+    if mark and mark >= at then
+      at = mark + 1
+    end
+    if ARGV[5] ~= '0' then
+      redis.call('SET', KEYS[3], string.format('%.0f', at), 'PX', ARGV[5])
+    end
+    return {0, at}
   end
   return {0}
 end

@@ -14,17 +14,22 @@
 -- was told ends
 -- Returns the TTL given to the key in ms, or 0 if it took nothing: the key
 -- is not free (another holder, of any type, or the token itself), a release
--- of the key ran here since the renewal found it free, or the validity is
--- over.
+-- of the key (or a later renewal) ran here since the renewal found it free
+-- (the mark is above ARGV[7]), or the validity is over.
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
+-- The extension that found the key free wrote ARGV[7] as the mark
+-- (extend.lua); a release since, or a later extension, wrote one above it.
 local mark = tonumber(redis.pcall('GET', KEYS[3])) -- nil unless a number
-if mark and mark >= tonumber(ARGV[7]) then
+if mark and mark > tonumber(ARGV[7]) then
   return 0
 end
 local t = redis.call('TIME')
 local left = tonumber(ARGV[8]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+-- Never more than the validity left when the key was found free: a clock
+-- that stepped back since does not lengthen it.
+left = math.min(left, tonumber(ARGV[8]) - tonumber(ARGV[7]))
 if left <= 0 then
   return 0
 end

@@ -58,8 +58,15 @@ if holder ~= ARGV[1] then
   -- (heal.lua) decided before it, which found the key free here, takes
   -- nothing when it lands after it.
   if ARGV[11] ~= '0' and ARGV[10] ~= '1' then
+    -- Above any mark there (an extension that found the key free wrote
+    -- its moment as one: extend.lua), even where the clock stepped back.
     local t = redis.call('TIME')
-    redis.call('SET', KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 'PX', ARGV[11])
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local mark = tonumber(redis.pcall('GET', KEYS[6])) -- nil unless a number
+    if mark and mark >= at then
+      at = mark + 1
+    end
+    redis.call('SET', KEYS[6], string.format('%.0f', at), 'PX', ARGV[11])
   end
   return 0
 end
