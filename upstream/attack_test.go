@@ -1,8 +1,10 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +147,270 @@ func TestAttackNewInstanceAfterJump(t *testing.T) {
 	}
 	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("b: %v", err)
+	}
+}
+
+// TestAttackHealClockBackCapped: a renewal finds k free on node 0 and
+// decides a heal; node 0's clock steps back 2 s before the heal lands. The
+// healed key's TTL must not exceed the validity the holder was told (before
+// heal.lua capped it at HealUntil - FreeAt, it was that plus the 2 s).
+func TestAttackHealClockBackCapped(t *testing.T) {
+	const lease = 5 * time.Second
+	servers, clock, gated, r := attackNodes(t, lease, nil)
+	ctx := testCtx(t)
+	raw := rawClient(t, servers[0].Addr())
+	// renew takes key for a, deletes it on node 0 and renews it: node 0's
+	// heal is held.
+	renew := func(key string) time.Duration {
+		t.Helper()
+		if _, err := r.Acquire(ctx, key, hold("a", lease)); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.Del(ctx, key, DefaultPrefix+"meta:"+key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := r.Extend(ctx, key, "a", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-gated.pending:
+		case <-time.After(testTimeout):
+			t.Fatalf("no heal of %s sent to node 0", key)
+		}
+		return v
+	}
+	// A first heal loads heal.lua on node 0: a batch that shows the jump
+	// is answered with it before any NOSCRIPT is resent.
+	renew("warm")
+	gated.gate <- struct{}{}
+	if rep := <-gated.landed; rep.Err != nil || rep.TTL <= 0 {
+		t.Fatalf("first heal: %v %v", rep.TTL, rep.Err)
+	}
+	v := renew("k")
+	told := time.Now()
+	if _, err := clock.Step(-2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	gated.gate <- struct{}{}
+	rep := <-gated.landed
+	pttl, err := raw.PTTL(ctx, "k").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bound a stepped clock leaves: the validity told, counted from
+	// the moment the node found the key free (the heal cannot know how
+	// long ago that was), but for a millisecond of the node's clock.
+	if pttl > v+2*time.Millisecond {
+		t.Fatalf("healed key's PTTL %v (heal reply %v %v), past the validity told %v (%v ago)", pttl, rep.TTL, rep.Err, v, time.Since(told))
+	}
+}
+
+// kindGate holds each op of one kind sent to its node until the test lets
+// it go (like gatedNode, for any kind).
+type kindGate struct {
+	quorum.Node
+	kind    quorum.OpKind
+	pending chan *quorum.Op
+	gate    chan struct{}
+	landed  chan quorum.Reply
+}
+
+func (g *kindGate) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+	if op.Kind != g.kind {
+		g.Node.Do(ctx, op, tag, done)
+		return
+	}
+	g.pending <- op
+	go func() {
+		<-g.gate
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), testTimeout)
+		defer cancel()
+		mine := make(chan quorum.Reply, 1)
+		g.Node.Do(c, op, tag, mine)
+		rep := <-mine
+		g.landed <- rep
+		done <- rep
+	}()
+}
+
+// TestAttackJumpBetweenAcquireAndCommit: the nodes' counters disagree
+// (node 0 at 100, node 1 at 50), so a's grant of k needs the commit round.
+// Its acquire takes k on every node; node 0's commit is held while node
+// 0's clock steps forward 10 s (Redis drops a's key there) and then lands.
+// The grant rests on nodes 1 and 2 with fence 101; b is refused while a
+// holds k, the holder is not told it lost a lock a majority still holds,
+// and the grant after a's release counts above 101.
+func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
+	const lease = 5 * time.Second
+	durable := redistest.Options{AppendFsyncAlways: true}
+	jumper, clock := clockshim.StartRedis(t, durable)
+	others := redistest.StartN(t, 2, durable)
+	servers := []*redistest.Server{jumper, others[0], others[1]}
+	g0 := &kindGate{kind: quorum.OpCommit, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	g0.Node = nodes[0]
+	nodes[0] = g0
+	var mu sync.Mutex
+	var lost []string
+	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond,
+		OnLost: func(key, token, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			lost = append(lost, key+" "+token+" "+reason)
+		}})
+	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { close(g0.gate) })
+	waitCounted(t, r, 30*time.Second, true, true, true)
+	ctx := testCtx(t)
+	// Settle layout 2 and load the scripts on every node.
+	if _, err := r.Acquire(ctx, "w", hold("z", lease)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Release(ctx, "w", "z", nil, nil); !ok || err != nil {
+		t.Fatalf("release w: %v %v", ok, err)
+	}
+	for i, c := range []int64{100, 50} {
+		if err := rawClient(t, servers[i].Addr()).HSet(ctx, DefaultPrefix+"layout", "fence", c).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type res struct {
+		g   engine.Grant
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		g, err := r.Acquire(ctx, "k", hold("a", lease))
+		got <- res{g, err}
+	}()
+	select {
+	case <-g0.pending:
+	case <-time.After(testTimeout):
+		t.Fatal("no commit of k sent to node 0")
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("a: %v", a.err)
+	}
+	if a.g.Fence != 101 {
+		t.Fatalf("a's fence %d, want 101", a.g.Fence)
+	}
+	g0.gate <- struct{}{}
+	rep := <-g0.landed
+	t.Logf("node 0's commit, landing after the step: ok %v err %v", rep.OK, rep.Err)
+	if _, err := r.Acquire(ctx, "k", hold("b", lease)); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("b while a holds k on nodes 1 and 2: %v", err)
+	}
+	mu.Lock()
+	if len(lost) > 0 {
+		t.Errorf("holder told %q, though nodes 1 and 2 hold its lock", lost)
+	}
+	mu.Unlock()
+	if ok, err := r.Release(ctx, "k", "a", nil, nil); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	waitCounted(t, r, 30*time.Second, true, true, true) // node 0's clock hold-out ends
+	gc, err := r.Acquire(ctx, "k", hold("c", lease))
+	if err != nil || gc.Fence <= a.g.Fence {
+		t.Fatalf("c after a: %+v %v (a's fence %d)", gc, err, a.g.Fence)
+	}
+}
+
+// TestAttackJumpSeenByLateReply: a holds k on nodes 0 and 1 only (node 2
+// lost it). A release of another key, w, is decided
+// by nodes 1 and 2 while node 0's part is held; node 0's clock steps
+// forward 10 s (Redis drops a's key there), and then node 0's part of the
+// release lands: its pipeline is the first to show the jump, after the
+// release was decided. The jump must still hold node 0 out, and b must
+// be refused k while a's validity runs. (Whether a is told depends on
+// whether node 2's acquire was among the first two answers: not checked.)
+func TestAttackJumpSeenByLateReply(t *testing.T) {
+	const lease = 5 * time.Second
+	durable := redistest.Options{AppendFsyncAlways: true}
+	jumper, clock := clockshim.StartRedis(t, durable)
+	others := redistest.StartN(t, 2, durable)
+	servers := []*redistest.Server{jumper, others[0], others[1]}
+	g0 := &kindGate{kind: quorum.OpRelease, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	// Every answer of a node is noted, as the instance does
+	// (instance/nodes.go, record): the fan-out reads only those that come
+	// before its outcome.
+	var rp atomic.Pointer[quorum.Redlock]
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), Observe: func(_ time.Duration, err error) {
+			if r := rp.Load(); r != nil && errors.Is(err, quorum.ErrClockJumped) {
+				go r.NoteClock(i, err)
+			}
+		}})
+	}
+	g0.Node = nodes[0]
+	nodes[0] = g0
+	var mu sync.Mutex
+	var lost []string
+	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond,
+		OnLost: func(key, token, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			lost = append(lost, key+" "+token+" "+reason)
+		}})
+	rp.Store(r)
+	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { close(g0.gate) })
+	waitCounted(t, r, 30*time.Second, true, true, true)
+	ctx := testCtx(t)
+	if _, err := r.Acquire(ctx, "w", hold("z", lease)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	g, err := r.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node 2 lost a's key (as if it had missed the grant).
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() {
+		_, err := r.Release(ctx, "w", "z", nil, nil)
+		released <- err
+	}()
+	select {
+	case <-g0.pending:
+	case <-time.After(testTimeout):
+		t.Fatal("no release of w sent to node 0")
+	}
+	if err := <-released; err != nil { // decided by nodes 1 and 2
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	g0.gate <- struct{}{}
+	rep := <-g0.landed
+	if !errors.Is(rep.Err, quorum.ErrClockJumped) {
+		t.Skipf("node 0's late release did not carry the jump (%v): the probe saw it first", rep.Err)
+	}
+	time.Sleep(300 * time.Millisecond) // probes and any note of the jump
+	gb, err := r.Acquire(ctx, "k", hold("b", lease))
+	mu.Lock()
+	told := lost
+	mu.Unlock()
+	if err == nil && time.Since(start) < g.Validity {
+		t.Fatalf("b granted k (fence %d) %v into a's validity %v (a's fence %d); held out %+v; a told %q",
+			gb.Fence, time.Since(start), g.Validity, g.Fence, r.HeldOut(), told)
+	}
+	if h := r.HeldOut(); len(h) != 1 || h[0].Node != 0 || !h[0].Clock {
+		t.Fatalf("held out after node 0's jump: %+v", h)
 	}
 }
