@@ -202,6 +202,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		OnLost:      lostFor(ev),
 	})
 	in.nodeSet.redlock = r
+	in.nodeSet.clock.Store(r)
 	in.nodeSet.start()
 	in.closers = append(in.closers, in.nodeSet.close)
 	in.closers = append(in.closers, func() { _ = r.Close() }) // closed first: stops rollbacks still retried

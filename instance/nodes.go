@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -49,6 +50,13 @@ type watchedNode struct {
 // call cancelled because the quorum was already decided says nothing about
 // the node.
 func (n *watchedNode) record(d time.Duration, err error) {
+	if rl := n.set.clock.Load(); rl != nil && errors.Is(err, quorum.ErrClockJumped) {
+		// A jump shows in one pipeline only, perhaps in answers that come
+		// after their fan-out was decided and that nobody reads. Noted
+		// apart from the node's worker, which is delivering this answer:
+		// telling the holders must not wait on it.
+		go rl.NoteClock(n.index, err)
+	}
 	kind := errorKind(err)
 	if kind == "canceled" {
 		return
@@ -197,6 +205,9 @@ type nodeSet struct {
 	// redlock is the restart rule's view of the nodes (HeldOut); set
 	// before the nodes are probed or shown.
 	redlock *quorum.Redlock
+	// clock is redlock for the nodes' observers (record), which run from
+	// the first call, before redlock is set.
+	clock atomic.Pointer[quorum.Redlock]
 	// ruleOff warns that the restart rule is off over nodes without
 	// verified fsync ("" for none): INFO nodes and /readyz repeat it.
 	ruleOff string

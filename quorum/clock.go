@@ -50,6 +50,10 @@ type clockHolds struct {
 	vouch   map[grantID]vouched // locks granted here, by the nodes that hold them
 	sweepAt int                 // len(vouch) at which expired entries are dropped
 	timers  map[int]*time.Timer // a hold's end, told to OnTrust
+	// noted is the last jump noted for each node: every call of the
+	// pipeline that showed it carries the same error, and each may be
+	// noted (a node's observer, the fan-out, the probe), once counted.
+	noted []*ClockJumpError
 }
 
 // vouched is the nodes that took or renewed a lock, and until when the
@@ -63,7 +67,7 @@ const minSweep = 1024
 
 func newClockHolds(n int) *clockHolds {
 	return &clockHolds{until: make([]time.Time, n), why: make([]string, n), vouch: map[grantID]vouched{},
-		sweepAt: minSweep, timers: map[int]*time.Timer{}}
+		sweepAt: minSweep, timers: map[int]*time.Timer{}, noted: make([]*ClockJumpError, n)}
 }
 
 // clockHeld reports whether node i is held out after a clock jump.
@@ -87,8 +91,12 @@ func (r *Redlock) clockHeldOut(i int, now time.Time) (HeldOut, bool) {
 
 // NoteClock notes node i's answer err: when it says the node's clock
 // jumped, the node is held out and the holders of locks it vouched for
-// are told. Anything else is ignored. The fan-outs call it for every
-// answer; the instance's health probe, for its own.
+// are told. Anything else is ignored, and so is a jump already noted (the
+// same error again). The fan-outs call it for every answer they read; the
+// instance, for every answer of a node (RedisOptions.Observe), since the
+// pipeline that shows a jump may carry only answers that arrive after
+// their fan-out was decided, which nobody reads: the next pipeline takes
+// the jumped clock as its baseline and shows nothing.
 func (r *Redlock) NoteClock(i int, err error) {
 	var j *ClockJumpError
 	if i < 0 || i >= len(r.nodes) || !errors.As(err, &j) {
@@ -98,6 +106,11 @@ func (r *Redlock) NoteClock(i int, err error) {
 	untrusted := r.untrusted() // read before c.mu: Counted takes the two the other way
 	c := r.clock
 	c.mu.Lock()
+	if c.noted[i] == j {
+		c.mu.Unlock()
+		return
+	}
+	c.noted[i] = j
 	if hold <= 0 {
 		hold = c.longest
 	}
