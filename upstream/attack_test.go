@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,5 +413,79 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	}
 	if h := r.HeldOut(); len(h) != 1 || h[0].Node != 0 || !h[0].Clock {
 		t.Fatalf("held out after node 0's jump: %+v", h)
+	}
+}
+
+// TestAttackHealOntoNodeThatRestartsEmpty: a renewal finds k free on node
+// 0 and decides a heal, which is held; node 0 then restarts without its
+// data, and the heal lands on the empty node. The heal raises the empty
+// node's counter to a's fence; the restart rule still holds the node out
+// until its hold-out ends and its floor is raised; and once a has
+// released k, the next grant counts above a's fence.
+func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const lease = 1500 * time.Millisecond
+	gated := &gatedNode{pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	gated.Node = nodes[0]
+	nodes[0] = gated
+	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { close(gated.gate) })
+	waitCounted(t, r, 30*time.Second, true, true, true)
+	ctx := healCtx(t)
+	// Other keys' grants raise the counters first, so that the empty node's
+	// counter matters.
+	for i := range 5 {
+		key := fmt.Sprintf("o%d", i)
+		if _, err := r.Acquire(ctx, key, hold("z", lease)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := r.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, servers[0].Addr())
+	if err := raw.Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Extend(ctx, "k", "a", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gated.pending:
+	case <-time.After(testTimeout):
+		t.Fatal("no heal of k sent to node 0")
+	}
+	restartEmpty(t, servers[0])
+	gated.gate <- struct{}{}
+	rep := <-gated.landed
+	c, err := rawClient(t, servers[0].Addr()).HGet(ctx, DefaultPrefix+"layout", "fence").Int64()
+	t.Logf("heal on the restarted node: TTL %v err %v; its counter %d %v; a's fence %d", rep.TTL, rep.Err, c, err, g.Fence)
+	if rep.Err == nil && rep.TTL > 0 && c < g.Fence {
+		t.Fatalf("healed node's counter %d below the fence %d", c, g.Fence)
+	}
+	waitCounted(t, r, 10*time.Second, false, true, true) // the restart rule sees the restart
+	if ok, err := r.Release(ctx, "k", "a", nil, nil); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	waitCounted(t, r, 30*time.Second, true, true, true)
+	// b must count above a on every majority, node 0's too.
+	for i := range 3 {
+		gb, err := r.Acquire(ctx, "k", hold(fmt.Sprintf("b%d", i), lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gb.Fence <= g.Fence {
+			t.Fatalf("grant %d after a: fence %d, a's %d", i, gb.Fence, g.Fence)
+		}
+		g = gb
+		if ok, err := r.Release(ctx, "k", gb.Token, nil, nil); !ok || err != nil {
+			t.Fatalf("release: %v %v", ok, err)
+		}
 	}
 }
