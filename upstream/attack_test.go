@@ -240,9 +240,10 @@ func (g *kindGate) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- q
 // (node 0 at 100, node 1 at 50), so a's grant of k needs the commit round.
 // Its acquire takes k on every node; node 0's commit is held while node
 // 0's clock steps forward 10 s (Redis drops a's key there) and then lands.
-// The grant rests on nodes 1 and 2 with fence 101; b is refused while a
-// holds k, the holder is not told it lost a lock a majority still holds,
-// and the grant after a's release counts above 101.
+// The grant rests on nodes 1 and 2 with fence 101 (or 51, when node 0's
+// acquire answered after the two others); b is refused while a holds k,
+// the holder is not told it lost a lock a majority still holds, and the
+// grant after a's release counts above a's fence.
 func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
 	const lease = 5 * time.Second
 	durable := redistest.Options{AppendFsyncAlways: true}
@@ -302,8 +303,10 @@ func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
 	if a.err != nil {
 		t.Fatalf("a: %v", a.err)
 	}
-	if a.g.Fence != 101 {
-		t.Fatalf("a's fence %d, want 101", a.g.Fence)
+	// The largest counter among the answers that decided: 101 with node
+	// 0's among them, else 51.
+	if a.g.Fence != 101 && a.g.Fence != 51 {
+		t.Fatalf("a's fence %d, want 101 or 51", a.g.Fence)
 	}
 	g0.gate <- struct{}{}
 	rep := <-g0.landed
