@@ -3,6 +3,8 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/internal/clockshim"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/redis/go-redis/v9"
 )
 
 // Tests of the clock-jump rule (upstream/clock.go, quorum/clock.go) on
@@ -148,4 +151,49 @@ func clockJumpCase(t *testing.T, lease, step time.Duration) {
 		t.Fatalf("OnTrust says node 0 counts again during its clock hold-out (%v step)", step)
 	}
 	t.Logf("%v step: %d tries by b refused while a's validity ran; node 0 %s", step, tries, held[0].Why)
+}
+
+// TestClockRidesOnGrantsNotReleases: a pipeline of acquires or renewals
+// ends with the node's TIME, one of releases only does not (pipeline.go,
+// clockless): an uncontended LOCK+UNLOCK costs each node one TIME.
+func TestClockRidesOnGrantsNotReleases(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	raw := rawClient(t, s.Addr())
+	n := newNode(t, RedisOptions{Addr: s.Addr()})
+	ctx := testCtx(t)
+	step := func(what string, want int64, do func() error) {
+		t.Helper()
+		if err := do(); err != nil { // loads the script (NOSCRIPT, then EVAL: two pipelines)
+			t.Fatalf("%s: %v", what, err)
+		}
+		before := cmdCalls(t, raw, "time")
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := cmdCalls(t, raw, "time") - before; got != want {
+			t.Errorf("%s: %d TIME calls, want %d", what, got, want)
+		}
+	}
+	step("acquire", 1, func() error { _, err := n.Acquire(ctx, "k", hold("a", 10*time.Second)); return err })
+	step("extend", 1, func() error { _, err := n.Extend(ctx, "k", "a", 10*time.Second, ""); return err })
+	step("release", 0, func() error { _, err := n.Release(ctx, "k", "a"); return err })
+}
+
+// cmdCalls is how many times the node has run command name.
+func cmdCalls(t *testing.T, raw *redis.Client, name string) int64 {
+	t.Helper()
+	info, err := raw.Info(testCtx(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+name+":calls="); ok {
+			v, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			if err != nil {
+				t.Fatalf("commandstats line %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
 }

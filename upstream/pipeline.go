@@ -261,9 +261,10 @@ func (n *RedisNode) batchContext(batch []*call) (context.Context, context.Cancel
 }
 
 // send runs the batch's scripts in one pipeline, by source or by SHA1,
-// followed by one TIME. Each returned command carries its own reply or
-// error; the error returned is a *quorum.ClockJumpError when the node's
-// TIME shows that its clock jumped since its previous reply (clock.go).
+// followed by one TIME unless the batch only gives back (clockless). Each
+// returned command carries its own reply or error; the error returned is
+// a *quorum.ClockJumpError when the node's TIME shows that its clock
+// jumped since its previous reply (clock.go).
 func (w *worker) send(ctx context.Context, batch []*call, source bool) ([]*redis.Cmd, error) {
 	n := w.n
 	pipe := w.pipeline()
@@ -276,7 +277,10 @@ func (w *worker) send(ctx context.Context, batch []*call, source bool) ([]*redis
 			cmds[i] = pipe.EvalSha(ctx, s.sha, keys, args...)
 		}
 	}
-	now := pipe.Time(ctx)
+	var now *redis.TimeCmd
+	if !clockless(batch) {
+		now = pipe.Time(ctx)
+	}
 	n.roundTrips.Add(1)
 	n.sent.Add(uint64(len(batch)))
 	sent := mono()
@@ -284,4 +288,20 @@ func (w *worker) send(ctx context.Context, batch []*call, source bool) ([]*redis
 	jumped := n.clock.note(now, sent, mono())
 	w.check(cmds)
 	return cmds, jumped
+}
+
+// clockless reports whether every call of the batch gives something back
+// (a release, a place in line, a turn): no vote of theirs grants or extends
+// a lock, so their replies need not show the node's clock, and an
+// uncontended cycle pays one TIME per node (its acquire's), not two. A jump
+// is then seen at the node's next acquire, renewal or health probe.
+func clockless(batch []*call) bool {
+	for _, c := range batch {
+		switch c.op.Kind {
+		case quorum.OpRelease, quorum.OpLeave, quorum.OpTurnBack:
+		default:
+			return false
+		}
+	}
+	return true
 }
