@@ -208,18 +208,19 @@ func TestAttackHealClockBackCapped(t *testing.T) {
 	}
 }
 
-// kindGate holds each op of one kind sent to its node until the test lets
-// it go (like gatedNode, for any kind).
+// kindGate holds each op of one kind (and of one key, if key is set) sent
+// to its node until the test lets it go (like gatedNode, for any kind).
 type kindGate struct {
 	quorum.Node
 	kind    quorum.OpKind
+	key     string
 	pending chan *quorum.Op
 	gate    chan struct{}
 	landed  chan quorum.Reply
 }
 
 func (g *kindGate) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
-	if op.Kind != g.kind {
+	if op.Kind != g.kind || g.key != "" && op.Key != g.key {
 		g.Node.Do(ctx, op, tag, done)
 		return
 	}
@@ -330,11 +331,10 @@ func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
 }
 
 // TestAttackJumpSeenByLateReply: a holds k on nodes 0 and 1 only (node 2
-// lost it). A release of another key, w, is decided
-// by nodes 1 and 2 while node 0's part is held; node 0's clock steps
-// forward 10 s (Redis drops a's key there), and then node 0's part of the
-// release lands: its pipeline is the first to show the jump, after the
-// release was decided. The jump must still hold node 0 out, and b must
+// lost it). A grant of another key, w, is decided by nodes 1 and 2 while
+// node 0's acquire is held; node 0's clock steps forward 10 s (Redis drops
+// a's key there), and then node 0's acquire lands: its pipeline is the
+// first to show the jump, after the grant was decided. The jump must still hold node 0 out, and b must
 // be refused k while a's validity runs. (Whether a is told depends on
 // whether node 2's acquire was among the first two answers: not checked.)
 func TestAttackJumpSeenByLateReply(t *testing.T) {
@@ -343,7 +343,7 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
-	g0 := &kindGate{kind: quorum.OpRelease, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	g0 := &kindGate{kind: quorum.OpAcquire, key: "w", pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
 	// Every answer of a node is noted, as the instance does
 	// (instance/nodes.go, record): the fan-out reads only those that come
 	// before its outcome.
@@ -371,9 +371,6 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	t.Cleanup(func() { close(g0.gate) })
 	waitCounted(t, r, 30*time.Second, true, true, true)
 	ctx := testCtx(t)
-	if _, err := r.Acquire(ctx, "w", hold("z", lease)); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	g, err := r.Acquire(ctx, "k", hold("a", lease))
 	if err != nil {
@@ -383,18 +380,14 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
 		t.Fatal(err)
 	}
-	released := make(chan error, 1)
-	go func() {
-		_, err := r.Release(ctx, "w", "z", nil, nil)
-		released <- err
-	}()
+	// Granted by nodes 1 and 2 while node 0's acquire is held.
+	if _, err := r.Acquire(ctx, "w", hold("z", lease)); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-g0.pending:
 	case <-time.After(testTimeout):
-		t.Fatal("no release of w sent to node 0")
-	}
-	if err := <-released; err != nil { // decided by nodes 1 and 2
-		t.Fatal(err)
+		t.Fatal("no acquire of w sent to node 0")
 	}
 	if _, err := clock.Step(10 * time.Second); err != nil {
 		t.Fatal(err)
@@ -403,7 +396,7 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	g0.gate <- struct{}{}
 	rep := <-g0.landed
 	if !errors.Is(rep.Err, quorum.ErrClockJumped) {
-		t.Skipf("node 0's late release did not carry the jump (%v): the probe saw it first", rep.Err)
+		t.Skipf("node 0's late acquire did not carry the jump (%v): the probe saw it first", rep.Err)
 	}
 	time.Sleep(300 * time.Millisecond) // probes and any note of the jump
 	gb, err := r.Acquire(ctx, "k", hold("b", lease))
