@@ -1,17 +1,19 @@
 package instance_test
 
 import (
-	"github.com/lockproxy/lockproxy/instance"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lockproxy/lockproxy/instance"
 )
 
-// The scripts of two Python lock libraries that the compatibility table
-// names, byte for byte: python-redis-lock 4.0 (ionelmc/python-redis-lock,
-// src/redis_lock/__init__.py) and pottery 3 (brainix/pottery,
-// pottery/redlock.py). Neither is in Debian, and PyPI is out of reach, so
-// the test sends what they send: SET NX, then their scripts by EVAL.
+// python-redis-lock 4.0's release script, byte for byte
+// (ionelmc/python-redis-lock, src/redis_lock/__init__.py). Neither it nor
+// pottery is in Debian, and PyPI is out of reach, so the test sends what
+// they send: SET NX, then their scripts by EVAL. pottery 3's scripts are
+// the catalogue's own copies (luascript/scripts/pottery, see SOURCES.md).
 const (
 	pyRedisLockUnlock = `
     if redis.call("get", KEYS[1]) ~= ARGV[1] then
@@ -24,28 +26,6 @@ const (
         return 0
     end
 `
-	potteryAcquired = `
-                if redis.call('get', KEYS[1]) == ARGV[1] then
-                    local pttl = redis.call('pttl', KEYS[1])
-                    return (pttl > 0) and pttl or 0
-                else
-                    return 0
-                end
-            `
-	potteryExtend = `
-                if redis.call('get', KEYS[1]) == ARGV[1] then
-                    return redis.call('pexpire', KEYS[1], ARGV[2])
-                else
-                    return 0
-                end
-            `
-	potteryRelease = `
-                if redis.call('get', KEYS[1]) == ARGV[1] then
-                    return redis.call('del', KEYS[1])
-                else
-                    return 0
-                end
-            `
 )
 
 // TestCompatPythonScriptLibraries checks the compatibility table's row for
@@ -56,6 +36,7 @@ const (
 // stays until its TTL.
 func TestCompatPythonScriptLibraries(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg instance.Config) {
+		potteryAcquired, potteryExtend, potteryRelease := potteryScript(t, "acquired"), potteryScript(t, "extend"), potteryScript(t, "release")
 		in := startInstance(t, cfg)
 		c := dialRaw(t, in.Addr())
 		want := func(what, got, w string) {
@@ -92,4 +73,14 @@ func TestCompatPythonScriptLibraries(t *testing.T) {
 		}
 		want("PING after", c.do("PING"), "+PONG")
 	})
+}
+
+// potteryScript is pottery's script name, as the catalogue keeps it.
+func potteryScript(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("../luascript/scripts/pottery/" + name + ".lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
