@@ -38,7 +38,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
 			r.vouch(key, h.Token, h.TTL, holders, v)
-			r.settle(key, h, attempt, c.calls)
+			r.settle(key, h, attempt, c)
 			return engine.Grant{Token: h.Token, Fence: c.fence, Validity: v, Attempt: attempt}, nil
 		}
 		err = engine.ErrNotAcquired

@@ -139,7 +139,15 @@ func (r *Redlock) timeout(ttl time.Duration) time.Duration {
 // settle remembers a grant whose acquires are still in flight until they
 // land, so that a release marks them undone where they have not landed
 // and a late acquire does not leave the key set after the holder let go.
-func (r *Redlock) settle(key string, h engine.Hold, attempt string, calls *flight) {
+// A grant whose majority agreed on the fence (no commit round) may find,
+// among the late answers, a node that took the key with another counter
+// (grants of other keys reached it in another order, or an earlier
+// attempt of the token took and gave back the key there first): the fence
+// is committed to that node, which records it exactly for this attempt
+// (its counter stays as high as it is), so that every node holding the
+// grant describes it with the fence its holder was told.
+func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
+	calls := c.calls
 	if calls.landed() {
 		return
 	}
@@ -148,12 +156,25 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, calls *fligh
 	r.inflight[id] = p
 	r.mu.Unlock()
 	r.bg.Go(func() { // the flight's only reader from now on
-		calls.Wait()
+		var odd uint64 // bit i: node i took the key with another fence
+		for calls.got < calls.n {
+			rep := <-calls.replies
+			calls.note(rep)
+			if c.agreed && rep.Err == nil && rep.Claim.State == Acquired && rep.Claim.Fence != c.fence {
+				odd |= 1 << rep.Tag
+			}
+		}
+		calls.cancel()
 		r.mu.Lock()
 		if r.inflight[id] == p {
 			delete(r.inflight, id)
 		}
 		r.mu.Unlock()
+		for i := range r.nodes {
+			if odd&(1<<i) != 0 {
+				_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence, Attempt: attempt}, r.timeout(h.TTL))
+			}
+		}
 	})
 }
 

@@ -494,3 +494,40 @@ func TestInspectSeesAnExtendAMajorityApplied(t *testing.T) {
 		t.Fatalf("inspect after a majority extended to 1 min: %+v %v %v", h, ok, err)
 	}
 }
+
+// TestLateTakerGetsTheAgreedFence: nodes 1 and 2 take k with the same
+// counter and decide the grant (no commit round); node 0, whose counter
+// ran ahead (grants of other keys, or an earlier attempt that took and
+// gave back the key there), answers late, having taken k with a higher
+// fence. The grant's fence is committed to node 0, so that every holder
+// records the fence the client was told (LOCKINFO reads them).
+func TestLateTakerGetsTheAgreedFence(t *testing.T) {
+	ctx := context.Background()
+	nodes := newFakeNodes(3)
+	nodes[0].counter["k"] = 5
+	nodes[0].hang = make(chan struct{})
+	r := New(asNodes(nodes), Config{})
+	g, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil || g.Fence != 1 {
+		t.Fatalf("grant: %+v %v, want fence 1 from nodes 1 and 2", g, err)
+	}
+	close(nodes[0].hang)
+	deadline := time.Now().Add(5 * time.Second) // within the 10 s lease
+	for {
+		nodes[0].mu.Lock()
+		e := nodes[0].live("k")
+		fence, counter := int64(-1), nodes[0].counter["k"]
+		if e != nil {
+			fence = e.Fence
+		}
+		nodes[0].mu.Unlock()
+		if fence == g.Fence && counter == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 0 records fence %d (counter %d), want the grant's %d (counter stays 6)", fence, counter, g.Fence)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r.Close()
+}
