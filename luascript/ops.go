@@ -180,34 +180,35 @@ func springPubSubUnlock(ctx context.Context, c *call) (Reply, error) {
 
 // redislockPTTL: PTTL when ARGV[1] holds KEYS[1], else -3.
 func redislockPTTL(ctx context.Context, c *call) (Reply, error) {
-	key, err := c.key(1)
+	st, held, err := c.heldFirst(ctx)
 	if err != nil {
 		return Reply{}, err
 	}
-	st, err := c.get(ctx, key)
-	if err != nil {
-		return Reply{}, err
-	}
-	tok, ok := c.arg(1)
-	return boolReply(st.heldBy(tok, ok), intReply(st.pttl), intReply(-3)), nil
+	return boolReply(held, intReply(st.pttl), intReply(-3)), nil
 }
 
 // potteryAcquired: the PTTL of KEYS[1] when ARGV[1] holds it and it has
 // a TTL, else 0.
 func potteryAcquired(ctx context.Context, c *call) (Reply, error) {
-	key, err := c.key(1)
+	st, held, err := c.heldFirst(ctx)
 	if err != nil {
 		return Reply{}, err
+	}
+	return boolReply(held && st.pttl > 0, intReply(st.pttl), intReply(0)), nil
+}
+
+// heldFirst reads KEYS[1] and whether ARGV[1] holds it.
+func (c *call) heldFirst(ctx context.Context) (lockState, bool, error) {
+	key, err := c.key(1)
+	if err != nil {
+		return lockState{}, false, err
 	}
 	st, err := c.get(ctx, key)
 	if err != nil {
-		return Reply{}, err
+		return lockState{}, false, err
 	}
 	tok, ok := c.arg(1)
-	if !st.heldBy(tok, ok) || st.pttl <= 0 {
-		return intReply(0), nil
-	}
-	return intReply(st.pttl), nil
+	return st, st.heldBy(tok, ok), nil
 }
 
 // redisPyExtend: when ARGV[1] holds KEYS[1] with a TTL, PEXPIRE it to
