@@ -9,8 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockproxy/lockproxy/instance"
-	"github.com/lockproxy/lockproxy/internal/clockshim"
-	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
 // TestAttackJumpSeenByLateReply: a lease held on exactly two of three
@@ -26,11 +24,7 @@ import (
 // lease (it took it; the test deletes it behind its back), so the holder
 // is rightly not told.
 func TestAttackJumpSeenByLateReply(t *testing.T) {
-	durable := redistest.Options{AppendFsyncAlways: true} // counted at once
-	jumper, clock := clockshim.StartRedis(t, durable)
-	nodes := append([]*redistest.Server{jumper}, redistest.StartN(t, 2, durable)...)
-	cfg := testConfig(nodes)
-	cfg.Redlock.MaxLeaseMS = 5000
+	nodes, clock, cfg := clockNodes(t)
 	link := linked(t, &cfg, nodes, 0)
 	in, err := instance.Start(cfg, zap.NewNop())
 	if err != nil {

@@ -20,11 +20,7 @@ import (
 // -LOCKLOST; INFO nodes, /readyz, /metrics and the log say which node
 // jumped, and it is held out.
 func TestClockJumpVisible(t *testing.T) {
-	durable := redistest.Options{AppendFsyncAlways: true} // counted at once
-	jumper, clock := clockshim.StartRedis(t, durable)
-	nodes := append([]*redistest.Server{jumper}, redistest.StartN(t, 2, durable)...)
-	cfg := testConfig(nodes)
-	cfg.Redlock.MaxLeaseMS = 5000
+	nodes, clock, cfg := clockNodes(t)
 	cfg.MetricsListen = "127.0.0.1:0"
 	core, logs := observer.New(zap.InfoLevel)
 	in, err := instance.Start(cfg, zap.New(core))
@@ -59,7 +55,7 @@ func TestClockJumpVisible(t *testing.T) {
 		t.Fatalf("RENEW after the loss: %s", r)
 	}
 	s := infoNodes()
-	for _, want := range []string{"clock_jumps:1\r\n", "node0:addr=" + jumper.Addr() + ",state=not_counted,error=node clock jumped +", ",clock_jumps=1"} {
+	for _, want := range []string{"clock_jumps:1\r\n", "node0:addr=" + nodes[0].Addr() + ",state=not_counted,error=node clock jumped +", ",clock_jumps=1"} {
 		if !strings.Contains(s, want) {
 			t.Fatalf("INFO nodes lacks %q:\n%s", want, s)
 		}
@@ -67,16 +63,29 @@ func TestClockJumpVisible(t *testing.T) {
 	// Node 2's restart may show in the probes only now: wait for it to answer.
 	eventually(t, 10*time.Second, "/readyz degraded, naming the node that jumped", func() bool {
 		code, body := httpGet(t, in.MetricsAddr(), "/readyz")
-		return code == 200 && strings.HasPrefix(body, "degraded") && strings.Contains(body, jumper.Addr()+": not counted: node clock jumped +")
+		return code == 200 && strings.HasPrefix(body, "degraded") && strings.Contains(body, nodes[0].Addr()+": not counted: node clock jumped +")
 	})
 	_, m := httpGet(t, in.MetricsAddr(), "/metrics")
-	if v := metricValue(m, `lockproxy_node_clock_jumps_total{node="`+jumper.Addr()+`"}`); v != 1 {
+	if v := metricValue(m, `lockproxy_node_clock_jumps_total{node="`+nodes[0].Addr()+`"}`); v != 1 {
 		t.Fatalf("lockproxy_node_clock_jumps_total for the node: %v", v)
 	}
-	if v := metricValue(m, `lockproxy_node_counted{node="`+jumper.Addr()+`"}`); v != 0 {
+	if v := metricValue(m, `lockproxy_node_counted{node="`+nodes[0].Addr()+`"}`); v != 0 {
 		t.Fatalf("lockproxy_node_counted for the node: %v", v)
 	}
-	if n := logs.FilterMessageSnippet("wall clock jumped").FilterField(zap.String("node", jumper.Addr())).Len(); n != 1 {
+	if n := logs.FilterMessageSnippet("wall clock jumped").FilterField(zap.String("node", nodes[0].Addr())).Len(); n != 1 {
 		t.Fatalf("%d log entries for the jump, want 1", n)
 	}
+}
+
+// clockNodes starts three durable redis-servers (counted at once), the
+// first under a wall-clock shim, and a config over them whose leases are
+// at most 5 s.
+func clockNodes(t *testing.T) ([]*redistest.Server, *clockshim.Clock, instance.Config) {
+	t.Helper()
+	durable := redistest.Options{AppendFsyncAlways: true}
+	jumper, clock := clockshim.StartRedis(t, durable)
+	nodes := append([]*redistest.Server{jumper}, redistest.StartN(t, 2, durable)...)
+	cfg := testConfig(nodes)
+	cfg.Redlock.MaxLeaseMS = 5000
+	return nodes, clock, cfg
 }
