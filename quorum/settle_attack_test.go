@@ -63,6 +63,7 @@ func TestLateCommitLeavesARegrantOfTheSameToken(t *testing.T) {
 	if _, err := r.Release(ctx, "k", "a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the release on node 3", func() bool { tok, _, _ := entryOf(nodes[3], "k"); return tok == "" })
 	g2, err := r.Acquire(ctx, "k", hold("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -84,10 +85,12 @@ func TestLateCommitLeavesAnotherTokensGrant(t *testing.T) {
 	if _, err := r.Release(ctx, "k", "a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the release on node 3", func() bool { tok, _, _ := entryOf(nodes[3], "k"); return tok == "" })
 	g2, err := r.Acquire(ctx, "k", hold("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "b on node 3", func() bool { tok, _, _ := entryOf(nodes[3], "k"); return tok == "b" })
 	close(hang4)
 	waitFor(t, "the late commit", func() bool { nodes[3].mu.Lock(); defer nodes[3].mu.Unlock(); return nodes[3].counter["k"] >= f1 })
 	time.Sleep(20 * time.Millisecond)
@@ -136,4 +139,34 @@ func TestLateCommitAfterExpiryAndRetake(t *testing.T) {
 	if _, f, _ := entryOf(nodes[3], "k"); f != g2.Fence {
 		t.Fatalf("node 3 records %d, the retake was told %d", f, g2.Fence)
 	}
+}
+
+// Sequence 5: node 3 misses the release (down), and the same token is
+// granted again (not fresh) with node 3 answering late: it refreshes the
+// hold it still has (Mine, with the first grant's odd fence 1) for the new
+// attempt. The new grant was agreed (fence 12) by nodes 0-2; node 3 must
+// end up recording 12, not the 1 it had nor the 11 the first grant's late
+// commit raises it to.
+func TestLateMineRefreshGetsTheRegrantsFence(t *testing.T) {
+	ctx := context.Background()
+	nodes, r, hang4, _ := lateSetup(t, Config{NodeTimeout: 3 * time.Second}, 10*time.Second)
+	defer r.Close()
+	nodes[3].mu.Lock()
+	nodes[3].down = true
+	nodes[3].mu.Unlock()
+	if _, err := r.Release(ctx, "k", "a", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	hang3 := make(chan struct{})
+	nodes[3].mu.Lock()
+	nodes[3].down, nodes[3].hang = false, hang3
+	nodes[3].mu.Unlock()
+	g2, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil || g2.Fence != 12 {
+		t.Fatalf("regrant: %+v %v, want fence 12 from nodes 0-2", g2, err)
+	}
+	close(hang3)
+	waitFor(t, "the refresh on node 3", func() bool { _, _, att := entryOf(nodes[3], "k"); return att == g2.Attempt })
+	close(hang4)
+	waitFor(t, "node 3 records the regrant's fence", func() bool { _, f, _ := entryOf(nodes[3], "k"); return f == g2.Fence })
 }
