@@ -142,7 +142,9 @@ func (r *Redlock) timeout(ttl time.Duration) time.Duration {
 // A grant whose majority agreed on the fence (no commit round) may find,
 // among the late answers, a node that took the key with another counter
 // (grants of other keys reached it in another order, or an earlier
-// attempt of the token took and gave back the key there first): the fence
+// attempt of the token took and gave back the key there first), or that
+// refreshed, for this attempt, a hold of the token it still had with
+// another fence (it missed the release of an earlier grant): the fence
 // is committed to that node, which records it exactly for this attempt
 // (its counter stays as high as it is), so that every node holding the
 // grant describes it with the fence its holder was told.
@@ -156,11 +158,11 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 	r.inflight[id] = p
 	r.mu.Unlock()
 	r.bg.Go(func() { // the flight's only reader from now on
-		var odd uint64 // bit i: node i took the key with another fence
+		var odd uint64 // bit i: node i took or refreshed the key with another fence
 		for calls.got < calls.n {
 			rep := <-calls.replies
 			calls.note(rep)
-			if c.agreed && rep.Err == nil && rep.Claim.State == Acquired && rep.Claim.Fence != c.fence {
+			if c.agreed && rep.Err == nil && (rep.Claim.State == Acquired || rep.Claim.State == Mine) && rep.Claim.Fence != c.fence {
 				odd |= 1 << rep.Tag
 			}
 		}
