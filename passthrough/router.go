@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/lockproxy/lockproxy/resp"
 )
 
@@ -55,25 +57,22 @@ type client struct {
 	dirty bool    // a command of the transaction was refused: EXEC aborts
 	subAt bool    // the transaction subscribes: a relay starts after EXEC
 	// The client's other state on up, which is lost with it (state.go).
-	watching bool     // a WATCH was forwarded and not yet ended
-	db       int      // the database selected on up
-	settings bool     // CLIENT TRACKING, NO-TOUCH or CACHING was forwarded
-	queued   []queued // commands sent on a shared connection, replies not yet written
-	sub      *relay   // pub/sub or MONITOR relay on up; nil when not in that mode
-}
-
-// queued is a command of a client's pipeline sent on a shared connection,
-// whose reply is written to the client in turn.
-type queued struct {
-	s     *shared // nil when the send failed: err says why
-	c     *call
-	err   error
-	quiet bool // its reply is dropped (CLIENT REPLY OFF or SKIP when it came)
+	watching bool    // a WATCH was forwarded and not yet ended
+	db       int     // the database selected on up
+	settings bool    // CLIENT TRACKING, NO-TOUCH or CACHING was forwarded
+	sub      *relay  // pub/sub or MONITOR relay on up; nil when not in that mode
+	shared   *shared // the shared connection the client's last command went through
+	sink     *resp.Sink
 }
 
 // maxQueued bounds the commands of one client's pipeline in flight at once
-// on a shared connection; at that many the client waits for their replies.
-const maxQueued = 256
+// on a shared connection, and maxBacklog the bytes of their replies not
+// yet written (a client that does not read): beyond, the client waits for
+// them before its next command is sent.
+const (
+	maxQueued  = 256
+	maxBacklog = 1 << 20
+)
 
 // New returns a router for cfg.
 func New(cfg Config) *Router {
@@ -105,9 +104,6 @@ func (r *Router) Route(c *resp.Conn, args [][]byte) bool {
 	}
 	if dest == toData && r.shareable(st, name) {
 		r.queue(c, st, args)
-		if !c.Pipelined() || len(st.queued) >= maxQueued {
-			r.flush(c, st)
-		}
 		return true
 	}
 	r.flush(c, st) // earlier replies first, whoever writes the next one
@@ -239,54 +235,67 @@ func (r *Router) shareable(st *client, name string) bool {
 }
 
 // queue sends args on a shared connection without waiting for the reply,
-// so that a client's pipeline goes upstream as one write; flush writes the
-// replies in order.
+// which that connection's reader writes to the client (resp.Sink), so that
+// a client's pipeline goes upstream as one write and the client's goroutine
+// reads its next command meanwhile. Each reply is written, or dropped, as
+// CLIENT REPLY said when its command came. A client whose replies are not
+// written as fast as it sends commands waits (maxQueued, maxBacklog).
 func (r *Router) queue(c *resp.Conn, st *client, args [][]byte) {
 	r.stats.Forwarded.Add(1)
-	q := queued{quiet: !c.Replying()}
-	if q.s, q.err = r.sharedFor(c.Proto(), c.ID()); q.err != nil {
-		q.err = notSent(q.err)
-	} else {
-		q.c = getCall(time.Now().Add(r.cfg.Timeout))
-		if q.err = q.s.send(q.c, args); q.err != nil {
-			putCall(q.c)
-			q.s, q.c = nil, nil
-		}
+	s, err := r.sharedFor(c.Proto(), c.ID())
+	sink := c.Sink()
+	if err != nil || sink == nil || s != st.shared {
+		r.flush(c, st) // the replies of another connection's calls first
 	}
-	st.queued = append(st.queued, q)
-}
-
-// flush waits for the replies of the client's queued commands and writes
-// them in order. Every reply the client gets from elsewhere is written
-// after a flush, so no reply overtakes an earlier command's. Each reply is
-// written, or dropped, as CLIENT REPLY said when its command came.
-func (r *Router) flush(c *resp.Conn, st *client) {
-	if len(st.queued) == 0 {
+	if err != nil {
+		r.stats.Failed.Add(1)
+		c.Error(replyText(r.cfg.Addr, notSent(err)))
 		return
 	}
-	defer c.SetReplying(c.Replying())
-	for i, q := range st.queued {
-		c.SetReplying(!q.quiet)
-		reply, err := q.reply()
-		if err != nil {
-			r.stats.Failed.Add(1)
-			c.Error(replyText(r.cfg.Addr, err))
-		} else {
-			c.Raw(reply) // copied: the call's buffer is reused
-		}
-		if q.c != nil {
-			putCall(q.c)
-		}
-		st.queued[i] = queued{}
+	call := getCall(time.Now().Add(r.cfg.Timeout))
+	if sink == nil { // a connection that streams writes its replies itself
+		r.roundTrip(c, s, call, args)
+		return
 	}
-	st.queued = st.queued[:0]
+	if n, b := sink.Pending(); n >= maxQueued || b >= maxBacklog {
+		sink.Wait()
+	}
+	st.shared, st.sink = s, sink
+	sink.Expect()
+	call.sink, call.quiet = sink, !c.Replying()
+	if err := s.send(call, args); err != nil {
+		r.stats.Failed.Add(1)
+		if sink.Put(redcon.AppendError(nil, replyText(r.cfg.Addr, err)), call.quiet) {
+			sink.Flush()
+		}
+		putCall(call)
+	}
 }
 
-func (q queued) reply() ([]byte, error) {
-	if q.err != nil {
-		return nil, q.err
+// roundTrip sends call on s and writes its reply.
+func (r *Router) roundTrip(c *resp.Conn, s *shared, call *call, args [][]byte) {
+	defer putCall(call)
+	err := s.send(call, args)
+	var reply []byte
+	if err == nil {
+		reply, err = s.wait(call)
 	}
-	return q.s.wait(q.c)
+	if err != nil {
+		r.stats.Failed.Add(1)
+		c.Error(replyText(r.cfg.Addr, err))
+		return
+	}
+	c.Raw(reply) // copied: the call's buffer is reused
+}
+
+// flush waits until the replies of the client's commands sent on a shared
+// connection were written. Every reply the client gets from elsewhere, and
+// every command it sends elsewhere, comes after a flush, so no reply
+// overtakes an earlier command's and no command overtakes an earlier one.
+func (r *Router) flush(_ *resp.Conn, st *client) {
+	if st.sink != nil {
+		st.sink.Wait()
+	}
 }
 
 // forward sends args on the client's dedicated upstream connection and
@@ -367,6 +376,7 @@ func (r *Router) sharedFor(proto int, id uint64) (*shared, error) {
 			return nil, err
 		}
 		conns[i] = newShared(u, r.cfg.Timeout)
+		conns[i].addr, conns[i].failed = r.cfg.Addr, &r.stats.Failed
 	}
 	return conns[i], nil
 }

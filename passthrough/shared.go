@@ -7,26 +7,37 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // shared is one upstream connection that many clients' plain commands go
 // through, pipelined: callers append their command to the next write and
-// the reader hands each reply to the caller whose command it answers, in
-// the order they were written. The caller that finds no write under way
+// the reader writes each reply to the client whose command it answers
+// (through the client's resp.Sink, flushed once per burst of replies it
+// read), or hands it to a caller that waits for it, in the order the
+// commands were written. The caller that finds no write under way
 // writes, for itself and for everyone who queued meanwhile (no writer
 // goroutine to wake for each command), after giving the goroutines ready
 // to run a turn to queue theirs.
 type shared struct {
 	nc      net.Conn
-	timeout time.Duration // bounds one write, and the wait for each reply (read)
+	timeout time.Duration // bounds one write (with an eighth to spare), and the wait for each reply (read)
 
 	mu      sync.Mutex
 	out     []byte     // commands not yet written
 	spare   []byte     // the buffer last written, reused for out
 	writing bool       // a caller is writing out
+	wset    time.Time  // the write deadline in force, changed by the caller writing
 	pending chan *call // calls written or about to be, in order
 	err     error      // set once the connection broke: it takes no more calls
+
+	addr   string        // the data Redis's, for the error replies written to clients
+	failed *atomic.Int64 // counts the calls of clients that got an error reply
 }
 
 // call is one command waiting for its reply. A client's calls are reused
@@ -35,8 +46,13 @@ type shared struct {
 type call struct {
 	reply    []byte
 	err      error
-	deadline time.Time     // the reply must have come by then
-	done     chan struct{} // gets one value when reply or err is set
+	deadline time.Time // the reply must have come by then
+	// sink, when set, is the client's writer: the reader puts the reply,
+	// or the error reply, there (dropped when quiet) and gives the call
+	// back (putCall). Otherwise done gets one value when reply or err is set.
+	sink  *resp.Sink
+	quiet bool
+	done  chan struct{}
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -53,7 +69,7 @@ func putCall(c *call) {
 	if cap(c.reply) > maxPooledReply {
 		c.reply = nil
 	}
-	c.reply, c.err = c.reply[:0], nil
+	c.reply, c.err, c.sink, c.quiet = c.reply[:0], nil, nil, false
 	calls.Put(c)
 }
 
@@ -70,7 +86,7 @@ var errBroken = errors.New("connection to the data Redis broke off")
 // taking longer than timeout breaks it.
 func newShared(u *upConn, timeout time.Duration) *shared {
 	_ = u.nc.SetDeadline(time.Time{}) // set-up commands set one; calls time out by themselves
-	s := &shared{nc: u.nc, timeout: timeout, pending: make(chan *call, maxPending)}
+	s := &shared{nc: u.nc, timeout: timeout, pending: make(chan *call, maxPending), failed: new(atomic.Int64)}
 	go s.read(u.br)
 	return s
 }
@@ -126,7 +142,10 @@ func (s *shared) writeOut() {
 		buf := s.out
 		s.out, s.spare = s.spare[:0], nil
 		s.mu.Unlock()
-		_ = s.nc.SetWriteDeadline(time.Now().Add(s.timeout))
+		if now := time.Now(); s.wset.Before(now.Add(s.timeout)) {
+			s.wset = now.Add(s.timeout + s.timeout/8) // moved once per slack, not per write
+			_ = s.nc.SetWriteDeadline(s.wset)
+		}
 		_, err := s.nc.Write(buf)
 		s.mu.Lock()
 		s.spare = buf[:0]
@@ -155,19 +174,34 @@ func (s *shared) wait(c *call) ([]byte, error) {
 func (s *shared) read(br *bufio.Reader) {
 	var rd replyReader
 	rd.br, rd.nc, rd.slack = br, s.nc, s.timeout/8
+	var a answerer
+	a.s = s
+	defer a.flush()
 	last := time.Now() // when the last reply came
-	for c := range s.pending {
+	for {
+		if br.Buffered() == 0 {
+			a.flush() // the burst read so far, before waiting for more
+		}
+		c, ok, err := s.next(&rd)
+		if err != nil {
+			s.fail(err)
+			s.drain(&a, unknown(err))
+			return
+		}
+		if !ok {
+			return
+		}
 		reply, err := rd.next(later(c.deadline, last.Add(s.timeout)), c.reply[:0])
 		if errors.Is(err, os.ErrDeadlineExceeded) && !rd.begun {
-			c.reply, c.err = reply, unknown(errTimeout)
-			c.done <- struct{}{}
+			a.answer(c, reply, unknown(errTimeout))
+			a.flush()
 			_, err = rd.next(time.Now().Add(s.timeout), nil) // the late reply, to no one
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				err = errors.Join(errTimeout, err)
 			}
 			if err != nil {
 				s.fail(err)
-				s.drain(unknown(err))
+				s.drain(&a, unknown(err))
 				return
 			}
 			last = time.Now()
@@ -177,13 +211,81 @@ func (s *shared) read(br *bufio.Reader) {
 			s.fail(err) // before the caller hears of it: it may ask broken()
 		}
 		last = time.Now()
-		c.reply, c.err = reply, unknown(err)
-		c.done <- struct{}{}
+		a.answer(c, reply, unknown(err))
 		if err != nil {
-			s.drain(unknown(err))
+			s.drain(&a, unknown(err))
 			return
 		}
 	}
+}
+
+// next is the oldest call waiting for its reply; false once the
+// connection was closed. With none waiting, it waits for the first byte of
+// a reply rather than for a call, so that a caller need not wake the
+// reader: a reply comes only for a call, queued before its command was
+// written. Meanwhile it looks for calls every slack, so that a call sent
+// meanwhile is timed from then on (read).
+func (s *shared) next(rd *replyReader) (*call, bool, error) {
+	for {
+		select {
+		case c, ok := <-s.pending:
+			return c, ok, nil
+		default:
+		}
+		if now := time.Now(); rd.set.Before(now) {
+			rd.set = now.Add(rd.slack)
+			_ = rd.nc.SetReadDeadline(rd.set)
+		}
+		_, err := rd.br.Peek(1)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case err != nil:
+			return nil, true, err
+		}
+		select {
+		case c, ok := <-s.pending:
+			return c, ok, nil
+		default:
+			return nil, true, errors.New("the data Redis sent a reply to no command")
+		}
+	}
+}
+
+// answerer gives the reader's calls their replies, and flushes the sinks
+// it put replies in.
+type answerer struct {
+	s     *shared
+	dirty []*resp.Sink // sinks to flush
+	eb    []byte       // an error reply
+}
+
+// answer gives c its reply or err.
+func (a *answerer) answer(c *call, reply []byte, err error) {
+	if c.sink == nil {
+		c.reply, c.err = reply, err
+		c.done <- struct{}{}
+		return
+	}
+	c.reply = reply // kept for the next use of c
+	if err != nil {
+		a.s.failed.Add(1)
+		a.eb = redcon.AppendError(a.eb[:0], replyText(a.s.addr, err))
+		reply = a.eb
+	}
+	if c.sink.Put(reply, c.quiet) {
+		a.dirty = append(a.dirty, c.sink)
+	}
+	putCall(c)
+}
+
+// flush writes what was put in the sinks.
+func (a *answerer) flush() {
+	for i, k := range a.dirty {
+		k.Flush()
+		a.dirty[i] = nil
+	}
+	a.dirty = a.dirty[:0]
 }
 
 // replyReader reads a shared connection's replies under read deadlines
@@ -233,10 +335,9 @@ func (s *shared) fail(err error) {
 }
 
 // drain fails the calls still queued after the reader stopped.
-func (s *shared) drain(err error) {
+func (s *shared) drain(a *answerer, err error) {
 	for c := range s.pending {
-		c.err = err
-		c.done <- struct{}{}
+		a.answer(c, c.reply[:0], err)
 	}
 }
 

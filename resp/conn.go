@@ -104,16 +104,10 @@ func (c *Conn) Close() {
 	c.rc.Close()
 }
 
-// Pipelined reports whether more commands of the client's current batch
-// (read together, a pipeline) wait behind the one being handled. Their
-// replies are flushed together once the batch is done.
-func (c *Conn) Pipelined() bool { return c.rc.pending > 0 }
-
 // Replying reports whether the replies written now reach the client: not
 // while CLIENT REPLY OFF holds, nor for the command after CLIENT REPLY SKIP.
-// A command whose reply is written later, while another command is served
-// (passthrough's pipelined replies), keeps what Replying said when it was
-// served, and writes its reply under SetReplying.
+// A command whose reply another goroutine writes later (Sink) keeps what
+// Replying said when it was served.
 func (c *Conn) Replying() bool { return !c.rc.quiet }
 
 // SetReplying makes the replies written next reach the client or not, and

@@ -208,6 +208,9 @@ type guardConn struct {
 	pmu     sync.Mutex
 	pushes  [][]byte
 	pushing bool
+	// sink is the connection's Sink, whose replies go before the reply
+	// to a broken limit; nil until used.
+	sink *Sink
 }
 
 // maxKeptEnds bounds the command ends a guard keeps room for between Reads.
@@ -379,6 +382,9 @@ func (g *guardConn) expected() int {
 // fail writes the pending reply, once and best effort, and returns the sticky error.
 func (g *guardConn) fail() error {
 	if g.reply != "" {
+		if g.sink != nil {
+			g.sink.Wait()
+		}
 		g.wmu.Lock()
 		_ = g.Conn.SetWriteDeadline(time.Now().Add(guardReplyTimeout))
 		_, _ = io.WriteString(g.Conn, g.reply)

@@ -268,6 +268,9 @@ func (s *Server) accept(w *wire) (*Conn, string) {
 // under the stream's write turn.
 func (s *Server) serveConn(c *Conn) {
 	err := s.serveCommands(c)
+	if c.rc.sink != nil {
+		c.rc.sink.Wait() // the replies other goroutines still write
+	}
 	if c.stream != nil {
 		c.stream.mu.Lock() // no Write is under way, nor starts
 	}
@@ -295,17 +298,11 @@ func (s *Server) serveCommands(c *Conn) error {
 		}
 		var perr error
 		cmds, perr = parseBatch(cmds[:0], raws)
-		routed := s.routed(cmds)
-		left := commandsIn(cmds[:routed])
-		for i, cmd := range cmds {
+		for _, cmd := range cmds {
 			if len(cmd.Args) == 0 { // as Redis, a blank line is served as no command: it ends a CLIENT REPLY SKIP
 				c.skipNext = false
 				continue
 			}
-			if i < routed {
-				left--
-			}
-			w.pending = left
 			s.serve(c, cmd)
 			if c.closing.Load() || w.closed {
 				c.turn(func() { _ = w.Flush() })
@@ -344,32 +341,6 @@ func parseBatch(cmds []redcon.Command, raws [][]byte) ([]redcon.Command, error) 
 		cmds = append(cmds, cmd)
 	}
 	return cmds, nil
-}
-
-// commandsIn counts the commands that are not blank lines.
-func commandsIn(cmds []redcon.Command) int {
-	n := 0
-	for _, cmd := range cmds {
-		if len(cmd.Args) > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// routed is how many of a batch's commands may reach the router: those
-// before the first that is too big for any limits (it closes the
-// connection). The pending count (Conn.Pipelined) counts only these, so
-// that the router writes its queued replies before the batch ends, or
-// before the refusal.
-func (s *Server) routed(cmds []redcon.Command) int {
-	lim := s.Limits()
-	for i, cmd := range cmds {
-		if tooBigFor(lim, cmd.Args, true) != "" {
-			return i
-		}
-	}
-	return len(cmds)
 }
 
 // protocolError answers input that redcon's parser rejects (the guard has
@@ -412,7 +383,6 @@ func (s *Server) serve(c *Conn, cmd redcon.Command) {
 	st := c.stream
 	if st != nil {
 		st.mu.Lock()
-		c.rc.pending = 0 // served one at a time: none waits behind it
 	}
 	c.beginReplies()
 	s.dispatch(c, cmd)

@@ -35,18 +35,15 @@ var _, errIncomplete = redcon.Parse(nil)
 // parser): commands read in batches through the guard, replies buffered and
 // written once per batch.
 type wire struct {
-	g    *guardConn
-	addr string
-	in   cmdReader
-	// pending is how many commands of the current batch wait behind the
-	// one being served (Conn.Pipelined).
-	pending int
-
+	g      *guardConn
+	addr   string
+	in     cmdReader
 	out    []byte // replies not yet written; nil between batches
 	outP   *[]byte
 	err    error // the write that failed; later replies are dropped
 	closed bool  // Close was called
 	quiet  bool  // replies written now are dropped (CLIENT REPLY OFF or SKIP)
+	sink   *Sink // replies other goroutines write (Conn.Sink); nil until used
 }
 
 func newWire(g *guardConn) *wire {
@@ -124,6 +121,9 @@ func (w *wire) WriteRaw(b []byte) {
 func (w *wire) Flush() error {
 	if w.outP == nil {
 		return w.err
+	}
+	if w.sink != nil && len(w.out) > 0 {
+		w.sink.Wait() // the replies expected before these go first
 	}
 	if len(w.out) > 0 && w.err == nil {
 		_, w.err = w.g.Write(w.out)
