@@ -120,12 +120,17 @@ func (s *shared) send(c *call, args [][]byte) error {
 		return nil // the writer takes it along
 	}
 	s.writing = true
+	busy := len(s.pending) > 1
 	s.mu.Unlock()
-	// Let the other clients' goroutines that are ready to run (woken by
-	// the same poll, typically) add their commands first: they then go
-	// upstream in this one write, as a proxy's event loop writes what it
-	// read from all its ready clients at once.
-	runtime.Gosched()
+	// While other commands are in flight, let the other clients'
+	// goroutines that are ready to run (woken by the same poll, typically)
+	// add their commands first: they then go upstream in this one write,
+	// as a proxy's event loop writes what it read from all its ready
+	// clients at once. A lone command goes at once: yielding would only
+	// wake an idle thread.
+	if busy {
+		runtime.Gosched()
+	}
 	s.writeOut()
 	return nil
 }
