@@ -37,8 +37,11 @@ func notSent(err error) error {
 // unknown marks err as the failure of a command that was sent, unless it
 // already says that it was not; nil stays nil.
 func unknown(err error) error {
+	if err == nil {
+		return nil // before ns, which escapes: no allocation per reply
+	}
 	var ns *notSentError
-	if err == nil || errors.As(err, &ns) || errors.Is(err, ErrOutcomeUnknown) {
+	if errors.As(err, &ns) || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
 	return &unknownError{err}

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"net"
 	"sync"
 	"syscall"
 )
@@ -26,6 +27,7 @@ type Sink struct {
 	err     error  // a write failed: later replies are dropped
 	waiting bool   // the connection's goroutine waits in Wait
 	wake    chan struct{}
+	raw     *rawWriter // made on the first Flush
 }
 
 // maxSinkBuf is the size beyond which a written sink buffer is not kept.
@@ -94,7 +96,7 @@ func (s *Sink) Flush() {
 	if s.writing || len(s.buf) == 0 {
 		return
 	}
-	n, err, done := s.w.g.tryWrite(s.buf)
+	n, err, done := s.tryWrite(s.buf)
 	switch {
 	case err != nil:
 		s.err, s.buf = err, s.buf[:0]
@@ -165,42 +167,59 @@ func (s *Sink) signal() {
 	}
 }
 
-// tryWrite writes what the socket takes of b now, without blocking and
-// between two whole writes of others (a push, a batch of replies); done
-// when it took all of b. A socket that cannot be written without blocking
-// (TLS) takes nothing.
-func (g *guardConn) tryWrite(b []byte) (n int, err error, done bool) {
-	sc, ok := g.Conn.(syscall.Conn)
-	if !ok || !g.wmu.TryLock() {
-		return 0, nil, false
+// rawWriter writes to a socket without blocking, allocating nothing per
+// write (a RawConn and the function it calls are made once).
+type rawWriter struct {
+	rc    syscall.RawConn // nil: the socket has none (TLS)
+	write func(fd uintptr) bool
+	b     []byte
+	n     int
+	err   error
+}
+
+func newRawWriter(c net.Conn) *rawWriter {
+	w := &rawWriter{}
+	if sc, ok := c.(syscall.Conn); ok {
+		w.rc, _ = sc.SyscallConn()
 	}
-	defer g.wmu.Unlock()
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, nil, false
-	}
-	var werr error
-	err = rc.Write(func(fd uintptr) bool {
-		for n < len(b) {
-			m, e := syscall.Write(int(fd), b[n:])
+	w.write = func(fd uintptr) bool {
+		for w.n < len(w.b) {
+			m, e := syscall.Write(int(fd), w.b[w.n:])
 			if e == syscall.EINTR {
 				continue
 			}
-			if e != nil {
-				if e != syscall.EAGAIN {
-					werr = e
-				}
+			if e != nil && e != syscall.EAGAIN {
+				w.err = e
+			}
+			if e != nil || m <= 0 {
 				break
 			}
-			if m <= 0 {
-				break
-			}
-			n += m
+			w.n += m
 		}
 		return true // never wait for the socket
-	})
-	if err == nil {
-		err = werr
 	}
+	return w
+}
+
+// tryWrite writes what the socket takes of b now, without blocking and
+// between two whole writes of others (a push, a batch of replies); done
+// when it took all of b. A socket that cannot be written without blocking
+// (TLS) takes nothing. s.mu is held.
+func (s *Sink) tryWrite(b []byte) (n int, err error, done bool) {
+	if s.raw == nil {
+		s.raw = newRawWriter(s.w.g.Conn)
+	}
+	w, g := s.raw, s.w.g
+	if w.rc == nil || !g.wmu.TryLock() {
+		return 0, nil, false
+	}
+	defer g.wmu.Unlock()
+	w.b, w.n, w.err = b, 0, nil
+	err = w.rc.Write(w.write)
+	if err == nil {
+		err = w.err
+	}
+	n = w.n
+	w.b = nil
 	return n, err, err == nil && n == len(b)
 }
