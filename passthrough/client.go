@@ -26,8 +26,8 @@ import (
 //     command (BLPOP, …) is unblocked on the data Redis. A client waiting
 //     in LOCK … WAIT is not unblocked (0).
 //   - REPLY: lockproxy, which owns what the client reads; forwarded
-//     commands' replies are written or dropped as it says when each came
-//     (Router.flush). Not on a relayed connection, whose upstream replies
+//     commands' replies are written or dropped as it said when each came
+//     (Router.queue). Not on a relayed connection, whose upstream replies
 //     lockproxy does not tell apart from messages.
 //   - PAUSE, UNPAUSE: the data Redis, for all its clients; lock commands
 //     are not paused.
