@@ -92,7 +92,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 // metaFields are the fields of a lock's meta, in layout.lua's order.
-var metaFields = []string{"token", "fence", "mode", "name", "ttl", "attempt", "took"}
+var metaFields = []string{"token", "fence", "mode", "name", "ttl", "attempt", "took", "lined"}
 
 // encodeMeta writes m as layout.lua's encode does: each field as its length,
 // ':' and its bytes.

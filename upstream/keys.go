@@ -12,8 +12,11 @@ import "strings"
 //	                             attempt (the last acquire to take or
 //	                             refresh the key), took ("1" if it took
 //	                             it, "0" once an acquire refreshed or an
-//	                             extend extended it), each as its length,
-//	                             ':' and its bytes (layout.lua's encode)
+//	                             extend extended it), lined ("0" while
+//	                             nobody took a place in line since the
+//	                             hold's acquire found none: its release
+//	                             need not look), each as its length, ':'
+//	                             and its bytes (layout.lua's encode)
 //	                             (the TTL of the lock key when written)
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
@@ -82,7 +85,14 @@ import "strings"
 // held is a meta of another type, which MGET reads as nil: a meta lost,
 // as one that expired before its key (the hold's fence unknown, its
 // attempt not recorded); the next SET of the meta replaces it, a DEL
-// deletes it. Layout 3 counts an acquire before it takes the key (and
+// deletes it. A layout-3 meta's lined ("0": the release need not look at
+// the line) misses no waiter: on a node of layout 3 only layout 3's
+// acquire takes places in line (layout 2's fails on the counter before),
+// and it flags the holder's meta as it does; a line of layout 2 that
+// outlives the migration was there when the hold's acquire looked (its
+// quiet path runs only where no line exists); a heal, or a meta written
+// again after it was lost, records lined as unknown. Layout 3 counts an
+// acquire before it takes the key (and
 // takes the count back where the key is not free), so that a later layout,
 // which must give <prefix>layout a type other than string and hash (settle
 // stops at any other type before it writes), stops layout 3's acquire

@@ -231,7 +231,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("meta is a %s, want a string", typ)
 		}
 		got, err := readMeta(ctx, raw, "k")
-		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": "", "took": "1"}
+		want := map[string]string{"token": "a", "fence": "5", "mode": "lease", "name": "w", "ttl": "60000", "attempt": "", "took": "1", "lined": "0"}
 		if err != nil || len(got) != len(want) {
 			t.Fatalf("meta = %v, %v; want %v", got, err, want)
 		}

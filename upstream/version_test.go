@@ -243,9 +243,18 @@ func TestLayout2RefusedOnLayout3(t *testing.T) {
 		if e := mustInspect(t, n, "k"); e.Token != "old" || e.Fence != 0 {
 			t.Errorf("Inspect(k) = %+v; want old's key with no fence", e)
 		}
-		// The quiet path on a held key: nothing.
+		// The quiet path on a held key: nothing, not even a place in line
+		// for a waiter (a layout-3 hold's release looks at the line only
+		// where a layout-3 acquire placed a waiter: layout.lua's lined).
 		v, err = runLayout2(ctx, n, raw, layout2AcquireOp("held", "old", false))
 		wrongType("acquire of a held key", v, err)
+		op := layout2AcquireOp("held", "old", false)
+		op.Hold.Waiter = &engine.Waiter{ID: "old", Since: time.Now(), Keep: time.Minute}
+		v, err = runLayout2(ctx, n, raw, op)
+		wrongType("waiting acquire of a held key", v, err)
+		if got := raw.Exists(ctx, "lockproxy:line:held", "lockproxy:line-deadline:held").Val(); got != 0 {
+			t.Errorf("layout 2's waiting acquire took a place in line")
+		}
 		v, err = runLayout2(ctx, n, raw, &quorum.Op{Kind: quorum.OpCommit, Key: "held", Token: "a", Fence: before + 100})
 		wrongType("commit", v, err)
 		v, err = runLayout2(ctx, n, raw, &quorum.Op{Kind: quorum.OpFloor, Fence: before + 100, Token: "run"})

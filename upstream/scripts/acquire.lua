@@ -43,9 +43,10 @@ local function now()
   end
   return clock
 end
-local function meta(token, fence, took)
+-- lined: '0' where the script found no line (layout.lua)
+local function meta(token, fence, took, lined)
   redis.call('SET', KEYS[8], encode({token = token, fence = count(fence), mode = ARGV[3], name = ARGV[4],
-    ttl = ARGV[2], attempt = ARGV[10], took = took}), 'PX', ARGV[2])
+    ttl = ARGV[2], attempt = ARGV[10], took = took, lined = lined}), 'PX', ARGV[2])
 end
 -- The common case, in five commands: no undo mark, nobody in line, no
 -- waiter of this instance to place, and the key free. The counter is
@@ -65,7 +66,7 @@ if quiet then
     redis.call('SET', KEYS[2], count(fence))
   end
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    meta(ARGV[1], fence, '1')
+    meta(ARGV[1], fence, '1', '0')
     return {1, fence, fence}
   end
   counter = redis.call('DECR', KEYS[2])
@@ -85,7 +86,7 @@ if holder == ARGV[1] and ARGV[11] ~= '1' then
   local fence = m.token == holder and tonumber(m.fence) or counter
   -- A refresh records its attempt as the last to land, but not as the one
   -- that took the key: its rollback deletes nothing (see release.lua).
-  meta(holder, fence, '0')
+  meta(holder, fence, '0', m.token == holder and m.lined or '')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, fence}
 end
@@ -94,7 +95,8 @@ if holder then
   wait = redis.call('PTTL', KEYS[1])
 else
   local first
-  if redis.call('EXISTS', KEYS[3]) == 1 then -- nobody waits: the common case costs one look
+  local lined = redis.call('EXISTS', KEYS[3]) == 1
+  if lined then -- nobody waits: the common case costs one look
     local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now())
     if #gone > 0 then
       redis.call('ZREM', KEYS[3], unpack(gone))
@@ -116,7 +118,7 @@ else
     end
     counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    meta(ARGV[1], counter, '1')
+    meta(ARGV[1], counter, '1', (lined or ARGV[8] ~= '') and '1' or '0')
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
@@ -127,5 +129,13 @@ if waiter ~= '' then
   redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), waiter)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
+  -- The holder's release must look at the line now (layout.lua's lined).
+  if type(holder) == 'string' then
+    local m = decode(redis.call('MGET', KEYS[8])[1])
+    if m.token == holder and m.lined == '0' then
+      m.lined = '1'
+      redis.call('SET', KEYS[8], encode(m), 'KEEPTTL')
+    end
+  end
 end
 return {0, counter, wait}

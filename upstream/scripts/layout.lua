@@ -56,11 +56,16 @@ local function raise(layout, floor, top, n)
   end
 end
 -- A lock's meta is one string (keys.go): token, fence, mode, name, ttl,
--- attempt and took, each as its length in bytes, ':' and its bytes, so that
--- any bytes survive. encode writes it; decode reads it back, with every
--- field '' where the meta is missing (nil from MGET: no key, or a key of
--- another type, as layout 2's meta hash) or unreadable.
-local FIELDS = {'token', 'fence', 'mode', 'name', 'ttl', 'attempt', 'took'}
+-- attempt, took and lined, each as its length in bytes, ':' and its bytes,
+-- so that any bytes survive. encode writes it; decode reads it back, with
+-- every field '' where the meta is missing (nil from MGET: no key, or a key
+-- of another type, as layout 2's meta hash) or unreadable.
+-- lined is '0' only where the key's waiting line did not exist when the
+-- holder's acquire wrote the meta and nobody has taken a place in it since
+-- (acquire.lua flags the holder's meta, in the same step, whenever it
+-- places a waiter while the key is held); any other value, '' among them,
+-- is "a line may exist", and a release looks (release.lua).
+local FIELDS = {'token', 'fence', 'mode', 'name', 'ttl', 'attempt', 'took', 'lined'}
 local function encode(m)
   local out = {}
   for i, f in ipairs(FIELDS) do

@@ -35,11 +35,6 @@
 -- that refused it, and its own instance wakes it directly. The message is
 -- '<length of token>:<token><key>', so that the instance that released can
 -- tell its own release when it hears of it.
--- The line exists only while somebody waits: one look in the common case.
-local lined = redis.call('EXISTS', KEYS[2]) == 1
-if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
 -- The key and its meta in one read: MGET answers nil for a key of another
 -- type, which is free or another's to a release alike (and a meta of
 -- another type, layout 2's hash, is a meta lost).
@@ -49,8 +44,21 @@ local holder = got[1]
 -- it, when known
 local attempt, took = false, false
 local m = decode(got[2])
-if holder and m.token == holder then
+local known = holder and m.token == holder
+if known then
   attempt, took = m.attempt, m.took
+end
+-- The line exists only while somebody waits: one look in the common case,
+-- and none where the token holds the key and its meta says that nobody has
+-- taken a place in line since its acquire found none (layout.lua's lined):
+-- then nobody waits, and the token itself has no place (it could have one
+-- only from an acquire refused while it held the key, which flags the meta).
+local lined = false
+if not (holder == ARGV[1] and known and m.lined == '0') then
+  lined = redis.call('EXISTS', KEYS[2]) == 1
+end
+if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[7] ~= '' and attempt ~= ARGV[7] then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
