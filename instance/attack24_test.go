@@ -3,7 +3,9 @@ package instance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,7 +182,7 @@ func TestAttack24RelockFenceMatchesLockInfo(t *testing.T) {
 	for i, s := range nodes { // the commit to node 0 lands after the reply
 		raw := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 		eventually(t, 10*time.Second, "node "+strconv.Itoa(i)+" records the re-lock's fence for the hold", func() bool {
-			f, err := raw.HGet(t.Context(), "lockproxy:meta:"+key, "fence").Int64()
+			f, err := metaFence(t.Context(), raw, key)
 			return err == nil && f == g2.fence
 		})
 		raw.Close()
@@ -264,4 +266,24 @@ func TestAttack24InterleavedRetries(t *testing.T) {
 	if r.fence != g.fence {
 		t.Fatalf("granted retry: fence %d, want %d", r.fence, g.fence)
 	}
+}
+
+// metaFence reads the fence that key's meta on a node records: the second
+// field of the string (token, fence, ...), each field as its length, ':'
+// and its bytes (upstream/keys.go).
+func metaFence(ctx context.Context, raw *redis.Client, key string) (int64, error) {
+	s, err := raw.Get(ctx, "lockproxy:meta:"+key).Result()
+	if err != nil {
+		return 0, err
+	}
+	var field string
+	for range 2 { // the token, then the fence
+		n, rest, ok := strings.Cut(s, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l > len(rest) {
+			return 0, fmt.Errorf("meta %q unreadable", s)
+		}
+		field, s = rest[:l], rest[l:]
+	}
+	return strconv.ParseInt(field, 10, 64)
 }

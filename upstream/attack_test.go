@@ -278,7 +278,7 @@ func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
 		t.Fatalf("release w: %v %v", ok, err)
 	}
 	for i, c := range []int64{100, 50} {
-		if err := rawClient(t, servers[i].Addr()).HSet(ctx, DefaultPrefix+"layout", "fence", c).Err(); err != nil {
+		if err := rawClient(t, servers[i].Addr()).Set(ctx, DefaultPrefix+"layout", c, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -460,7 +460,7 @@ func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
 	restartEmpty(t, servers[0])
 	gated.gate <- struct{}{}
 	rep := <-gated.landed
-	c, err := rawClient(t, servers[0].Addr()).HGet(ctx, DefaultPrefix+"layout", "fence").Int64()
+	c, err := nodeCounter(ctx, rawClient(t, servers[0].Addr()))
 	t.Logf("heal on the restarted node: TTL %v err %v; its counter %d %v; a's fence %d", rep.TTL, rep.Err, c, err, g.Fence)
 	if rep.Err == nil && rep.TTL > 0 && c < g.Fence {
 		t.Fatalf("healed node's counter %d below the fence %d", c, g.Fence)

@@ -20,7 +20,7 @@ import (
 // holds again on the nodes that lost it, on real redis-servers.
 
 // holdsWith reports whether the node behind raw holds key for token with
-// the fence recorded in its meta hash.
+// the fence recorded in its meta.
 func holdsWith(t *testing.T, addr, key, token string, fence int64) bool {
 	t.Helper()
 	raw := rawClient(t, addr)
@@ -28,8 +28,8 @@ func holdsWith(t *testing.T, addr, key, token string, fence int64) bool {
 	if err != nil || v != token {
 		return false
 	}
-	f, err := raw.HGet(t.Context(), DefaultPrefix+"meta:"+key, "fence").Int64()
-	return err == nil && f == fence
+	m, err := readMeta(t.Context(), raw, key)
+	return err == nil && m["fence"] == strconv.FormatInt(fence, 10)
 }
 
 // healCtx bounds a test that waits out several hold-outs.
@@ -109,7 +109,7 @@ func TestWatchdogLockHealsAcrossRestarts(t *testing.T) {
 		if !holdsWith(t, s.Addr(), "k", "a", g.Fence) {
 			t.Errorf("node %d does not hold k for a with fence %d at the end", i, g.Fence)
 		}
-		c, err := rawClient(t, s.Addr()).HGet(ctx, DefaultPrefix+"layout", "fence").Int64()
+		c, err := nodeCounter(ctx, rawClient(t, s.Addr()))
 		if err != nil || c < g.Fence {
 			t.Errorf("node %d: the node's fencing counter %d %v below the fence %d", i, c, err, g.Fence)
 		}
@@ -205,7 +205,7 @@ func TestRenewHealsLease(t *testing.T) {
 		t.Fatal("node 0 never seen held out: the restart rule was not exercised")
 	}
 	raw := rawClient(t, servers[0].Addr())
-	meta, err := raw.HGetAll(ctx, DefaultPrefix+"meta:l").Result()
+	meta, err := readMeta(ctx, raw, "l")
 	if err != nil || meta["mode"] != string(engine.Lease) || meta["name"] != "client-a" || meta["took"] != "0" || meta["ttl"] != strconv.Itoa(int(lease.Milliseconds())) {
 		t.Fatalf("healed meta %v %v", meta, err)
 	}
@@ -352,13 +352,9 @@ func TestHealRaces(t *testing.T) {
 	close(gated.gate) // from now on a heal is not held: Close below waits for any
 	raw2 := rawClient(t, servers[2].Addr())
 	gf := take("f", "a")
-	if err := raw2.HSet(ctx, DefaultPrefix+"meta:f", "fence", gf.Fence+1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setMeta(t, raw2, "f", "fence", strconv.FormatInt(gf.Fence+1, 10))
 	take("t", "a")
-	if err := raw2.HSet(ctx, DefaultPrefix+"meta:t", "attempt", "another").Err(); err != nil {
-		t.Fatal(err)
-	}
+	setMeta(t, raw2, "t", "attempt", "another")
 	for _, key := range []string{"f", "t"} {
 		if _, err := r.Extend(ctx, key, "a", 0, ""); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,9 @@ package upstream
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +88,63 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 			t.Fatalf("%s: not true after %v", what, within)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metaFields are the fields of a lock's meta, in layout.lua's order.
+var metaFields = []string{"token", "fence", "mode", "name", "ttl", "attempt", "took", "lined"}
+
+// encodeMeta writes m as layout.lua's encode does: each field as its length,
+// ':' and its bytes.
+func encodeMeta(m map[string]string) string {
+	var b strings.Builder
+	for _, f := range metaFields {
+		fmt.Fprintf(&b, "%d:%s", len(m[f]), m[f])
+	}
+	return b.String()
+}
+
+// decodeMeta reads a meta that encodeMeta (or layout.lua) wrote.
+func decodeMeta(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, f := range metaFields {
+		n, rest, ok := strings.Cut(s, ":")
+		l, err := strconv.Atoi(n)
+		if !ok || err != nil || l < 0 || l > len(rest) {
+			return nil, fmt.Errorf("meta field %s unreadable in %q", f, s)
+		}
+		m[f], s = rest[:l], rest[l:]
+	}
+	if s != "" {
+		return nil, fmt.Errorf("meta has %q left over", s)
+	}
+	return m, nil
+}
+
+// readMeta reads the meta of key on the node behind raw.
+func readMeta(ctx context.Context, raw *redis.Client, key string) (map[string]string, error) {
+	s, err := raw.Get(ctx, DefaultPrefix+"meta:"+key).Result()
+	if err != nil {
+		return nil, err
+	}
+	return decodeMeta(s)
+}
+
+// nodeCounter reads the node's fencing counter: the layout key (layout 3).
+func nodeCounter(ctx context.Context, raw *redis.Client) (int64, error) {
+	return raw.Get(ctx, DefaultPrefix+"layout").Int64()
+}
+
+// setMeta changes one field of key's meta on the node behind raw, keeping
+// its TTL.
+func setMeta(t *testing.T, raw *redis.Client, key, field, value string) {
+	t.Helper()
+	m, err := readMeta(t.Context(), raw, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m[field] = value
+	if err := raw.SetArgs(t.Context(), DefaultPrefix+"meta:"+key, encodeMeta(m), redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,11 +8,16 @@ import "strings"
 // redis-cli, or a lock script run on the node, sees the application's
 // key. lockproxy's bookkeeping lives beside it, under the prefix:
 //
-//	<prefix>meta:<key>           hash: token, fence, mode, name, ttl, attempt
-//	                             (the last acquire to take or refresh the
-//	                             key), took ("1" if it took it, "0" once
-//	                             an acquire refreshed or an extend extended
-//	                             it) (the TTL of the lock key when written)
+//	<prefix>meta:<key>           string: token, fence, mode, name, ttl,
+//	                             attempt (the last acquire to take or
+//	                             refresh the key), took ("1" if it took
+//	                             it, "0" once an acquire refreshed or an
+//	                             extend extended it), lined ("0" while
+//	                             nobody took a place in line since the
+//	                             hold's acquire found none: its release
+//	                             need not look), each as its length, ':'
+//	                             and its bytes (layout.lua's encode)
+//	                             (the TTL of the lock key when written)
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
 //	<prefix>undone:<attempt>     undo mark of an acquire attempt (short TTL)
@@ -20,11 +25,11 @@ import "strings"
 //	                             release found the key free or another's
 //	                             (heal.lua; TTL: the longest lease)
 //	<prefix>turn:<key>           the turn of a script on key (turn.go)
-//	<prefix>layout               hash: version ("2"), fence (the node's
-//	                             fencing counter, one for every key)
+//	<prefix>layout               string: the node's fencing counter, one
+//	                             for every key (layout 3; a hash in 2)
 //	<prefix>vetted               the restart rule's vetted run id
 //	<prefix>fence-floor, <prefix>fence-max
-//	                             hashes naming layout 2 (see below)
+//	                             hashes naming the layout (see below)
 //
 // Nothing per key outlives the key's lease, except an undo mark (the
 // attempt's lease plus quorum.UndoGrace) and a place in line (while its
@@ -53,11 +58,48 @@ import "strings"
 // node of layout 2 and takes nothing there; since a grant of layout 2
 // writes layout 2 on a majority, layout 1 can no longer win a majority of
 // the same nodes. The per-key counters of layout 1 stay, unused, until an
-// operator deletes them (README: upgrading). A later layout replaces
-// <prefix>layout by another type, so that this one's HINCRBY fails too.
+// operator deletes them (README: upgrading).
+//
+// Layout 2 (lockproxy up to commit c0fcb0f) kept the counter as field
+// fence of the hash <prefix>layout (with field version "2"), and each
+// lock's meta as a hash written by HSET and PEXPIRE and read by HMGET.
+// Layout 3 writes the meta as one string with one SET PX, and reads it
+// with the lock key in one MGET: a cycle costs a node two commands fewer.
+// The first script of layout 3 to need a node's counter where the layout
+// key holds none (an INCR or GET of it fails with WRONGTYPE, or finds
+// nothing) reads layout 2's counter from the hash, and layout 1's from
+// fence-floor and fence-max where they are still strings, and replaces the
+// hash by the string counter, at least every counter of layouts 1 and 2:
+// layout 2's acquire (past its quiet path), commit, floor and heal scripts
+// HGET or HINCRBY the layout key before they write, and its status read
+// HGETs it, so an instance of layout 2 gets WRONGTYPE from a node of layout 3
+// and grants nothing there, raises no counter, and never runs its own
+// settle (which would rewrite the counter); its release, extend and
+// inspect fail on the HMGET of a meta of layout 3 where they read one.
+// One write escapes: layout 2's quiet acquire of a free key SETs the key
+// before its HINCRBY fails. The key is then a foreign holder's for its TTL:
+// not granted to layout 2 (its script failed), refused to layout 3 (no
+// meta, no fence), as a redsync client's lock would be. Since a grant of
+// layout 3 writes layout 3 on a majority, layout 2 can no longer win a
+// majority of the same nodes. A meta hash of layout 2 beside a key still
+// held is a meta of another type, which MGET reads as nil: a meta lost,
+// as one that expired before its key (the hold's fence unknown, its
+// attempt not recorded); the next SET of the meta replaces it, a DEL
+// deletes it. A layout-3 meta's lined ("0": the release need not look at
+// the line) misses no waiter: on a node of layout 3 only layout 3's
+// acquire takes places in line (layout 2's fails on the counter before),
+// and it flags the holder's meta as it does; a line of layout 2 that
+// outlives the migration was there when the hold's acquire looked (its
+// quiet path runs only where no line exists); a heal, or a meta written
+// again after it was lost, records lined as unknown. Layout 3 counts an
+// acquire before it takes the key (and
+// takes the count back where the key is not free), so that a later layout,
+// which must give <prefix>layout a type other than string and hash (settle
+// stops at any other type before it writes), stops layout 3's acquire
+// before it writes anything.
 
 // The string key is the truth for "held": token T holds key iff GET key is
-// T. The meta hash describes the holder only while its token field is that
+// T. The meta describes the holder only while its token field is that
 // value; a key of another type (a client library's lock hash written by a
 // script) is held by somebody whose token lockproxy does not know.
 //
@@ -85,10 +127,10 @@ func (n *RedisNode) lockKey(key string) string {
 	return key
 }
 
-// metaKey is the hash that describes key's holder.
+// metaKey is the string that describes key's holder (layout.lua's encode).
 func (n *RedisNode) metaKey(key string) string { return n.prefix + "meta:" + key }
 
-// layoutKey is the hash of the node's layout and fencing counter.
+// layoutKey is the node's fencing counter; its type names the layout.
 func (n *RedisNode) layoutKey() string { return n.prefix + "layout" }
 
 // lineKeys are key's waiting line and its deadlines on the node.
@@ -103,7 +145,7 @@ func (n *RedisNode) undoKey(attempt string) string { return n.prefix + "undone:"
 func (n *RedisNode) releasedKey(key string) string { return n.prefix + "released:" + key }
 
 // healCounters are the keys a heal raises the node's fencing counter
-// with (layout.lua's raise): the layout hash, and layout 1's fence-floor
+// with (layout.lua's raise): the layout key, and layout 1's fence-floor
 // and fence-max, read where the node has no counter yet.
 func (n *RedisNode) healCounters() []string {
 	return []string{n.layoutKey(), n.prefix + "fence-floor", n.prefix + "fence-max"}

@@ -60,7 +60,7 @@ func TestForeignValue(t *testing.T) {
 			t.Errorf("the hash was changed: type %s", typ)
 		}
 		if got := raw.Exists(ctx, "lockproxy:meta:h", "lockproxy:meta:s", "lockproxy:meta:p").Val(); got != 0 {
-			t.Errorf("%d meta hashes written for keys lockproxy does not hold", got)
+			t.Errorf("%d metas written for keys lockproxy does not hold", got)
 		}
 	})
 }
@@ -68,8 +68,8 @@ func TestForeignValue(t *testing.T) {
 // TestScriptOnLockKey: a script run on the node (as lockproxy runs unknown
 // lock scripts) that reads, extends and deletes a lock key acts on exactly
 // the lock: GET reads the token, a PEXPIRE is the lock's TTL from then on,
-// even once the meta hash expired before the key, and a DEL frees the
-// key for the next holder though the meta hash is still there.
+// even once the meta expired before the key, and a DEL frees the
+// key for the next holder though the meta is still there.
 func TestScriptOnLockKey(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
@@ -78,7 +78,7 @@ func TestScriptOnLockKey(t *testing.T) {
 		if got, err := raw.Eval(ctx, script, []string{"k"}, "a", 60000).Int(); got != 1 || err != nil {
 			t.Fatalf("the script's PEXPIRE = %d, %v", got, err)
 		}
-		eventually(t, 10*time.Second, "meta hash expired", func() bool {
+		eventually(t, 10*time.Second, "meta expired", func() bool {
 			return raw.Exists(ctx, "lockproxy:meta:k").Val() == 0
 		})
 		e := mustInspect(t, n, "k")
@@ -89,7 +89,7 @@ func TestScriptOnLockKey(t *testing.T) {
 			t.Errorf("Acquire(b) while the script's lease runs = %+v, %v", c, err)
 		}
 		if ttl, err := n.Extend(ctx, "k", "a", 0, ""); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
-			t.Errorf("Extend(a, own ttl) without its meta hash = %v, %v; want what the key has left", ttl, err)
+			t.Errorf("Extend(a, own ttl) without its meta = %v, %v; want what the key has left", ttl, err)
 		}
 		if e := mustInspect(t, n, "k"); e.Token != "a" || e.Name != "" {
 			t.Errorf("Inspect after the renewal = %+v", e)
@@ -101,14 +101,14 @@ func TestScriptOnLockKey(t *testing.T) {
 			t.Errorf("Inspect after the commit = %+v; want fence 4", e)
 		}
 		if ttl := raw.PTTL(ctx, "lockproxy:meta:k").Val(); ttl <= 0 {
-			t.Errorf("meta hash rewritten with PTTL %v, want the key's", ttl)
+			t.Errorf("meta rewritten with PTTL %v, want the key's", ttl)
 		}
-		// The script deletes the key: free, whatever the meta hash says.
+		// The script deletes the key: free, whatever the meta says.
 		if got, err := raw.Eval(ctx, "return redis.call('DEL', KEYS[1])", []string{"k"}).Int(); got != 1 || err != nil {
 			t.Fatalf("the script's DEL = %d, %v", got, err)
 		}
 		if raw.Exists(ctx, "lockproxy:meta:k").Val() != 1 {
-			t.Fatal("the meta hash went with the key: the test shows nothing")
+			t.Fatal("the meta went with the key: the test shows nothing")
 		}
 		if _, ok, err := n.Inspect(ctx, "k"); ok || err != nil {
 			t.Errorf("Inspect after the DEL = %v, %v; want free", ok, err)
@@ -130,32 +130,44 @@ func TestScriptOnLockKey(t *testing.T) {
 	})
 }
 
-// TestStaleMeta: a meta hash that outlived or lost its key makes nobody a
-// holder, and a meta hash of another token lends its fence to nobody.
+// TestStaleMeta: a meta that outlived or lost its key makes nobody a
+// holder, and a meta of another token lends its fence to nobody: layout
+// 3's string, and layout 2's hash, which a node migrating may still hold.
 func TestStaleMeta(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, addr string) {
-		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
-		if err := raw.HSet(ctx, "lockproxy:meta:k", "token", "a", "fence", 7, "mode", "lease", "name", "w", "ttl", 60000, "attempt", "x").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok, err := n.Inspect(ctx, "k"); ok || err != nil {
-			t.Errorf("Inspect with only a meta hash = %v, %v; want free", ok, err)
-		}
-		if ttl, err := n.Extend(ctx, "k", "a", time.Minute, ""); ttl != 0 || err != nil {
-			t.Errorf("Extend = %v, %v; want 0", ttl, err)
-		}
-		mustRelease(t, n, "k", "a", false)
-		// Someone else's string under the key: the meta hash is not its.
-		if err := raw.Set(ctx, "k", "z", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if e := mustInspect(t, n, "k"); e.Token != "z" || e.Fence != 0 || e.Name != "" {
-			t.Errorf("Inspect = %+v; want z with no fence nor name", e)
-		}
-		if c, err := n.Acquire(ctx, "k", hold("z", time.Minute)); err != nil || c != (quorum.Claim{State: quorum.Mine, Counter: 0, Fence: 0}) {
-			t.Errorf("Acquire(z) = %+v, %v; want mine, with no fence of a's", c, err)
-		}
-	})
+	for _, kind := range []string{"string", "hash"} {
+		t.Run(kind, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, addr string) {
+				n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+				m := map[string]string{"token": "a", "fence": "7", "mode": "lease", "name": "w", "ttl": "60000", "attempt": "x", "took": "1"}
+				var err error
+				if kind == "string" {
+					err = raw.Set(ctx, "lockproxy:meta:k", encodeMeta(m), 0).Err()
+				} else {
+					err = raw.HSet(ctx, "lockproxy:meta:k", m).Err()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok, err := n.Inspect(ctx, "k"); ok || err != nil {
+					t.Errorf("Inspect with only a meta = %v, %v; want free", ok, err)
+				}
+				if ttl, err := n.Extend(ctx, "k", "a", time.Minute, ""); ttl != 0 || err != nil {
+					t.Errorf("Extend = %v, %v; want 0", ttl, err)
+				}
+				mustRelease(t, n, "k", "a", false)
+				// Someone else's string under the key: the meta is not its.
+				if err := raw.Set(ctx, "k", "z", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if e := mustInspect(t, n, "k"); e.Token != "z" || e.Fence != 0 || e.Name != "" {
+					t.Errorf("Inspect = %+v; want z with no fence nor name", e)
+				}
+				if c, err := n.Acquire(ctx, "k", hold("z", time.Minute)); err != nil || c != (quorum.Claim{State: quorum.Mine, Counter: 0, Fence: 0}) {
+					t.Errorf("Acquire(z) = %+v, %v; want mine, with no fence of a's", c, err)
+				}
+			})
+		})
+	}
 }
 
 // TestReservedKeys: a client's key spelled like lockproxy's bookkeeping is
@@ -194,7 +206,7 @@ func TestReservedKeys(t *testing.T) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
 		mustAcquire(t, n, "lockproxy:layout", hold("b", time.Minute))
-		if v := raw.HGet(ctx, "lockproxy:layout", "fence").Val(); v != "2" {
+		if v := raw.Get(ctx, "lockproxy:layout").Val(); v != "2" {
 			t.Errorf("the node's fencing counter = %q, want 2", v)
 		}
 		if v := raw.Get(ctx, "lockproxy:key:lockproxy:layout").Val(); v != "b" {
@@ -203,6 +215,50 @@ func TestReservedKeys(t *testing.T) {
 		mustRelease(t, n, "k", "a", true)
 		if c, err := n.Acquire(ctx, "k", hold("c", time.Minute)); err != nil || c.Fence != 3 {
 			t.Errorf("Acquire(k) = %+v, %v; want fence 3", c, err)
+		}
+	})
+}
+
+// TestMetaAnyBytes: the meta, one string, keeps any bytes of a token, a
+// name and a mode (colons, digits, NUL, bytes that are no UTF-8), through
+// an acquire, a commit, a renewal that changes the mode and a refresh,
+// and the release finds the hold by it.
+func TestMetaAnyBytes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		token, name := "3:ab1:\x00\xff:", "12:\xfe\x00x:9:"
+		h := engine.Hold{Token: token, TTL: time.Minute, Mode: engine.Bound, Name: name}
+		c, err := n.Acquire(ctx, "k", h)
+		if err != nil || c.State != quorum.Acquired {
+			t.Fatalf("Acquire = %+v, %v", c, err)
+		}
+		check := func(when string, mode engine.Mode, fence int64) {
+			t.Helper()
+			e := mustInspect(t, n, "k")
+			if e.Token != token || e.Name != name || e.Mode != mode || e.Fence != fence {
+				t.Errorf("Inspect %s = %+v; want %q named %q, %s, fence %d", when, e, token, name, mode, fence)
+			}
+			m, err := readMeta(ctx, raw, "k")
+			if err != nil || m["token"] != token || m["name"] != name || m["ttl"] != "60000" {
+				t.Errorf("meta %s = %q, %v", when, m, err)
+			}
+		}
+		check("after the acquire", engine.Bound, c.Fence)
+		if ok, err := n.Commit(ctx, "k", token, c.Fence+10); err != nil || !ok {
+			t.Fatalf("Commit = %v, %v", ok, err)
+		}
+		check("after the commit", engine.Bound, c.Fence+10)
+		if ttl, err := n.Extend(ctx, "k", token, 0, engine.Lease); err != nil || ttl != time.Minute {
+			t.Fatalf("Extend = %v, %v", ttl, err)
+		}
+		check("after the renewal", engine.Lease, c.Fence+10)
+		if r, err := n.Acquire(ctx, "k", h); err != nil || r.State != quorum.Mine || r.Fence != c.Fence+10 {
+			t.Fatalf("refresh = %+v, %v; want mine with fence %d", r, err, c.Fence+10)
+		}
+		check("after the refresh", engine.Bound, c.Fence+10)
+		mustRelease(t, n, "k", token, true)
+		if got := raw.Exists(ctx, "k", "lockproxy:meta:k").Val(); got != 0 {
+			t.Errorf("%d of the key and its meta left after the release", got)
 		}
 	})
 }

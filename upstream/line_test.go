@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,81 @@ func TestReleaseDropsTheHoldersPlace(t *testing.T) {
 		mustRelease(t, n, "k", "w", false) // w holds nothing here, but its place goes
 		if c, err := n.Acquire(ctx, "k", hold("passer-by", time.Minute)); err != nil || c.State != quorum.Acquired {
 			t.Fatalf("the released holder's place stayed: %+v %v", c, err)
+		}
+	})
+}
+
+// TestReleaseLooksAtTheLineWhenItMust: a release skips the look at the
+// key's line only where the releasing token holds the key and nobody took
+// a place in line since its acquire found none (one command fewer a cycle
+// and node). Where somebody did, the release still wakes the line and drops
+// the token's own place: a waiter placed after a quiet grant, the holder
+// placed behind itself by a fresh acquire, and a waiter placed while the
+// hold's meta was lost (rewritten since by a renewal).
+func TestReleaseLooksAtTheLineWhenItMust(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		ps := rawSubscribe(t, raw, defaultChannel)
+		published := func(want string) {
+			t.Helper()
+			m, err := ps.ReceiveMessage(testCtx(t))
+			if err != nil || m.Payload != want {
+				t.Fatalf("release notification %v, %v; want %q", m, err, want)
+			}
+		}
+		// A waiter placed after a quiet grant is woken.
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		if c, err := n.Acquire(ctx, "k", waiting("w", "w", time.Now())); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		mustRelease(t, n, "k", "a", true)
+		published("1:ak")
+		if ok, err := n.leave(ctx, "k", "w"); err != nil || !ok {
+			t.Fatalf("leave: %v %v", ok, err)
+		}
+		published("1:wk")
+
+		// The holder placed behind itself (a fresh acquire of its own key)
+		// gives up its place.
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		self := waiting("a", "a", time.Now())
+		self.Fresh = true
+		if c, err := n.Acquire(ctx, "k", self); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		mustRelease(t, n, "k", "a", true)
+		if got := raw.Exists(ctx, "lockproxy:line:k", "lockproxy:line-deadline:k").Val(); got != 0 {
+			t.Fatalf("the holder's own place stayed after its release (%d keys)", got)
+		}
+
+		// A waiter placed while the meta was lost is woken after a renewal
+		// wrote the meta again.
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		if err := raw.Del(ctx, "lockproxy:meta:k").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := n.Acquire(ctx, "k", waiting("w", "w", time.Now())); err != nil || c.State != quorum.Taken {
+			t.Fatal(c, err)
+		}
+		if ttl, err := n.Extend(ctx, "k", "a", time.Minute, ""); err != nil || ttl != time.Minute {
+			t.Fatalf("Extend = %v, %v", ttl, err)
+		}
+		mustRelease(t, n, "k", "a", true)
+		published("1:ak")
+		if ok, err := n.leave(ctx, "k", "w"); err != nil || !ok {
+			t.Fatalf("leave: %v %v", ok, err)
+		}
+		published("1:wk")
+
+		// Nobody in line: the cycle looks at the line once, in the acquire.
+		if raw.ConfigResetStat(ctx).Err() != nil {
+			return // miniredis counts no commands
+		}
+		mustAcquire(t, n, "q", hold("a", time.Minute))
+		mustRelease(t, n, "q", "a", true)
+		stats := raw.Info(ctx, "commandstats").Val()
+		if !strings.Contains(stats, "cmdstat_exists:calls=1,") {
+			t.Errorf("EXISTS calls over an uncontended cycle, want 1 (the acquire's):\n%s", stats)
 		}
 	})
 }

@@ -412,8 +412,9 @@ func (n *RedisNode) status(ctx context.Context, c *call) {
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	vetted := pipe.Get(ctx, n.prefix+"vetted")
-	top := pipe.HGet(ctx, n.layoutKey(), "fence")
-	old := pipe.Get(ctx, n.prefix+"fence-max") // layout 1's; WRONGTYPE in layout 2
+	top := pipe.Get(ctx, n.layoutKey())            // layout 3's; WRONGTYPE in layout 2
+	top2 := pipe.HGet(ctx, n.layoutKey(), "fence") // layout 2's; WRONGTYPE in layout 3
+	old := pipe.Get(ctx, n.prefix+"fence-max")     // layout 1's; WRONGTYPE since layout 2
 	now := pipe.Time(ctx)
 	n.roundTrips.Add(1)
 	sent := mono()
@@ -438,19 +439,21 @@ func (n *RedisNode) status(ctx context.Context, c *call) {
 	}
 	s.Uptime = time.Duration(up) * time.Second
 	s.Durable = aof.Err() == nil && fsync.Err() == nil && aof.Val()["appendonly"] == "yes" && fsync.Val()["appendfsync"] == "always"
-	if err := old.Err(); err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
-		old.SetErr(redis.Nil)
+	for _, cmd := range []*redis.StringCmd{top, top2, old} {
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			cmd.SetErr(redis.Nil)
+		}
 	}
-	for _, cmd := range []*redis.StringCmd{vetted, top, old} {
+	for _, cmd := range []*redis.StringCmd{vetted, top, top2, old} {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			r.Err = err
 			return
 		}
 	}
 	s.Vetted = vetted.Val()
-	// The node's counter: layout 2's, or on a node still in layout 1 its
-	// fence-max, at least every counter there.
-	for _, v := range []string{top.Val(), old.Val()} {
+	// The node's counter: layout 3's, layout 2's, or on a node still in
+	// layout 1 its fence-max, at least every counter there.
+	for _, v := range []string{top.Val(), top2.Val(), old.Val()} {
 		if v == "" {
 			continue
 		}

@@ -42,9 +42,9 @@ var (
 var (
 	acquireScript = newScript("acquire", layoutLua+acquireLua)
 	commitScript  = newScript("commit", layoutLua+commitLua)
-	extendScript  = newScript("extend", extendLua)
-	releaseScript = newScript("release", releaseLua)
-	inspectScript = newScript("inspect", inspectLua)
+	extendScript  = newScript("extend", layoutLua+extendLua)
+	releaseScript = newScript("release", layoutLua+releaseLua)
+	inspectScript = newScript("inspect", layoutLua+inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
 	floorScript   = newScript("floor", layoutLua+floorLua)
 	healScript    = newScript("heal", layoutLua+healLua)

@@ -4,7 +4,7 @@
 -- as the lock's fence, in the same atomic step. A waiter that is refused takes (or keeps) its place in line.
 -- KEYS[1] the lock key itself: the string token with the lease's TTL, as
 -- SET NX PX leaves it (any other value, of any type, is another holder's),
--- KEYS[2] the layout hash, whose field fence is the node's fencing counter,
+-- KEYS[2] the layout key, the node's fencing counter (layout.lua),
 -- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
 -- KEYS[4] line deadlines (sorted set: waiter -> µs of the node's clock
 -- (TIME) after which it is gone: every instance adds and purges places
@@ -24,16 +24,16 @@
 -- retried by the holder.
 -- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
 -- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
--- the lock's meta
--- hash (token, fence, mode, name, ttl; attempt, the last attempt to take or
--- refresh the key, and took, '1' when that attempt took it and '0' when it
--- only refreshed it; it describes the holder only while its token is the
--- lock key's value, and has the key's TTL).
+-- the lock's meta (one string, layout.lua's encode: token, fence, mode,
+-- name, ttl; attempt, the last attempt to take or refresh the key, and
+-- took, '1' when that attempt took it and '0' when it only refreshed it; it
+-- describes the holder only while its token is the lock key's value, and
+-- has the key's TTL).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant, or the node's counter where it is not
 -- known: never below it), 0 refused (n is how long, in ms, the
 -- holder's lease or the first waiter's place still runs).
--- The meta hash keeps the ttl so that a renewal without one reuses it.
+-- The meta keeps the ttl so that a renewal without one reuses it.
 -- now is the node's clock in microseconds, read once, when first needed.
 local clock
 local function now()
@@ -43,37 +43,50 @@ local function now()
   end
   return clock
 end
-local function meta(token, fence, took)
-  redis.call('HSET', KEYS[8], 'token', token, 'fence', string.format('%.0f', fence), 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[10], 'took', took)
-  redis.call('PEXPIRE', KEYS[8], ARGV[2])
+-- lined: '0' where the script found no line (layout.lua)
+local function meta(token, fence, took, lined)
+  redis.call('SET', KEYS[8], encode({token = token, fence = count(fence), mode = ARGV[3], name = ARGV[4],
+    ttl = ARGV[2], attempt = ARGV[10], took = took, lined = lined}), 'PX', ARGV[2])
 end
 -- The common case, in five commands: no undo mark, nobody in line, no
--- waiter of this instance to place, and the key free.
+-- waiter of this instance to place, and the key free. The counter is
+-- counted before the key is taken, so that a later layout, which gives
+-- the layout key another type, stops this script before it writes the
+-- lock key (settle); where the key is not free, the count is taken back
+-- in the same atomic step, and nobody saw it.
 local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
-if quiet and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
-  if fence == 1 then -- no counter on the node until now
+local counter
+if quiet then
+  local fence = redis.pcall('INCR', KEYS[2]) -- a table (WRONGTYPE) on layout 2's hash
+  if type(fence) ~= 'number' then
+    fence = nodecounter(KEYS[2], KEYS[6], KEYS[7]) + 1
+    redis.call('SET', KEYS[2], count(fence))
+  elseif fence == 1 then -- no counter on the node until now
     fence = settle(KEYS[2], KEYS[6], KEYS[7]) + 1
-    redis.call('HSET', KEYS[2], 'fence', string.format('%.0f', fence))
+    redis.call('SET', KEYS[2], count(fence))
   end
-  meta(ARGV[1], fence, '1')
-  return {1, fence, fence}
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    meta(ARGV[1], fence, '1', '0')
+    return {1, fence, fence}
+  end
+  counter = redis.call('DECR', KEYS[2])
+else
+  counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
+  if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
+    return {0, counter, 0}
+  end
 end
-local counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
-if not quiet and redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
-  return {0, counter, 0}
-end
--- false when free; a table (WRONGTYPE) when the key holds another type
 local holder = redis.pcall('GET', KEYS[1])
 local waiter = ARGV[5]
 if holder == ARGV[1] and ARGV[11] ~= '1' then
-  local m = redis.call('HMGET', KEYS[8], 'token', 'fence')
-  -- Where the hold's fence is unknown (its meta hash expired before the
-  -- key), the node's counter stands for it: never below the grant's fence.
-  local fence = m[1] == holder and tonumber(m[2]) or counter
+  local m = decode(redis.call('MGET', KEYS[8])[1])
+  -- Where the hold's fence is unknown (its meta expired before the key, or
+  -- is layout 2's hash), the node's counter stands for it: never below the
+  -- grant's fence.
+  local fence = m.token == holder and tonumber(m.fence) or counter
   -- A refresh records its attempt as the last to land, but not as the one
   -- that took the key: its rollback deletes nothing (see release.lua).
-  meta(holder, fence, '0')
+  meta(holder, fence, '0', m.token == holder and m.lined or '')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, fence}
 end
@@ -82,7 +95,8 @@ if holder then
   wait = redis.call('PTTL', KEYS[1])
 else
   local first
-  if redis.call('EXISTS', KEYS[3]) == 1 then -- nobody waits: the common case costs one look
+  local lined = redis.call('EXISTS', KEYS[3]) == 1
+  if lined then -- nobody waits: the common case costs one look
     local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now())
     if #gone > 0 then
       redis.call('ZREM', KEYS[3], unpack(gone))
@@ -102,9 +116,9 @@ else
       redis.call('PEXPIRE', KEYS[3], keep)
       redis.call('PEXPIRE', KEYS[4], keep)
     end
-    counter = redis.call('HINCRBY', KEYS[2], 'fence', 1)
+    counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    meta(ARGV[1], counter, '1')
+    meta(ARGV[1], counter, '1', (lined or ARGV[8] ~= '') and '1' or '0')
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
@@ -115,5 +129,13 @@ if waiter ~= '' then
   redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), waiter)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
+  -- The holder's release must look at the line now (layout.lua's lined).
+  if type(holder) == 'string' then
+    local m = decode(redis.call('MGET', KEYS[8])[1])
+    if m.token == holder and m.lined == '0' then
+      m.lined = '1'
+      redis.call('SET', KEYS[8], encode(m), 'KEEPTTL')
+    end
+  end
 end
 return {0, counter, wait}

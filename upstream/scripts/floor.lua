@@ -2,7 +2,7 @@
 -- record the run id of the process whose counter was raised (a node that
 -- restarted without fsync lost its counter: see quorum/restart.go).
 -- KEYS[1] fence-floor and KEYS[2] fence-max of layout 1 (read where the node
--- has no counter yet), KEYS[3] vetted run id, KEYS[4] the layout hash
+-- has no counter yet), KEYS[3] vetted run id, KEYS[4] the layout key
 -- ARGV[1] floor, ARGV[2] run id
 -- Returns 1.
 raise(KEYS[4], KEYS[1], KEYS[2], tonumber(ARGV[1]))

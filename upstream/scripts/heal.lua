@@ -1,9 +1,9 @@
 -- Take a lock again, for the token that holds it on a majority of nodes, on
 -- a node where its key is free (the node restarted empty, or missed the
 -- grant): a renewal heals the nodes that lost the lock (quorum.Extend).
--- KEYS[1] the lock key, KEYS[2] its meta hash, KEYS[3] the key's release
--- mark (release.lua: the node's clock, in ms, when a release of the key
--- found it free or another's), KEYS[4] the layout hash (field fence: the
+-- KEYS[1] the lock key, KEYS[2] its meta (layout.lua's encode), KEYS[3] the
+-- key's release mark (release.lua: the node's clock, in ms, when a release
+-- of the key found it free or another's), KEYS[4] the layout key (the
 -- node's counter, layout.lua), KEYS[5] and KEYS[6] fence-floor and
 -- fence-max of layout 1 (read where the node has no counter yet)
 -- ARGV[1] token, ARGV[2] fence, ARGV[3] mode, ARGV[4] name, ARGV[5] the
@@ -37,6 +37,6 @@ end
 raise(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', left)
 -- took '0': no rollback of any attempt deletes the healed hold.
-redis.call('HSET', KEYS[2], 'token', ARGV[1], 'fence', ARGV[2], 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[5], 'attempt', ARGV[6], 'took', '0')
-redis.call('PEXPIRE', KEYS[2], left)
+redis.call('SET', KEYS[2], encode({token = ARGV[1], fence = ARGV[2], mode = ARGV[3], name = ARGV[4],
+  ttl = ARGV[5], attempt = ARGV[6], took = '0'}), 'PX', left)
 return left

@@ -5,8 +5,8 @@
 -- line, on this node.
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] waiting line, KEYS[3] line deadlines, KEYS[4] the undo mark of the
--- acquire attempt ARGV[7], KEYS[5] the lock's meta hash (it describes the
--- holder only while its token is the lock key's value), KEYS[6] the key's
+-- acquire attempt ARGV[7], KEYS[5] the lock's meta (layout.lua's encode; it
+-- describes the holder only while its token is the lock key's value), KEYS[6] the key's
 -- release mark, written (the node's clock, in ms, for ARGV[11] ms; '0':
 -- not written) by a release that is not a rollback where the token does
 -- not hold the key: a heal that found the key free before it takes nothing
@@ -35,20 +35,30 @@
 -- that refused it, and its own instance wakes it directly. The message is
 -- '<length of token>:<token><key>', so that the instance that released can
 -- tell its own release when it hears of it.
--- The line exists only while somebody waits: one look in the common case.
-local lined = redis.call('EXISTS', KEYS[2]) == 1
+-- The key and its meta in one read: MGET answers nil for a key of another
+-- type, which is free or another's to a release alike (and a meta of
+-- another type, layout 2's hash, is a meta lost).
+local got = redis.call('MGET', KEYS[1], KEYS[5])
+local holder = got[1]
+-- the last attempt that took or refreshed the lock key, and whether it took
+-- it, when known
+local attempt, took = false, false
+local m = decode(got[2])
+local known = holder and m.token == holder
+if known then
+  attempt, took = m.attempt, m.took
+end
+-- The line exists only while somebody waits: one look in the common case,
+-- and none where the token holds the key and its meta says that nobody has
+-- taken a place in line since its acquire found none (layout.lua's lined):
+-- then nobody waits, and the token itself has no place (it could have one
+-- only from an acquire refused while it held the key, which flags the meta).
+local lined = false
+if not (holder == ARGV[1] and known and m.lined == '0') then
+  lined = redis.call('EXISTS', KEYS[2]) == 1
+end
 if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
-end
-local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
--- the last attempt that took or refreshed the lock key, and whether it took
--- it, when known and asked
-local attempt, took = false, false
-if holder == ARGV[1] or holder and ARGV[7] ~= '' then
-  local m = redis.call('HMGET', KEYS[5], 'token', 'attempt', 'took')
-  if m[1] == holder then
-    attempt, took = m[2], m[3]
-  end
 end
 if ARGV[7] ~= '' and attempt ~= ARGV[7] then
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])

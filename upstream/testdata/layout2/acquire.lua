@@ -1,0 +1,119 @@
+-- Take a lock if it is free and no older waiter is in line for it, or reset
+-- its TTL if the token already holds it. Taking it raises the node's fencing
+-- counter (one for every key: layout.lua) by one and records the new value
+-- as the lock's fence, in the same atomic step. A waiter that is refused takes (or keeps) its place in line.
+-- KEYS[1] the lock key itself: the string token with the lease's TTL, as
+-- SET NX PX leaves it (any other value, of any type, is another holder's),
+-- KEYS[2] the layout hash, whose field fence is the node's fencing counter,
+-- KEYS[3] waiting line (sorted set: waiter -> arrival, µs),
+-- KEYS[4] line deadlines (sorted set: waiter -> µs of the node's clock
+-- (TIME) after which it is gone: every instance adds and purges places
+-- against the same clock, so one whose clock is ahead disables no line),
+-- KEYS[5] this attempt's undo mark (set by a rollback or release that may
+-- have come first: an acquire that finds it takes nothing)
+-- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
+-- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
+-- arrival (µs of the waiting instance's clock: it orders the line),
+-- ARGV[7] how long its place is kept (µs), ARGV[8] the next waiter of this
+-- instance ('' for none) and ARGV[9] its arrival: it takes its place in
+-- line when this acquire succeeds, with no round trip of its own;
+-- ARGV[10] names this attempt; the lock records it, so that a rollback or
+-- release can tell whether this acquire has landed. ARGV[11] is '1' for a
+-- fresh acquire (SET NX: refused even when the token already holds the key,
+-- since legacy values need not be unique), '' for an acquire that may be
+-- retried by the holder.
+-- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
+-- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
+-- the lock's meta
+-- hash (token, fence, mode, name, ttl; attempt, the last attempt to take or
+-- refresh the key, and took, '1' when that attempt took it and '0' when it
+-- only refreshed it; it describes the holder only while its token is the
+-- lock key's value, and has the key's TTL).
+-- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
+-- mine (n is the fence of that grant, or the node's counter where it is not
+-- known: never below it), 0 refused (n is how long, in ms, the
+-- holder's lease or the first waiter's place still runs).
+-- The meta hash keeps the ttl so that a renewal without one reuses it.
+-- now is the node's clock in microseconds, read once, when first needed.
+local clock
+local function now()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock
+end
+local function meta(token, fence, took)
+  redis.call('HSET', KEYS[8], 'token', token, 'fence', string.format('%.0f', fence), 'mode', ARGV[3], 'name', ARGV[4], 'ttl', ARGV[2], 'attempt', ARGV[10], 'took', took)
+  redis.call('PEXPIRE', KEYS[8], ARGV[2])
+end
+-- The common case, in five commands: no undo mark, nobody in line, no
+-- waiter of this instance to place, and the key free.
+local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+if quiet and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
+  if fence == 1 then -- no counter on the node until now
+    fence = settle(KEYS[2], KEYS[6], KEYS[7]) + 1
+    redis.call('HSET', KEYS[2], 'fence', string.format('%.0f', fence))
+  end
+  meta(ARGV[1], fence, '1')
+  return {1, fence, fence}
+end
+local counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
+if not quiet and redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
+  return {0, counter, 0}
+end
+-- false when free; a table (WRONGTYPE) when the key holds another type
+local holder = redis.pcall('GET', KEYS[1])
+local waiter = ARGV[5]
+if holder == ARGV[1] and ARGV[11] ~= '1' then
+  local m = redis.call('HMGET', KEYS[8], 'token', 'fence')
+  -- Where the hold's fence is unknown (its meta hash expired before the
+  -- key), the node's counter stands for it: never below the grant's fence.
+  local fence = m[1] == holder and tonumber(m[2]) or counter
+  -- A refresh records its attempt as the last to land, but not as the one
+  -- that took the key: its rollback deletes nothing (see release.lua).
+  meta(holder, fence, '0')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {2, counter, fence}
+end
+local wait
+if holder then
+  wait = redis.call('PTTL', KEYS[1])
+else
+  local first
+  if redis.call('EXISTS', KEYS[3]) == 1 then -- nobody waits: the common case costs one look
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now())
+    if #gone > 0 then
+      redis.call('ZREM', KEYS[3], unpack(gone))
+      redis.call('ZREM', KEYS[4], unpack(gone))
+    end
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  end
+  if not first or first == waiter then
+    if first then
+      redis.call('ZREM', KEYS[3], waiter)
+      redis.call('ZREM', KEYS[4], waiter)
+    end
+    if ARGV[8] ~= '' then
+      redis.call('ZADD', KEYS[3], 'NX', ARGV[9], ARGV[8])
+      redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), ARGV[8])
+      local keep = math.ceil(tonumber(ARGV[7]) / 1000)
+      redis.call('PEXPIRE', KEYS[3], keep)
+      redis.call('PEXPIRE', KEYS[4], keep)
+    end
+    counter = redis.call('HINCRBY', KEYS[2], 'fence', 1)
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    meta(ARGV[1], counter, '1')
+    return {1, counter, counter}
+  end
+  wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
+end
+if waiter ~= '' then
+  local keep = math.ceil(tonumber(ARGV[7]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[6], waiter)
+  redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), waiter)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[4], keep)
+end
+return {0, counter, wait}

@@ -1,0 +1,33 @@
+-- Raise the node's fencing counter to at least the fence, and record the
+-- fence on the lock if the token holds it: exactly, where the committing
+-- attempt is the last to have taken or refreshed the hold (the fence the
+-- holder is told), else only raising it.
+-- KEYS[1] the lock key (holds the token's string while the token holds it),
+-- KEYS[2] the layout hash (field fence: the node's counter, layout.lua),
+-- KEYS[3] and KEYS[5] fence-max and fence-floor of layout 1 (read where the
+-- node has no counter yet), KEYS[4] the lock's meta hash
+-- ARGV[1] token, ARGV[2] fence, ARGV[3] the committing attempt ('' none)
+-- Returns 1 if the token holds the lock, else 0.
+local fence = tonumber(ARGV[2])
+raise(KEYS[2], KEYS[5], KEYS[3], fence)
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then -- a table when the key holds another type
+  return 0
+end
+local m = redis.call('HMGET', KEYS[4], 'token', 'fence', 'attempt')
+if m[1] ~= ARGV[1] then -- lost with its TTL: start it again
+  redis.call('DEL', KEYS[4])
+  m = {false, false, false}
+end
+-- The attempt that last landed here records its own fence, even a lower
+-- one: a retry granted with its grant's fence by the nodes that still held
+-- it, where this node had taken the key anew with a higher counter (the
+-- counter stays raised). Any other commit (an earlier attempt's, landing
+-- after a later grant's) only raises the fence recorded for the hold.
+if ARGV[3] ~= '' and m[3] == ARGV[3] or fence >= (tonumber(m[2]) or 0) then
+  redis.call('HSET', KEYS[4], 'token', ARGV[1], 'fence', ARGV[2])
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('PEXPIRE', KEYS[4], pttl)
+end
+return 1

@@ -1,0 +1,86 @@
+-- Delete a lock the token holds, and announce it to waiters. The node's
+-- fencing counter stays. Unless the release is a rollback, the token also gives up
+-- any place it held in the key's line (as a waiter, the token names its
+-- place): a waiter granted elsewhere may have been refused, and placed in
+-- line, on this node.
+-- KEYS[1] the lock key (holds the token's string while the token holds it),
+-- KEYS[2] waiting line, KEYS[3] line deadlines, KEYS[4] the undo mark of the
+-- acquire attempt ARGV[7], KEYS[5] the lock's meta hash (it describes the
+-- holder only while its token is the lock key's value), KEYS[6] the key's
+-- release mark, written (the node's clock, in ms, for ARGV[11] ms; '0':
+-- not written) by a release that is not a rollback where the token does
+-- not hold the key: a heal that found the key free before it takes nothing
+-- (heal.lua)
+-- ARGV[1] token, ARGV[2] channel of release notifications, ARGV[3] the key as
+-- clients name it (without the prefix), ARGV[4] '1' to leave the line,
+-- ARGV[5] the attempt a release is bound to ('' for any): only a hold that
+-- attempt was the last to take or refresh is deleted; with ARGV[10] '1' (a
+-- rollback), only one that attempt took and nobody refreshed or extended
+-- since (extend.lua clears took: the extender counted the hold), so that
+-- neither a refused retry nor an earlier attempt landing late removes the
+-- hold it found; ARGV[6] and
+-- ARGV[9] the releasing instance's first and second waiters ('' for none):
+-- that instance wakes the first itself, and the second after it (the
+-- first's grant puts the second in line), so while nobody else is in line,
+-- nobody needs the message; ARGV[7] an acquire attempt that may not have
+-- landed on this node yet ('' for none) and ARGV[8] how long, in ms, to
+-- remember it: unless the lock shows that attempt landed, the release marks
+-- it undone, so that it takes nothing when it lands later (on a connection
+-- that was dropped meanwhile, its order against this release is unknown).
+-- Returns {1, attempt} if the token held the lock (attempt: the last attempt
+-- that took or refreshed the hold deleted, '' if not recorded), else 0.
+-- It publishes only when it deleted, and
+-- only while someone other than ARGV[6] and ARGV[9] waits in the key's
+-- line: a waiter refused through any instance holds a place on the nodes
+-- that refused it, and its own instance wakes it directly. The message is
+-- '<length of token>:<token><key>', so that the instance that released can
+-- tell its own release when it hears of it.
+-- The line exists only while somebody waits: one look in the common case.
+local lined = redis.call('EXISTS', KEYS[2]) == 1
+if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+local holder = redis.pcall('GET', KEYS[1]) -- a table when the key holds another type
+-- the last attempt that took or refreshed the lock key, and whether it took
+-- it, when known and asked
+local attempt, took = false, false
+if holder == ARGV[1] or holder and ARGV[7] ~= '' then
+  local m = redis.call('HMGET', KEYS[5], 'token', 'attempt', 'took')
+  if m[1] == holder then
+    attempt, took = m[2], m[3]
+  end
+end
+if ARGV[7] ~= '' and attempt ~= ARGV[7] then
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
+end
+if holder ~= ARGV[1] then
+  -- Where the key is free or another's, the release leaves a mark: a heal
+  -- (heal.lua) decided before it, which found the key free here, takes
+  -- nothing when it lands after it.
+  if ARGV[11] ~= '0' and ARGV[10] ~= '1' then
+    -- Above any mark there (an extension that found the key free wrote
+    -- its moment as one: extend.lua), even where the clock stepped back.
+    local t = redis.call('TIME')
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local mark = tonumber(redis.pcall('GET', KEYS[6])) -- nil unless a number
+    if mark and mark >= at then
+      at = mark + 1
+    end
+    redis.call('SET', KEYS[6], string.format('%.0f', at), 'PX', ARGV[11])
+  end
+  return 0
+end
+if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[5])
+local others = lined and redis.call('ZCARD', KEYS[2]) or 0
+for _, mine in ipairs({ARGV[6], ARGV[9]}) do
+  if others > 0 and mine ~= '' and redis.call('ZSCORE', KEYS[2], mine) then
+    others = others - 1
+  end
+end
+if others > 0 then
+  redis.call('PUBLISH', ARGV[2], string.len(ARGV[1]) .. ':' .. ARGV[1] .. ARGV[3])
+end
+return {1, attempt or ''}
