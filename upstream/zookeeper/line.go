@@ -107,7 +107,7 @@ func (a *acquisition) claimLease(ctx context.Context, p string, d zkData) (engin
 	ops := append(a.z.promoteOps(p, 0, d), next.ops(a.z)...)
 	cctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(cctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	res, err := zkCall(cctx, a.z, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		next.failed(a.z, err)
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
@@ -148,7 +148,7 @@ func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.S
 	// kept or swept, and should the caller be gone, Acquire drops the lock.
 	ctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	res, err := zkCall(ctx, a.z, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		next.failed(a.z, err)
 		return nil, zkErr("claim", p, err)
@@ -308,7 +308,7 @@ func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
 	if z.watching(p) {
 		return true, nil
 	}
-	return zkCall(ctx, func() (bool, error) { return z.setWatch(key, p) })
+	return zkCall(ctx, z, func() (bool, error) { return z.setWatch(key, p) })
 }
 
 // setWatch sets a data watch on p and listens for it. GetW, unlike

@@ -79,7 +79,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	// handoff is recorded, or the waiter reads and rewrites its place.
 	undo := z.deleteHere(lock)
 	sent := time.Now()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
+	res, err := zkCall(ctx, z, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		undo()
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
