@@ -64,3 +64,50 @@ func TestZooKeeperCycleStartsNoGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// TestZooKeeperHandoffStartsOneGoroutine: a line of waiters of one
+// instance, as in a contended key: each release hands the key to the
+// next waiter and makes the place of the one after it in one multi, and
+// the waiter takes the key with no request. Per handoff, one goroutine
+// sets the watch of the new place on the new lock and waits for it (a
+// release through another instance wakes the waiter by it); the multi
+// itself runs on the releasing caller's goroutine. handoffs handoffs
+// start fewer than 1.5 goroutines each.
+func TestZooKeeperHandoffStartsOneGoroutine(t *testing.T) {
+	srv := zktest.Start(t)
+	z := newZK(t, []string{srv.Addr()}, Options{})
+	const handoffs = 30
+	key := "handoff-cost"
+	token := func(i int) string { return "w" + strconv.Itoa(i) }
+	mustGrant(t, z, key, hold(token(0), time.Minute))
+	mustBusy(t, z, key, waiterFor(token(1), time.Minute))
+	var before uint64
+	for i := range handoffs + 1 {
+		if i == 1 { // the first handoff made the line as it stays
+			before = goroutinesCreated(t)
+		}
+		next, after := waiterFor(token(i+1), time.Minute), waiterFor(token(i+2), time.Minute)
+		releaseThen(t, z, key, token(i), next, after)
+		z.mu.Lock()
+		_, handed := z.handed[zkLock{key, token(i + 1)}]
+		z.mu.Unlock()
+		if !handed {
+			t.Fatalf("release %d handed the key to nobody", i)
+		}
+		next.Next = after.Waiter
+		g, err := z.Acquire(t.Context(), key, next)
+		if err != nil || g.Token != token(i+1) {
+			t.Fatalf("handoff %d: %+v %v", i, g, err)
+		}
+		if z.hasPlace(key, token(i+1)) || !z.hasPlace(key, token(i+2)) {
+			t.Fatalf("handoff %d: not taken as handed, or no place made for the next waiter", i)
+		}
+		lock := z.ownLock(key, token(i+1))
+		eventually(t, 10*time.Second, "the next place's watch on the lock", func() bool { return z.watching(lock) })
+	}
+	n := goroutinesCreated(t) - before
+	t.Logf("%d handoffs started %d goroutines", handoffs, n)
+	if n >= handoffs*3/2 {
+		t.Errorf("%d handoffs started %d goroutines, want fewer than %d", handoffs, n, handoffs*3/2)
+	}
+}

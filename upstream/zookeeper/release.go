@@ -201,11 +201,15 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 	}
 	// A release through another instance wakes the waiter by this watch.
 	// A release through this one wakes it itself: before is then no longer
-	// an own lock.
+	// an own lock. One goroutine sets the watch and waits for it (listen).
 	z.spawn(func() {
-		ctx, cancel := z.cleanupCtx(context.Background())
-		defer cancel()
-		if ok, err := z.watch(ctx, key, before); err == nil && !ok && z.owns(before) {
+		if z.watching(before) { // as watch: not watched twice
+			return
+		}
+		switch ch, ok, err := z.getW(before); {
+		case ok:
+			z.listen(key, before, ch)
+		case err == nil && z.owns(before):
 			z.announce(key)
 		}
 	})
