@@ -58,24 +58,31 @@ func (b *batcher) multi(ops ...any) ([]zk.MultiResponse, error) {
 }
 
 // drain sends the pending calls, a batch at a time, until none is left. A
-// caller that drains hands the rest to a goroutine once its own call, own,
-// is answered.
+// caller that drains hands the rest, if any, to a goroutine once its own
+// call, own, is answered: a lone call starts none.
 func (b *batcher) drain(own *batchCall) {
 	for {
 		b.mu.Lock()
 		batch := b.take()
-		n := len(batch)
-		if n == 0 {
+		if len(batch) == 0 {
 			b.pending = nil
 			b.sending--
 		}
 		b.mu.Unlock()
-		if n == 0 {
+		if len(batch) == 0 {
 			return
 		}
 		b.flush(batch)
 		if own != nil && isClosed(own.done) {
-			go b.drain(nil)
+			b.mu.Lock()
+			rest := len(b.pending) > 0
+			if !rest {
+				b.sending--
+			}
+			b.mu.Unlock()
+			if rest {
+				go b.drain(nil)
+			}
 			return
 		}
 	}

@@ -95,14 +95,14 @@ func (z *ZooKeeper) deleteHeld(ctx context.Context, key, p string, version int32
 
 // multiOps runs a multi of ops, unbatched; its error is the failing op's.
 func (z *ZooKeeper) multiOps(ctx context.Context, ops []any) error {
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
+	res, err := zkCall(ctx, z, func() ([]zk.MultiResponse, error) { return z.conn.Multi(ops...) })
 	return multiDone(ops, res, err)
 }
 
 // makeMarks creates the marks directory, and the root, unless they exist.
 func (z *ZooKeeper) makeMarks(ctx context.Context) error {
 	create := func() error {
-		_, err := zkCall(ctx, func() (string, error) { return z.conn.Create(z.marksDir(), nil, 0, z.opts.ACL) })
+		_, err := zkCall(ctx, z, func() (string, error) { return z.conn.Create(z.marksDir(), nil, 0, z.opts.ACL) })
 		if errors.Is(err, zk.ErrNodeExists) {
 			return nil
 		}

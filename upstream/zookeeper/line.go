@@ -107,7 +107,7 @@ func (a *acquisition) claimLease(ctx context.Context, p string, d zkData) (engin
 	ops := append(a.z.promoteOps(p, 0, d), next.ops(a.z)...)
 	cctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(cctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	res, err := zkCall(cctx, a.z, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		next.failed(a.z, err)
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
@@ -148,7 +148,7 @@ func (a *acquisition) claimWrite(ctx context.Context, p string, d zkData) (*zk.S
 	// kept or swept, and should the caller be gone, Acquire drops the lock.
 	ctx, cancel := a.z.cleanupCtx(ctx)
 	defer cancel()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
+	res, err := zkCall(ctx, a.z, func() ([]zk.MultiResponse, error) { return a.z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		next.failed(a.z, err)
 		return nil, zkErr("claim", p, err)
@@ -308,12 +308,23 @@ func (z *ZooKeeper) watch(ctx context.Context, key, p string) (bool, error) {
 	if z.watching(p) {
 		return true, nil
 	}
-	return zkCall(ctx, func() (bool, error) { return z.setWatch(key, p) })
+	return zkCall(ctx, z, func() (bool, error) { return z.setWatch(key, p) })
 }
 
-// setWatch sets a data watch on p and listens for it. GetW, unlike
-// ExistsW, leaves no watch behind when the node is gone.
+// setWatch sets a data watch on p and has listen wait for it on a
+// goroutine of its own.
 func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
+	ch, ok, err := z.getW(p)
+	if ok {
+		z.spawn(func() { z.listen(key, p, ch) })
+	}
+	return ok, err
+}
+
+// getW sets a data watch on p, whose event comes on the channel; false
+// when p is gone. GetW, unlike ExistsW, leaves no watch behind when the
+// node is gone.
+func (z *ZooKeeper) getW(p string) (<-chan zk.Event, bool, error) {
 	// Counted from before it is sent: a release through this instance
 	// that the server orders after the watch must know of it (deleteHere).
 	z.mu.Lock()
@@ -324,13 +335,12 @@ func (z *ZooKeeper) setWatch(key, p string) (bool, error) {
 		z.unwatched(p)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		return false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return false, zkErr("watch", p, err)
+		return nil, false, zkErr("watch", p, err)
 	}
-	z.spawn(func() { z.listen(key, p, ch) })
-	return true, nil
+	return ch, true, nil
 }
 
 // unwatched counts one watch on p less.
@@ -342,31 +352,47 @@ func (z *ZooKeeper) unwatched(p string) {
 	}
 }
 
-// listen waits for the watch on p. A deletion announces key, unless p was
-// replaced by its converted node (its lock's mode changed, or a bound lock
-// moved to another session under the same name), which is then watched
-// instead; a change of data (an extension) only renews the watch.
-// A watch that ends with the session or the backend announces nothing:
-// the waiter's place went too, and its next try says so.
+// listen waits, on the caller's goroutine, for the watch on p whose event
+// comes on ch, and for the watches that it sets in its place (heard).
 func (z *ZooKeeper) listen(key, p string, ch <-chan zk.Event) {
-	ev := <-ch
-	z.unwatched(p)
+	for ch != nil {
+		ev := <-ch
+		z.unwatched(p)
+		p, ch = z.heard(key, p, ev)
+	}
+}
+
+// heard handles the event of the watch on p, and returns the node watched
+// in its place and the channel of that watch, if any. A deletion announces
+// key, unless p was replaced by its converted node (its lock's mode
+// changed, or a bound lock moved to another session under the same name),
+// which is then watched instead; a change of data (an extension) only
+// renews the watch. A watch that ends with the session or the backend
+// announces nothing: the waiter's place went too, and its next try says
+// so.
+func (z *ZooKeeper) heard(key, p string, ev zk.Event) (string, <-chan zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeDeleted:
 		if z.deletedHere(p) {
-			return
+			return "", nil
 		}
 		for _, kind := range []byte{kindLease, kindBound} { // its mode changed, or it moved (rewrite)
-			if ok, err := z.setWatch(key, converted(p, kind)); err == nil && ok {
-				return
+			next := converted(p, kind)
+			if ch, ok, err := z.getW(next); err == nil && ok {
+				return next, ch
 			}
 		}
 		z.announce(key)
 	case zk.EventNodeDataChanged:
-		if ok, err := z.setWatch(key, p); err == nil && !ok {
+		ch, ok, err := z.getW(p)
+		if ok {
+			return p, ch
+		}
+		if err == nil {
 			z.announce(key)
 		}
 	}
+	return "", nil
 }
 
 // maxDeleting bounds the deletions remembered for their watches; past it

@@ -63,7 +63,7 @@ func (z *ZooKeeper) rewrite(ctx context.Context, op, key, token string, n lockNo
 	}
 	ops := z.convertOps(n.path, n.stat.Version, d)
 	target := ops[1].(*zk.CreateRequest).Path
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
+	res, err := zkCall(ctx, z, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		if mayHaveLanded(err) || errors.Is(err, context.Canceled) { // sent: its caller gone, it may still land
 			z.disown(key, token, target)

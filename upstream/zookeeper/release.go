@@ -79,7 +79,7 @@ func (z *ZooKeeper) handOver(ctx context.Context, key, token string, line []engi
 	// handoff is recorded, or the waiter reads and rewrites its place.
 	undo := z.deleteHere(lock)
 	sent := time.Now()
-	res, err := zkCall(ctx, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
+	res, err := zkCall(ctx, z, func() ([]zk.MultiResponse, error) { return z.batch.multi(ops...) })
 	if err = multiDone(ops, res, err); err != nil {
 		undo()
 		if unknownOutcome(err) || errors.Is(err, context.DeadlineExceeded) {
@@ -201,11 +201,15 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 	}
 	// A release through another instance wakes the waiter by this watch.
 	// A release through this one wakes it itself: before is then no longer
-	// an own lock.
+	// an own lock. One goroutine sets the watch and waits for it (listen).
 	z.spawn(func() {
-		ctx, cancel := z.cleanupCtx(context.Background())
-		defer cancel()
-		if ok, err := z.watch(ctx, key, before); err == nil && !ok && z.owns(before) {
+		if z.watching(before) { // as watch: not watched twice
+			return
+		}
+		switch ch, ok, err := z.getW(before); {
+		case ok:
+			z.listen(key, before, ch)
+		case err == nil && z.owns(before):
 			z.announce(key)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockproxy/lockproxy/engine"
@@ -19,22 +20,23 @@ const maxRounds = 5
 // errContended ends a call whose key changed under it maxRounds times.
 var errContended = errors.New("zookeeper: the lock nodes kept changing; try again")
 
-// zkCall runs f — a go-zookeeper request, which takes no context — and waits
-// for it or for ctx. A request left behind finishes on its own: the
+// zkCall runs f — a go-zookeeper request, which takes no context — and
+// waits for it or for ctx. A request left behind finishes on its own: the
 // connection answers or fails each one within its receive timeout (2/3 of
 // the session timeout), and Close fails them all.
 //
-// A ctx without a deadline (a client's connection, which may close) is
-// not raced: f runs on the caller's goroutine and its answer is returned,
-// within that receive timeout, for the caller to weigh against ctx. This
-// saves handing each request to a goroutine and its answer back, which on
-// a lightly loaded server costs more than the request.
-func zkCall[T any](ctx context.Context, f func() (T, error)) (T, error) {
+// A ctx without a deadline (a client's connection, which may close), or
+// with one further off than that (z.races), is not raced: f runs on the
+// caller's goroutine and its answer is returned, for the caller to weigh
+// against ctx. This saves handing each request to a goroutine and its
+// answer back, which on a lightly loaded server costs more than the
+// request.
+func zkCall[T any](ctx context.Context, z *ZooKeeper, f func() (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if _, bounded := ctx.Deadline(); !bounded {
+	if !z.races(ctx) {
 		return f()
 	}
 	type result struct {
@@ -52,6 +54,21 @@ func zkCall[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case <-ctx.Done():
 		return zero, ctx.Err()
 	}
+}
+
+// races reports whether a request made for ctx is raced against ctx's
+// deadline: only when the deadline may come before go-zookeeper answers
+// or fails the request by itself, which it does within the connection's
+// receive timeout, 2/3 of the session timeout (negotiated, or asked if
+// longer); a margin of 1/12 is added. A cleanup step's ctx
+// (cleanupCtx), bounded by the session timeout, is not raced.
+func (z *ZooKeeper) races(ctx context.Context) bool {
+	deadline, bounded := ctx.Deadline()
+	if !bounded {
+		return false
+	}
+	timeout, _ := z.sessionTimeout()
+	return time.Until(deadline) < max(timeout, z.opts.SessionTimeout)*3/4
 }
 
 // zkErr names the operation and node of a ZooKeeper error; errors.Is still
@@ -80,7 +97,7 @@ func passing(err error) bool {
 
 // children lists dir's lock nodes, lowest first; none if dir is missing.
 func (z *ZooKeeper) children(ctx context.Context, dir string) ([]child, error) {
-	names, err := zkCall(ctx, func() ([]string, error) {
+	names, err := zkCall(ctx, z, func() ([]string, error) {
 		names, _, err := z.conn.Children(dir)
 		return names, err
 	})
@@ -93,7 +110,7 @@ func (z *ZooKeeper) children(ctx context.Context, dir string) ([]child, error) {
 // get reads a lock node.
 func (z *ZooKeeper) get(ctx context.Context, p string) (lockNode, error) {
 	n := lockNode{path: p}
-	b, err := zkCall(ctx, func() ([]byte, error) {
+	b, err := zkCall(ctx, z, func() ([]byte, error) {
 		b, stat, err := z.conn.Get(p)
 		n.stat = stat
 		return b, err
@@ -109,13 +126,13 @@ func (z *ZooKeeper) get(ctx context.Context, p string) (lockNode, error) {
 
 // set writes a lock node's data if its version is version (-1: any).
 func (z *ZooKeeper) set(ctx context.Context, p string, d zkData, version int32) (*zk.Stat, error) {
-	stat, err := zkCall(ctx, func() (*zk.Stat, error) { return z.conn.Set(p, d.encode(), version) })
+	stat, err := zkCall(ctx, z, func() (*zk.Stat, error) { return z.conn.Set(p, d.encode(), version) })
 	return stat, zkErr("set", p, err)
 }
 
 // deleteLock deletes lock node p, batched with other writes (batcher).
 func (z *ZooKeeper) deleteLock(ctx context.Context, p string) error {
-	_, err := zkCall(ctx, func() (struct{}, error) {
+	_, err := zkCall(ctx, z, func() (struct{}, error) {
 		res, err := z.batch.multi(&zk.DeleteRequest{Path: p, Version: -1})
 		return struct{}{}, multiErr(res, err, 1)
 	})
@@ -124,7 +141,7 @@ func (z *ZooKeeper) deleteLock(ctx context.Context, p string) error {
 
 // delete deletes a node if its version is version (-1: any).
 func (z *ZooKeeper) delete(ctx context.Context, p string, version int32) error {
-	_, err := zkCall(ctx, func() (struct{}, error) { return struct{}{}, z.conn.Delete(p, version) })
+	_, err := zkCall(ctx, z, func() (struct{}, error) { return struct{}{}, z.conn.Delete(p, version) })
 	return zkErr("delete", p, err)
 }
 
@@ -168,7 +185,7 @@ func (z *ZooKeeper) holder(ctx context.Context, key, token string) (view, error)
 
 // sync makes the server this session reads from catch up with the leader.
 func (z *ZooKeeper) sync(ctx context.Context, p string) error {
-	_, err := zkCall(ctx, func() (string, error) { return z.conn.Sync(p) })
+	_, err := zkCall(ctx, z, func() (string, error) { return z.conn.Sync(p) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -201,7 +218,7 @@ func (z *ZooKeeper) createSeq(ctx context.Context, dir, prefix string, d zkData)
 	if err := ctx.Err(); err != nil {
 		return created{}, err
 	}
-	if _, bounded := ctx.Deadline(); !bounded { // as zkCall: the caller weighs ctx
+	if !z.races(ctx) { // as zkCall: the caller weighs ctx
 		return answered(z.multiCreateHooked(dir, prefix, d))
 	}
 	done := make(chan created, 1)
@@ -341,7 +358,7 @@ func (z *ZooKeeper) makeDir(ctx context.Context, dir string) error {
 
 // createContainer creates a container node unless it exists.
 func (z *ZooKeeper) createContainer(ctx context.Context, dir string) error {
-	_, err := zkCall(ctx, func() (string, error) {
+	_, err := zkCall(ctx, z, func() (string, error) {
 		return z.conn.CreateContainer(dir, nil, zk.FlagContainer, z.opts.ACL)
 	})
 	if errors.Is(err, zk.ErrNodeExists) {
@@ -355,7 +372,7 @@ func (z *ZooKeeper) makeRoot(ctx context.Context) error {
 	p := ""
 	for _, part := range strings.Split(strings.TrimPrefix(z.opts.Root, "/"), "/") {
 		p = path.Join("/", p, part)
-		_, err := zkCall(ctx, func() (string, error) { return z.conn.Create(p, nil, 0, z.opts.ACL) })
+		_, err := zkCall(ctx, z, func() (string, error) { return z.conn.Create(p, nil, 0, z.opts.ACL) })
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return zkErr("create", p, err)
 		}

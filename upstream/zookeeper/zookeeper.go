@@ -161,7 +161,8 @@ func (o Options) validate() error {
 // Cost: a free key takes two requests, the create (which says whether the
 // node is the only one) and the delete; the creates and deletes of many
 // clients that pile up go in one multi (batcher); a line of waiters in
-// this instance takes one request per grant (zookeeper_handoff.go).
+// this instance takes two requests per grant: the handoff's multi, and
+// the watch of the place it makes for the waiter after (release.go).
 //
 // Limits: an overdue lease that no instance looks at stays as a node (it
 // holds nothing: the next acquire of the key deletes it). A refused try
