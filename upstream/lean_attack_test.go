@@ -230,10 +230,11 @@ func TestAttackLineTokenThatWaits(t *testing.T) {
 // node of layout 2 or 1 or on one with no counter: at least every counter
 // of the old layout, never above it, so that the next grant is its
 // successor. Held by another token, by a key of another type, and by the
-// token itself for a fresh acquire: the same.
+// token itself for a fresh acquire: the same; and a retry of the token
+// whose meta is lost refreshes the hold with the counter as its fence.
 func TestAttackCountTakenBack(t *testing.T) {
 	for _, layout := range []string{"3", "2", "1", "none"} {
-		for _, holder := range []string{"other", "foreign-type", "self-fresh"} {
+		for _, holder := range []string{"other", "foreign-type", "self-fresh", "self-retry"} {
 			t.Run(layout+"/"+holder, func(t *testing.T) {
 				addr := redistest.Start(t, redistest.Options{}).Addr()
 				n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
@@ -259,14 +260,18 @@ func TestAttackCountTakenBack(t *testing.T) {
 					raw.Set(ctx, "k", "other", time.Minute) // a hold whose meta is lost, or another's lock
 				case "foreign-type":
 					raw.HSet(ctx, "k", "owner", "someone")
-				case "self-fresh":
+				case "self-fresh", "self-retry": // its meta lost (or of layout 2)
 					raw.Set(ctx, "k", "t", time.Minute)
 				}
 				h := hold("t", time.Minute)
-				h.Fresh = true
+				h.Fresh = holder != "self-retry"
+				want := quorum.Taken
+				if !h.Fresh {
+					want = quorum.Mine // the hold's fence unknown: the node's counter stands for it
+				}
 				c, err := n.Acquire(ctx, "k", h)
-				if err != nil || c.State != quorum.Taken {
-					t.Fatalf("Acquire(k) over %s = %+v, %v; want taken", holder, c, err)
+				if err != nil || c.State != want || !h.Fresh && c.Fence != old {
+					t.Fatalf("Acquire(k) over %s = %+v, %v; want state %d (fence %d for a refresh)", holder, c, err, want, old)
 				}
 				got, err := nodeCounter(ctx, raw)
 				if err != nil || got != old {
@@ -275,8 +280,10 @@ func TestAttackCountTakenBack(t *testing.T) {
 				if c.Counter != old {
 					t.Errorf("the refusal reports counter %d, want %d", c.Counter, old)
 				}
-				if raw.Exists(ctx, "lockproxy:meta:k").Val() != 0 {
-					t.Errorf("a refused acquire wrote a meta")
+				if m, err := readMeta(ctx, raw, "k"); h.Fresh && err == nil {
+					t.Errorf("a refused acquire wrote a meta %v", m)
+				} else if !h.Fresh && (err != nil || m["lined"] != "" || m["fence"] != fmt.Sprint(old)) {
+					t.Errorf("the refresh's meta %v, %v; want fence %d and lined unknown", m, err, old)
 				}
 				if c, err := n.Acquire(ctx, "free", hold("t", time.Minute)); err != nil || c.State != quorum.Acquired || c.Fence != old+1 {
 					t.Errorf("the next grant = %+v, %v; want fence %d", c, err, old+1)
@@ -591,4 +598,36 @@ func TestAttackLayoutKeyLostUnderLayout2(t *testing.T) {
 	}
 	mustRelease(t, n, "k", "a", true)
 	wakes(t, ps, "1:ak")
+}
+
+// TestAttackLayout1HoldAcrossMigration: a key held through layout 1 (its
+// meta a hash, its fence from the key's own counter) while layout 3
+// migrates the node: a refresh of it (its holder retrying through this
+// version) is told the node's counter, at least the layout-1 fence; a
+// waiter placed beside it is woken by its release.
+func TestAttackLayout1HoldAcrossMigration(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		ps := rawSubscribe(t, raw, defaultChannel)
+		raw.Set(ctx, "lockproxy:fence-floor", 500, 0)
+		v, err := runLayout1Acquire(ctx, raw, "held", "old")
+		r, ok := v.([]any)
+		if err != nil || !ok || r[0] != int64(1) {
+			t.Fatalf("layout 1's acquire = %v, %v", v, err)
+		}
+		fence := r[2].(int64)
+		c, err := n.Acquire(ctx, "other", hold("new", time.Minute))
+		if err != nil || c.State != quorum.Acquired || c.Fence <= fence {
+			t.Fatalf("layout 3's first grant = %+v, %v; want above %d", c, err, fence)
+		}
+		mustWait(t, n, "held", waiting("w", "w", time.Now()))
+		if got, err := n.Acquire(ctx, "held", hold("old", time.Minute)); err != nil || got.State != quorum.Mine || got.Fence < fence {
+			t.Fatalf("the layout-1 holder's retry = %+v, %v; want mine with a fence of at least %d", got, err, fence)
+		}
+		mustRelease(t, n, "held", "old", true)
+		wakes(t, ps, "3:oldheld")
+		if got, err := n.Acquire(ctx, "held", waiting("w", "w", time.Now())); err != nil || got.State != quorum.Acquired || got.Fence <= c.Fence {
+			t.Fatalf("the waiter = %+v, %v; want acquired above %d", got, err, c.Fence)
+		}
+	})
 }
