@@ -77,11 +77,10 @@ type renewal struct {
 }
 
 // freeNode is a counted node that answered that the key is free, at its
-// clock's at (ms), read here at received.
+// clock's at (ms).
 type freeNode struct {
-	node     int
-	at       int64
-	received time.Time
+	node int
+	at   int64
 }
 
 // add notes rep, a counted answer to the extension.
@@ -95,7 +94,7 @@ func (w *renewal) add(rep Reply) {
 		w.split = w.split || rep.Entry.Fence != w.fence || rep.Attempt != w.attempt
 		w.holders++
 	case rep.FreeAt > 0:
-		w.free = append(w.free, freeNode{rep.Tag, rep.FreeAt, time.Now()})
+		w.free = append(w.free, freeNode{rep.Tag, rep.FreeAt})
 	}
 }
 
@@ -121,7 +120,7 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 			rep := <-f.replies
 			f.note(rep)
 			if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep) {
-				free = append(free, freeNode{rep.Tag, rep.FreeAt, time.Now()})
+				free = append(free, freeNode{rep.Tag, rep.FreeAt})
 			}
 		}
 		f.cancel()
@@ -130,7 +129,12 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 		defer cancel()
 		sent := 0
 		for _, n := range free {
-			left := validEnd.Sub(n.received)
+			// The validity left now, not when the node answered: the
+			// node's at came before this moment, so at+left is no later
+			// than the validity's end by the node's clock, and a node
+			// whose clock stepped back since (heal.lua caps the TTL at
+			// left) keeps the key past it by the heal's way there only.
+			left := time.Until(validEnd)
 			if left <= 0 || left > r.markFor() {
 				continue
 			}

@@ -190,8 +190,9 @@ type Op struct {
 	Line  []engine.Waiter
 	Fence int64 // OpCommit, OpFloor, OpHeal
 	// FreeAt and HealUntil are OpHeal's clock readings (ms of the node's
-	// clock): when the node's OpExtend found the key free, and when the
-	// validity the holder was told ends.
+	// clock): when the node's OpExtend found the key free, and FreeAt
+	// plus the validity the holder was told has left when the heal is
+	// sent (no later than the node's clock when that validity ends).
 	FreeAt, HealUntil int64
 	// MarkFor is, for an OpRelease that is not a Rollback, how long a node
 	// where the token does not hold the key marks it released, so that a

@@ -10,8 +10,9 @@
 -- lock's ttl (ms: what a renewal without one reuses), ARGV[6] the attempt
 -- the hold records (so that releases and extensions bound to it still
 -- match), ARGV[7] the node's clock (ms) when the renewal found the key
--- free here, ARGV[8] the node's clock (ms) when the validity the holder
--- was told ends
+-- free here, ARGV[8] ARGV[7] plus the validity the holder was told has
+-- left when the heal is sent: no later than the node's clock when that
+-- validity ends
 -- Returns the TTL given to the key in ms, or 0 if it took nothing: the key
 -- is not free (another holder, of any type, or the token itself), a release
 -- of the key (or a later renewal) ran here since the renewal found it free
@@ -27,8 +28,8 @@ if mark and mark > tonumber(ARGV[7]) then
 end
 local t = redis.call('TIME')
 local left = tonumber(ARGV[8]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
--- Never more than the validity left when the key was found free: a clock
--- that stepped back since does not lengthen it.
+-- Never more than the validity left when the heal was sent: a clock that
+-- stepped back since does not lengthen it.
 left = math.min(left, tonumber(ARGV[8]) - tonumber(ARGV[7]))
 if left <= 0 then
   return 0
