@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/pubsub"
+	"github.com/lockproxy/lockproxy/resp"
 )
 
 // Config is lockproxy's whole configuration. config.example.toml documents
@@ -223,6 +224,14 @@ func (c Config) Validate() error {
 		}
 		if m := c.Redlock.MaxLeaseMS; m > 0 && c.Locks.BoundLeaseMS > m {
 			return fmt.Errorf("locks.bound_lease_ms (%d) must not exceed redlock.max_lease_ms (%d)", c.Locks.BoundLeaseMS, m)
+		}
+		// A key of SELECTed database N is stored under lockproxy:db<N>:
+		// (resp.DBKey), and a script may name any key outside
+		// key_prefix: a key_prefix inside a database's space would let
+		// that database's scripts write the bookkeeping (a lock's meta,
+		// the node's fencing counter) under the names they chose.
+		if p := c.Redlock.KeyPrefix; p != "" && resp.ClientKey(p+"k") != p+"k" {
+			return fmt.Errorf("redlock.key_prefix %q lies among the keys of a SELECTed database (lockproxy:db<N>:...): choose another", p)
 		}
 	case "zookeeper":
 		if len(c.ZooKeeper.Servers) == 0 {

@@ -58,6 +58,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--config", writeConfig(t, "lisen = \"x\"\n")}, "unknown keys [lisen]"},
 		{[]string{"--backend", "etcd"}, `backend "etcd"`},
 		{[]string{"--backend", "redlock"}, "needs redlock.nodes"},
+		{[]string{"--nodes", "127.0.0.1:1", "--config", writeConfig(t, "[redlock]\nkey_prefix = \"lockproxy:db1:\"\n")}, "lies among the keys of a SELECTed database"},
 		{[]string{"--config", "/nonexistent.toml"}, "no such file"},
 		{[]string{"--bogus"}, "unknown flag"},
 	} {
