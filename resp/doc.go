@@ -25,7 +25,10 @@
 // when set, takes the commands that go to a data Redis (passthrough/)
 // before the Table; a handler may make its connection stream (Conn.Stream),
 // served by a goroutine of its own so that other goroutines can write to
-// the client between replies (a relayed pub/sub subscription).
+// the client between replies (a relayed pub/sub subscription), or hand its
+// replies to another goroutine through its Sink (sink.go): passthrough's
+// reader of a shared upstream connection writes each forwarded reply to
+// its client as it reads it, in the order the connection announced them.
 //
 // It knows nothing of locks: commands/ registers the lock commands in the
 // Table and learns of connections opening, resetting and closing through
