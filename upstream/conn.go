@@ -7,19 +7,22 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // A node's connection for its scripts. Whoever has a batch ready and finds
 // the connection with room for it (fewer than Pipelines batches awaiting
-// their replies) writes it straight to the socket: the caller of Do when
-// the connection is idle, else the reader once the replies it waited for
-// came. One reader goroutine per connection, parked in Go's netpoller,
-// reads the replies in the order the batches went out and delivers each
-// to its call. An idle call thus costs one write by its caller, one wake
-// of the reader and one of the caller.
+// their replies) writes it straight to the socket, unless another
+// goroutine is writing, which then writes it too before it stops: the
+// caller of Do when the connection is idle, else the reader once the
+// replies it waited for came. Nobody waits for a write but the writer, and
+// a batch too large for the socket's buffers is written by a goroutine of
+// its own (bigWrite), so that a fan-out never waits on one node before
+// sending to the others. One reader goroutine per connection, parked in
+// Go's netpoller, reads the replies in the order the batches went out and
+// delivers each to its call. An idle call thus costs one write by its
+// caller, one wake of the reader and one of the caller.
 //
 // The reader also sees at once when the node closes the connection (a
 // restart, a kill, the node's idle timeout), so that the next batch dials
@@ -34,12 +37,14 @@ type nodeConn struct {
 	rd    respReader
 	runID string // the node process it reached (INFO server when dialled)
 
-	wmu  sync.Mutex // held while a batch is written; taken under RedisNode.mu
-	wbuf []byte     // under wmu
+	wbuf []byte // the writer's
 
 	// Under RedisNode.mu:
-	pending []*batch  // written, in order, awaiting their replies
-	armed   time.Time // the read deadline set (arm)
+	pending   []*batch  // in the order written, awaiting their replies
+	unwritten []*batch  // the tail of pending not taken by a writer yet
+	spare     []*batch  // unwritten's other buffer
+	writing   bool      // a goroutine is writing; it writes unwritten too before it stops
+	armed     time.Time // the read deadline set (arm)
 
 	broken atomic.Pointer[error] // why a write closed the connection, if one did
 }
@@ -108,25 +113,57 @@ func (n *RedisNode) hello(cn *nodeConn, deadline time.Time) error {
 	return cn.nc.SetDeadline(time.Time{})
 }
 
-// write sends b on cn (holding cn.wmu). A failed write leaves the
-// connection unusable: it is closed, and its reader fails every batch
-// awaiting replies on it.
-func (n *RedisNode) write(cn *nodeConn, bs []*batch) {
-	defer cn.wmu.Unlock()
-	buf := cn.wbuf[:0]
-	last := time.Time{}
-	for _, b := range bs {
-		for _, c := range b.calls {
-			s, keys, args := n.scriptFor(c.op)
-			buf = appendScript(buf, s, b.source, keys, args)
+// bigWrite is the most bytes written by the goroutine that has a batch
+// ready: a connection holds at most Pipelines batches the node has not
+// answered, and a write this size fits in the socket's buffers (tens of
+// KiB at least on Linux) even if the node reads nothing, so it does not
+// wait for the node. A larger one (client scripts with large arguments)
+// is written by a goroutine of its own.
+const bigWrite = 32 << 10
+
+// write writes cn's unwritten batches, and those pushed meanwhile, until
+// none is left (the caller set cn.writing). Each write is bounded by the
+// deadlines of its batches. A failed write leaves the connection unusable:
+// it is closed, and its reader fails every batch awaiting replies on it.
+func (n *RedisNode) write(cn *nodeConn, inline bool) {
+	for {
+		n.mu.Lock()
+		bs := cn.unwritten
+		if len(bs) == 0 {
+			cn.writing = false
+			n.mu.Unlock()
+			return
 		}
-		if b.timed {
-			buf = appendCommand(buf, "TIME")
+		cn.unwritten, cn.spare = cn.spare[:0], bs // bs is cleared before the next turn takes it back
+		n.mu.Unlock()
+		buf := cn.wbuf[:0]
+		last := time.Time{}
+		for _, b := range bs {
+			for _, c := range b.calls {
+				s, keys, args := n.scriptFor(c.op)
+				buf = appendScript(buf, s, b.source, keys, args)
+			}
+			if b.timed {
+				buf = appendCommand(buf, "TIME")
+			}
+			last = later(last, b.deadline)
 		}
-		last = later(last, b.deadline)
+		cn.wbuf = buf
+		clear(bs)
+		if inline && len(buf) > bigWrite {
+			n.workers.Go(func() { n.send(cn, buf, last); n.write(cn, false) })
+			return
+		}
+		n.send(cn, buf, last)
 	}
-	cn.wbuf = buf[:0]
-	err := cn.nc.SetWriteDeadline(last)
+}
+
+// send writes buf on cn by deadline, and closes cn if it cannot.
+func (n *RedisNode) send(cn *nodeConn, buf []byte, deadline time.Time) {
+	if cn.broken.Load() != nil {
+		return
+	}
+	err := cn.nc.SetWriteDeadline(deadline)
 	if err == nil {
 		_, err = cn.nc.Write(buf)
 	}

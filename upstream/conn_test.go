@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,9 +128,13 @@ func TestPausedNodeMidBatch(t *testing.T) {
 	defer cancel2()
 	n.Do(later, &quorum.Op{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("b", time.Minute)}, 2, done)
 	for range 2 {
-		r := <-done
-		if r.Err == nil {
-			t.Errorf("call %d on a stopped node answered %+v, want an error", r.Tag, r)
+		select {
+		case r := <-done:
+			if r.Err == nil {
+				t.Errorf("call %d on a stopped node answered %+v, want an error", r.Tag, r)
+			}
+		case <-time.After(testTimeout):
+			t.Fatal("a call on a stopped node got no reply after its deadline passed")
 		}
 	}
 	if cn := n.current(); cn == old {
@@ -206,5 +211,52 @@ func TestNodeAuthAndDatabase(t *testing.T) {
 	_, err := wrong.Acquire(ctx, "k", hold("b", time.Minute))
 	if err == nil || !errors.As(err, new(*NodeError)) {
 		t.Errorf("acquire with a wrong password = %v, want the node's refusal", err)
+	}
+}
+
+// TestBigWriteOnStoppedNode: a batch larger than the socket's buffers, to
+// a node stopped (SIGSTOP) that reads none of it, does not hold up the
+// caller of Do, which returns before the call is answered (a fan-out goes
+// on to the other nodes); the call fails once its deadline passes, and
+// the node works again once it runs.
+func TestBigWriteOnStoppedNode(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, RedisOptions{Addr: s.Addr()})
+	mustAcquire(t, n, "warm", hold("a", time.Minute))
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			s.Resume()
+		}
+	}()
+	big := strings.Repeat("x", 8<<20)
+	echo := admitted(t, `return #ARGV[1]`)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	done := make(chan quorum.Reply, 1)
+	start := time.Now()
+	n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: echo, Args: []string{big}}, 0, done)
+	took := time.Since(start)
+	select {
+	case r := <-done:
+		t.Fatalf("Do returned only once the call was answered (%v, after %v)", r.Err, took)
+	default:
+	}
+	if took > 1500*time.Millisecond {
+		t.Errorf("Do took %v with a stopped node", took)
+	}
+	if r := <-done; r.Err == nil {
+		t.Errorf("the big call on a stopped node answered %+v", r.Value)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	r := evalOn(testCtx(t), n, echo, nil, []string{big})
+	if r.Err != nil || r.Value.Int != int64(len(big)) {
+		t.Fatalf("the big call once the node runs: %+v", r)
 	}
 }

@@ -109,31 +109,29 @@ func (n *RedisNode) dispatch(first *batch) {
 		n.mu.Unlock()
 		return
 	}
-	var out []*batch
 	var gone []*call
 	if first != nil {
-		out = append(out, n.push(cn, first))
+		n.push(cn, first)
 	}
 	for len(cn.pending) < n.pipelines && len(n.queue) > 0 {
 		b, dead := n.take()
 		gone = append(gone, dead...)
 		if b != nil {
-			out = append(out, n.push(cn, b))
+			n.push(cn, b)
 		}
 	}
 	cn.arm()
 	if len(cn.pending) == 0 {
 		n.idle.Broadcast()
 	}
-	if len(out) > 0 {
-		cn.wmu.Lock() // taken under n.mu: batches go out in the order they were pushed
-	}
+	write := len(cn.unwritten) > 0 && !cn.writing
+	cn.writing = cn.writing || write
 	n.mu.Unlock()
 	for _, c := range gone {
 		c.fail(c.ctx.Err())
 	}
-	if len(out) > 0 {
-		n.write(cn, out)
+	if write {
+		n.write(cn, true)
 	}
 }
 
@@ -179,13 +177,15 @@ func (n *RedisNode) prune() []*call {
 	return dead
 }
 
-// push records b as written on cn (under n.mu), counted as a round trip.
-func (n *RedisNode) push(cn *nodeConn, b *batch) *batch {
+// push puts b on cn (under n.mu), to be written next, and counts it as a
+// round trip. Its replies are awaited from now: sent is a moment early,
+// which only widens what its TIME says of the node's clock.
+func (n *RedisNode) push(cn *nodeConn, b *batch) {
 	b.sent = mono()
 	cn.pending = append(cn.pending, b)
+	cn.unwritten = append(cn.unwritten, b)
 	n.roundTrips.Add(1)
 	n.sent.Add(uint64(len(b.calls)))
-	return b
 }
 
 // arm bounds the connection's reads (under RedisNode.mu) by the deadline
