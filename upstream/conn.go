@@ -149,6 +149,9 @@ func (n *RedisNode) write(cn *nodeConn, inline bool) {
 			last = later(last, b.deadline)
 		}
 		cn.wbuf = buf
+		if cap(buf) > 4*bigWrite {
+			cn.wbuf = nil // not kept after a big batch
+		}
 		clear(bs)
 		if inline && len(buf) > bigWrite {
 			n.workers.Go(func() { n.send(cn, buf, last); n.write(cn, false) })
