@@ -73,7 +73,15 @@ func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
 	if cmd == nil || cmd.Err() != nil {
 		return nil
 	}
-	t := time.Duration(cmd.Val().UnixNano())
+	return c.noteAt(cmd.Val(), sent, got)
+}
+
+// noteAt is note of the node time now; a zero now is no reading.
+func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
+	if now.IsZero() {
+		return nil
+	}
+	t := time.Duration(now.UnixNano())
 	lo, hi := t-got, t-sent
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,5 +1,5 @@
 // Package upstream holds lockproxy's Redis side: quorum.Node over one Redis
-// node (go-redis, Lua scripts, batched pipelines), release notifications
+// node (Lua scripts in batches on a connection of its own), release notifications
 // from the nodes, and the embedded development mode on in-process
 // miniredis servers. The ZooKeeper backend is its own package,
 // upstream/zookeeper.
@@ -7,15 +7,17 @@
 // It owns the wire: key layout on the nodes (keys.go: a lock key is the
 // client's key holding the token, as SET NX PX leaves it on one Redis, with
 // lockproxy's bookkeeping in <prefix>-prefixed keys beside it), the Lua
-// scripts, EVALSHA with its NOSCRIPT fallback, connection pools and
-// pipelining, each node's wall clock read with every pipeline (clock.go:
-// one TIME at its end; a jump answers that pipeline's calls with
+// scripts, EVALSHA with its NOSCRIPT fallback, each node's connection
+// (conn.go: batches written by whoever has one ready, replies read by one
+// reader in RESP2, wire.go; go-redis only for status reads, surveys and
+// the blocking list commands), each node's wall clock read with every batch (clock.go:
+// one TIME at its end; a jump answers that batch's calls with
 // quorum.ErrClockJumped), the conversion of node replies into quorum types, and release
 // notifications (release.lua publishes the released key on
 // "<prefix>released"; Subscribe receives them and hands them to the
 // engine's Events.Released). Notifications are a hint
 // to wake waiters sooner: they can be lost, and expiries send none. The
-// same per-node connection carries the channels and patterns clients
+// per-node pub/sub connection that receives them also carries the channels and patterns clients
 // subscribe through lockproxy (Subscription.Join, Leave, Publish); their
 // shard channels go on a second connection, dialled on the first
 // JoinShard (LeaveShard, SPublish), and

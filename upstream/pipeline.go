@@ -5,14 +5,12 @@ import (
 	"errors"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
-// call is one operation waiting for a pipeline worker. It carries its
-// caller's context only so the worker can skip abandoned calls and bound the
-// pipeline by the callers' deadlines.
+// call is one operation on its way to the node. It carries its caller's
+// context only so that an abandoned call is not sent and a batch is
+// bounded by its callers' deadlines.
 type call struct {
 	ctx  context.Context
 	op   *quorum.Op
@@ -21,6 +19,10 @@ type call struct {
 	// observe, when set, is told how long the call took (RedisOptions.Observe).
 	observe func(time.Duration, error)
 	start   time.Time
+	// The node's reply, once the connection's reader read it: its value,
+	// or its error reply (or redis.Nil).
+	val   any
+	reply error
 }
 
 // fail answers the call with err.
@@ -35,7 +37,7 @@ func (c *call) deliver(r quorum.Reply) {
 }
 
 // answer decodes the node's raw reply to the call's operation, answered by
-// the node process inc (RedisNode.Incarnation).
+// the node process inc (the run id its connection reached).
 func (c *call) answer(v any, err error, inc string) {
 	switch c.op.Kind {
 	case quorum.OpEval:
@@ -60,9 +62,9 @@ func (c *call) answer(v any, err error, inc string) {
 }
 
 // callErr is the error of a call that got its result: the caller's context
-// error if it ended, else err with the node's address. A pipeline bounded by
-// the caller's deadline can time out a moment before ctx.Err() is set, so a
-// passed deadline counts as ended.
+// error if it ended, else err with the node's address. A batch bounded by
+// the caller's deadline can time out a moment before ctx.Err() is set, so
+// a passed deadline counts as ended.
 func (n *RedisNode) callErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -76,218 +78,208 @@ func (n *RedisNode) callErr(ctx context.Context, err error) error {
 	return n.wrap(err)
 }
 
-// work runs batches until Close, then runs what was queued before Close
-// (each call within its own deadline) and stops: a release that returned
-// once a majority answered still reaches the last nodes during a drain.
-func (n *RedisNode) work() {
-	w := &worker{n: n}
-	defer w.drop()
-	for {
-		select {
-		case c := <-n.calls:
-			w.run(n.gather(c))
-		case <-n.done:
-			for {
-				select {
-				case c := <-n.calls:
-					w.run(n.gather(c))
-				default:
-					return
-				}
+// batch is calls written to the node together, their scripts by SHA1 or
+// by source, followed by one TIME unless the batch only gives back
+// (clockless); their replies are read together.
+type batch struct {
+	calls    []*call
+	source   bool          // EVAL: a re-send of calls the node had no script for
+	timed    bool          // ends with TIME
+	deadline time.Time     // by when every reply must have come (batchDeadline)
+	sent     time.Duration // monotonic time it was written (clock.go)
+}
+
+// dispatch, called with n.mu held, releases it after starting what the
+// queue needs: first (a re-send by source) and then batches of queued
+// calls, written on the node's connection as long as it has room
+// (Pipelines batches awaiting replies), or a dial when there is no
+// connection. Calls whose callers gave up are answered with their
+// context's error instead.
+func (n *RedisNode) dispatch(first *batch) {
+	cn := n.conn
+	if cn == nil && first != nil { // not while its connection's reader answers
+		n.queue = append(first.calls, n.queue...)
+	}
+	if cn == nil {
+		if len(n.queue) > 0 && !n.dialing {
+			n.dialing = true
+			n.workers.Go(n.dial)
+		}
+		n.idle.Broadcast()
+		n.mu.Unlock()
+		return
+	}
+	var gone []*call
+	if first != nil {
+		n.push(cn, first)
+	}
+	for len(cn.pending) < n.pipelines && len(n.queue) > 0 {
+		b, dead := n.take()
+		gone = append(gone, dead...)
+		if b != nil {
+			n.push(cn, b)
+		}
+	}
+	cn.arm()
+	if len(cn.pending) == 0 {
+		n.idle.Broadcast()
+	}
+	write := len(cn.unwritten) > 0 && !cn.writing
+	cn.writing = cn.writing || write
+	n.mu.Unlock()
+	for _, c := range gone {
+		c.fail(c.ctx.Err())
+	}
+	if write {
+		n.write(cn, true)
+	}
+}
+
+// take removes up to MaxBatch calls from the head of the queue (under
+// n.mu) and returns those still awaited as a batch (nil if none), and
+// those whose callers gave up.
+func (n *RedisNode) take() (*batch, []*call) {
+	k := min(len(n.queue), n.maxBatch)
+	calls := make([]*call, 0, k)
+	var dead []*call
+	for _, c := range n.queue[:k] {
+		if c.ctx.Err() != nil {
+			dead = append(dead, c)
+		} else {
+			calls = append(calls, c)
+		}
+	}
+	m := copy(n.queue, n.queue[k:])
+	clear(n.queue[m:])
+	n.queue = n.queue[:m]
+	if len(calls) == 0 {
+		return nil, dead
+	}
+	return &batch{calls: calls, timed: !clockless(calls), deadline: n.batchDeadline(calls)}, dead
+}
+
+// prune removes from the queue (under n.mu) the calls whose callers gave
+// up, and returns them: a node that does not answer keeps calls queued
+// for as long as the batch it waits on may take.
+func (n *RedisNode) prune() []*call {
+	var dead []*call
+	kept := n.queue[:0]
+	for _, c := range n.queue {
+		if c.ctx.Err() != nil {
+			dead = append(dead, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(n.queue[len(kept):])
+	n.queue = kept
+	n.pruneAt = max(2*len(kept), 2*n.maxBatch*n.pipelines)
+	return dead
+}
+
+// push puts b on cn (under n.mu), to be written next, and counts it as a
+// round trip. Its replies are awaited from now: sent is a moment early,
+// which only widens what its TIME says of the node's clock.
+func (n *RedisNode) push(cn *nodeConn, b *batch) {
+	b.sent = mono()
+	cn.pending = append(cn.pending, b)
+	cn.unwritten = append(cn.unwritten, b)
+	n.roundTrips.Add(1)
+	n.sent.Add(uint64(len(b.calls)))
+}
+
+// arm bounds the connection's reads (under RedisNode.mu) by the deadline
+// of the batch whose replies come next, or not at all when none is
+// awaited: a reply that does not come by then breaks the connection.
+func (cn *nodeConn) arm() {
+	var d time.Time
+	if len(cn.pending) > 0 {
+		d = cn.pending[0].deadline
+	}
+	if !d.Equal(cn.armed) {
+		cn.armed = d
+		_ = cn.nc.SetReadDeadline(d) // fails only once closed, which the reader sees
+	}
+}
+
+// answer delivers the replies of b, cn's oldest batch, once its reader
+// read them all. A clock jump fails every call of the batch (clock.go).
+// The calls the node had no script for are sent again by source, first,
+// within the same deadline; then the queue goes out, before the replies
+// are delivered, so that the node works while they are.
+func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
+	var missing []*call
+	if jumped == nil && !b.source {
+		for _, c := range b.calls {
+			if errors.Is(typed(c.reply), ErrNoScript) {
+				missing = append(missing, c)
 			}
 		}
 	}
-}
-
-// worker is one pipeline worker. While its batches follow each other
-// closely, it sends them over one connection it keeps (a sticky
-// redis.Conn): a round trip is then one write and the reads of its
-// replies, where taking a connection from go-redis's pool checks it with a
-// system call first. A connection that answered within the last
-// reuseWithin is as alive as that check would find it (a node that
-// restarts is down for longer); an older one goes back to the pool, which
-// checks it before the next batch, so that a batch after a quiet spell
-// does not fail on a connection the node closed meanwhile. A connection a
-// batch found broken (or timed out on, leaving replies unread) is closed;
-// the pool's OnConnect reads the node's run id whenever it dials.
-type worker struct {
-	n        *RedisNode
-	conn     *redis.Conn // nil until the next batch takes one
-	answered time.Time   // when conn last delivered a batch's replies
-}
-
-// reuseWithin is how recently a worker's connection must have answered
-// for the next batch to use it unchecked.
-const reuseWithin = time.Millisecond
-
-// pipeline is a pipeline on the worker's connection.
-func (w *worker) pipeline() redis.Pipeliner {
-	if w.conn != nil && time.Since(w.answered) > reuseWithin {
-		w.drop()
+	var again *batch
+	late := len(missing) > 0 && !time.Now().Before(b.deadline)
+	if len(missing) > 0 && !late {
+		again = &batch{calls: missing, source: true, timed: !clockless(missing), deadline: b.deadline}
 	}
-	if w.conn == nil {
-		w.conn = w.n.client.Conn()
-	}
-	return w.conn.Pipeline()
-}
-
-// drop gives the worker's connection back to the pool (or, if it broke,
-// closes it).
-func (w *worker) drop() {
-	if w.conn != nil {
-		_ = w.conn.Close()
-		w.conn = nil
-	}
-}
-
-// check drops the connection unless every command got a reply from the
-// node (a Redis error reply, such as NOSCRIPT, is a reply).
-func (w *worker) check(cmds []*redis.Cmd) {
-	var reply redis.Error
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && !errors.As(err, &reply) {
-			w.drop()
-			return
-		}
-	}
-	w.answered = time.Now()
-}
-
-// gather adds to first whatever else is queued, without waiting, up to
-// MaxBatch calls.
-func (n *RedisNode) gather(first *call) []*call {
-	batch := []*call{first}
-	for len(batch) < n.maxBatch {
-		select {
-		case c := <-n.calls:
-			batch = append(batch, c)
+	n.mu.Lock()
+	m := copy(cn.pending, cn.pending[1:])
+	cn.pending[m] = nil
+	cn.pending = cn.pending[:m]
+	n.dispatch(again)
+	for _, c := range b.calls {
+		switch err := typed(c.reply); {
+		case jumped != nil:
+			c.fail(jumped) // its vote counts toward nothing: see clock.go
+		case errors.Is(err, ErrNoScript) && late:
+			c.fail(context.DeadlineExceeded)
+		case errors.Is(err, ErrNoScript) && again != nil:
+			// answered by the re-send
 		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// run sends a batch by EVALSHA in one pipeline, then re-sends by EVAL, in a
-// second pipeline, the calls the node had no script for.
-func (w *worker) run(batch []*call) {
-	n := w.n
-	batch = live(batch)
-	if len(batch) == 0 {
-		return
-	}
-	ctx, cancel := n.batchContext(batch)
-	defer cancel()
-	batch = w.statuses(ctx, batch)
-	if len(batch) == 0 {
-		return
-	}
-	var missing []*call
-	cmds, jumped := w.send(ctx, batch, false)
-	inc := n.Incarnation() // read after the replies: see RedisNode.incarnation
-	for i, cmd := range cmds {
-		if jumped != nil {
-			batch[i].fail(jumped) // its vote counts toward nothing: see clock.go
-		} else if err := typed(cmd.Err()); errors.Is(err, ErrNoScript) {
-			missing = append(missing, batch[i])
-		} else {
-			batch[i].answer(cmd.Val(), err, inc)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	cmds, jumped = w.send(ctx, missing, true)
-	inc = n.Incarnation()
-	for i, cmd := range cmds {
-		if jumped != nil {
-			missing[i].fail(jumped)
-		} else {
-			missing[i].answer(cmd.Val(), typed(cmd.Err()), inc)
+			c.answer(c.val, err, cn.runID)
 		}
 	}
 }
 
-// statuses answers the batch's status reads, each in a pipeline of its
-// own (they are rare: one a second per Redlock), and returns the others.
-// They go through the pool, which the worker's connection goes back to
-// first (the pool may hold no other: PoolSize defaults to Pipelines).
-func (w *worker) statuses(ctx context.Context, batch []*call) []*call {
-	kept := batch[:0]
-	for _, c := range batch {
-		if c.op.Kind == quorum.OpStatus {
-			w.drop()
-			w.n.status(ctx, c)
-			continue
-		}
-		kept = append(kept, c)
-	}
-	return kept
-}
-
-// live answers with their context's error the calls whose callers gave up
-// already, and returns the others.
-func live(batch []*call) []*call {
-	kept := batch[:0]
-	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+// dial connects to the node for the queued calls, and fails them if it
+// cannot.
+func (n *RedisNode) dial() {
+	n.mu.Lock()
+	deadline := n.batchDeadline(n.queue)
+	n.mu.Unlock()
+	cn, err := n.connect(deadline)
+	n.mu.Lock()
+	n.dialing = false
+	if err != nil {
+		failed := n.queue
+		n.queue = nil
+		n.idle.Broadcast()
+		n.mu.Unlock()
+		for _, c := range failed {
 			c.fail(err)
-			continue
 		}
-		kept = append(kept, c)
+		return
 	}
-	return kept
+	n.conn = cn
+	n.workers.Go(func() { n.read(cn) })
+	n.dispatch(nil)
 }
 
-// batchContext bounds a pipeline by the latest deadline among its calls,
+// batchDeadline bounds a batch by the latest deadline among its calls,
 // capped by the node's Timeout (which also applies when a call has none).
-func (n *RedisNode) batchContext(batch []*call) (context.Context, context.CancelFunc) {
+func (n *RedisNode) batchDeadline(calls []*call) time.Time {
 	limit := time.Now().Add(n.timeout)
 	var latest time.Time
-	for _, c := range batch {
+	for _, c := range calls {
 		d, ok := c.ctx.Deadline()
 		if !ok {
-			latest = limit
-			break
+			return limit
 		}
-		if d.After(latest) {
-			latest = d
-		}
+		latest = later(latest, d)
 	}
-	if latest.After(limit) {
-		latest = limit
+	if latest.IsZero() || latest.After(limit) {
+		return limit
 	}
-	return context.WithDeadline(context.Background(), latest)
-}
-
-// send runs the batch's scripts in one pipeline, by source or by SHA1,
-// followed by one TIME unless the batch only gives back (clockless). Each
-// returned command carries its own reply or error; the error returned is
-// a *quorum.ClockJumpError when the node's TIME shows that its clock
-// jumped since its previous reply (clock.go).
-func (w *worker) send(ctx context.Context, batch []*call, source bool) ([]*redis.Cmd, error) {
-	n := w.n
-	pipe := w.pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, c := range batch {
-		s, keys, args := n.scriptFor(c.op)
-		if source {
-			cmds[i] = pipe.Eval(ctx, s.src, keys, args...)
-		} else {
-			cmds[i] = pipe.EvalSha(ctx, s.sha, keys, args...)
-		}
-	}
-	var now *redis.TimeCmd
-	if !clockless(batch) {
-		now = pipe.Time(ctx)
-	}
-	n.roundTrips.Add(1)
-	n.sent.Add(uint64(len(batch)))
-	sent := mono()
-	_, _ = pipe.Exec(ctx) // the error is also set on each command
-	jumped := n.clock.note(now, sent, mono())
-	w.check(cmds)
-	return cmds, jumped
+	return latest
 }
 
 // clockless reports whether every call of the batch gives something back

@@ -37,14 +37,15 @@ type RedisOptions struct {
 	// Prefix is prepended to every key lockproxy writes on the node;
 	// default "lockproxy:".
 	Prefix string
-	// PoolSize caps the connections to the node; default Pipelines (each
-	// pipeline worker uses one connection at a time).
+	// PoolSize caps the connections of the node's status reads and
+	// surveys (the scripts have a connection of their own, conn.go);
+	// default Pipelines.
 	PoolSize int
-	// Pipelines is the number of pipeline workers, that is of round trips
-	// to the node in flight at once; default 1: one pipeline at a time makes the
+	// Pipelines is the number of batches awaiting their replies on the
+	// node's connection at once; default 1: one batch at a time makes the
 	// largest batches, which measured fastest (bench/).
 	Pipelines int
-	// MaxBatch is the most calls sent in one pipeline; default 128.
+	// MaxBatch is the most calls sent in one batch; default 128.
 	MaxBatch int
 	// DialTimeout bounds one connection attempt; default 5s. A failed dial
 	// is not retried: the quorum layer decides what to do about a dead node.
@@ -88,8 +89,8 @@ func orDefault[T int | string | time.Duration](v, def T) T {
 	return v
 }
 
-// clientOptions configure go-redis for a node: no retries (a retried script
-// may report a wrong outcome, and retrying is the quorum layer's business),
+// clientOptions configure go-redis for a node's status reads, surveys and
+// SCRIPT KILL: no retries (retrying is the quorum layer's business),
 // deadlines taken from the context, and pipelines on the one main pool.
 func (o RedisOptions) clientOptions() *redis.Options {
 	opts := &redis.Options{
@@ -110,23 +111,32 @@ func (o RedisOptions) clientOptions() *redis.Options {
 }
 
 // RedisNode is a quorum.Node over one Redis node. Concurrent calls share
-// round trips: they queue for a few pipeline workers, each of which sends
-// whatever is queued (up to MaxBatch calls) in one pipeline.
+// round trips: the calls queued while the node's connection has no room
+// go out together (up to MaxBatch in one batch) once it has (conn.go).
 type RedisNode struct {
-	addr     string
-	prefix   string
-	released string // channel of release notifications
-	maxBatch int
-	timeout  time.Duration
-	client   *redis.Client
+	addr        string
+	prefix      string
+	released    string // channel of release notifications
+	maxBatch    int
+	pipelines   int
+	timeout     time.Duration
+	dialTimeout time.Duration
+	password    string
+	db          int
+	tls         *tls.Config
+	client      *redis.Client // status reads, surveys, SCRIPT KILL
 
-	calls     chan *call
-	done      chan struct{} // closed by Close
-	mu        sync.RWMutex  // held for reading while a call is queued
-	closed    bool          // set by Close under mu: no call is queued after it
+	mu      sync.Mutex
+	idle    sync.Cond // on mu: broadcast when the connection may have nothing left to do
+	queue   []*call   // not sent yet, in arrival order
+	pruneAt int       // the queue's length at which calls abandoned are taken out
+	conn    *nodeConn // nil until dialled, and once broken
+	dialing bool      // a dial is under way
+	closed  bool      // set by Close: no call is queued after it
+
 	closeOnce sync.Once
 	closeErr  error
-	workers   sync.WaitGroup
+	workers   sync.WaitGroup // dials, readers and status reads
 
 	roundTrips atomic.Uint64
 	sent       atomic.Uint64
@@ -134,47 +144,56 @@ type RedisNode struct {
 	observe    func(time.Duration, error) // RedisOptions.Observe
 
 	// incarnation is the run id of the node process that the newest
-	// connection reached (read by INFO when it was opened). A restart
-	// closes every connection, so a pipeline that got its replies got them
-	// from this process, or from one before it whose connections no
-	// longer answer — a reply is then marked as the newer process's, which
-	// the restart rule only counts once it vetted it.
+	// connection reached (read by INFO when it was opened). A reply to a
+	// script carries the run id its own connection reached; a status
+	// read's, this (a restart closes every connection, so a reply came
+	// from this process or from one before it whose connections no longer
+	// answer, which the restart rule counts only once it vetted it).
 	incarnation atomic.Pointer[string]
 }
 
-// NewRedisNode connects lazily to the node at o.Addr and starts its pipeline
-// workers. Close stops them.
+// NewRedisNode makes a node for the Redis node at o.Addr, which it
+// connects to on the first call. Close closes it.
 func NewRedisNode(o RedisOptions) *RedisNode {
 	o = o.withDefaults()
 	n := &RedisNode{
-		addr:     o.Addr,
-		prefix:   o.Prefix,
-		released: releasedChannel(o.Prefix),
-		maxBatch: o.MaxBatch,
-		timeout:  o.Timeout,
-		calls:    make(chan *call, o.Pipelines*o.MaxBatch),
-		done:     make(chan struct{}),
-		observe:  o.Observe,
+		addr:        o.Addr,
+		prefix:      o.Prefix,
+		released:    releasedChannel(o.Prefix),
+		maxBatch:    o.MaxBatch,
+		pipelines:   o.Pipelines,
+		timeout:     o.Timeout,
+		dialTimeout: o.DialTimeout,
+		password:    o.Password,
+		db:          o.DB,
+		tls:         o.TLSConfig,
+		observe:     o.Observe,
 	}
+	n.idle.L = &n.mu
+	n.pruneAt = 2 * n.maxBatch * n.pipelines
 	n.clock.factor, n.clock.fixed = o.DriftFactor, o.DriftFixed
 	copts := o.clientOptions()
 	copts.OnConnect = n.onConnect
 	n.client = redis.NewClient(copts)
-	for range o.Pipelines {
-		n.workers.Go(n.work)
-	}
 	return n
 }
 
-// Close refuses new calls (ErrClosed), lets the workers finish the calls
-// already queued, each within its own deadline, and closes the
-// connections. Calling it again returns the first result.
+// Close refuses new calls (ErrClosed), lets the calls already queued or
+// sent finish, each within its own deadline, and closes the connections.
+// Calling it again returns the first result.
 func (n *RedisNode) Close() error {
 	n.closeOnce.Do(func() {
 		n.mu.Lock()
 		n.closed = true // no call is queued after this
+		for len(n.queue) > 0 || n.dialing || n.conn != nil && len(n.conn.pending) > 0 {
+			n.idle.Wait()
+		}
+		cn := n.conn
+		n.conn = nil
 		n.mu.Unlock()
-		close(n.done)
+		if cn != nil {
+			_ = cn.nc.Close() // its reader ends
+		}
 		n.workers.Wait()
 		n.closeErr = n.client.Close()
 	})
@@ -195,44 +214,43 @@ func (n *RedisNode) Stats() Stats {
 	return Stats{Calls: n.sent.Load(), RoundTrips: n.roundTrips.Load()}
 }
 
-// Do queues op for the node's pipelines and returns at once; the reply
-// arrives on done. It implements quorum.Node. Errors in the reply do not
-// carry the node's address: the caller knows which node it asked.
+// Do sends op to the node, or queues it while the node's connection has
+// no room, and returns without waiting for the node; the reply arrives on
+// done. It implements quorum.Node. Errors in the reply do not carry the
+// node's address: the caller knows which node it asked.
 //
-// When the queue is full (the node is slow or paused and its pipelines are
-// stuck), the call waits for room in a goroutine of its own, so that a
-// fan-out never waits on one node before sending to the others.
+// A write to the node never waits for the node: the connection holds at
+// most Pipelines batches the node has not answered, far less than the
+// socket's buffers take, so that a fan-out does not wait on one node
+// before sending to the others. A status read runs in a goroutine of its
+// own (status).
 func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
 	if op.Kind == quorum.OpKill {
-		go n.kill(ctx, tag, done) // not behind the pipeline the script holds up
+		go n.kill(ctx, tag, done) // not behind the batch the script holds up
 		return
 	}
 	c := &call{ctx: ctx, op: op, tag: tag, done: done, observe: n.observe}
 	if c.observe != nil {
 		c.start = time.Now()
 	}
-	n.mu.RLock()
-	if n.closed {
-		n.mu.RUnlock()
+	n.mu.Lock()
+	switch {
+	case n.closed:
+		n.mu.Unlock()
 		c.fail(ErrClosed)
 		return
+	case op.Kind == quorum.OpStatus:
+		n.workers.Go(func() { n.status(c) })
+		n.mu.Unlock()
+		return
 	}
-	select {
-	case n.calls <- c:
-		n.mu.RUnlock()
-	default:
-		go n.enqueue(c) // it keeps the read lock until c is queued
+	n.queue = append(n.queue, c)
+	var gone []*call
+	if len(n.queue) >= n.pruneAt {
+		gone = n.prune()
 	}
-}
-
-// enqueue queues c once there is room, or fails it when its context ends.
-// It releases the read lock Do took for it: Close waits for it (the
-// workers keep draining meanwhile), so no call is queued after Close.
-func (n *RedisNode) enqueue(c *call) {
-	defer n.mu.RUnlock()
-	select {
-	case n.calls <- c:
-	case <-c.ctx.Done():
+	n.dispatch(nil)
+	for _, c := range gone {
 		c.fail(c.ctx.Err())
 	}
 }
@@ -402,11 +420,19 @@ func infoField(info, field string) string {
 }
 
 // status reads what the node says of itself (quorum.OpStatus) in one
-// pipeline: INFO server for the run id and uptime, CONFIG GET for
-// appendonly and appendfsync (durable only when both read yes and always;
-// a CONFIG that fails is not verified), and the vetted run id and largest
-// counter that the scripts keep.
-func (n *RedisNode) status(ctx context.Context, c *call) {
+// pipeline, within the call's deadline capped by Timeout: INFO server for
+// the run id and uptime, CONFIG GET for appendonly and appendfsync
+// (durable only when both read yes and always; a CONFIG that fails is not
+// verified), and the vetted run id and largest counter that the scripts
+// keep. Status reads are rare (one a second per Redlock): they go through
+// go-redis's pool.
+func (n *RedisNode) status(c *call) {
+	if err := c.ctx.Err(); err != nil {
+		c.fail(err)
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), n.batchDeadline([]*call{c}))
+	defer cancel()
 	pipe := n.client.Pipeline()
 	info := pipe.Info(ctx, "server")
 	aof := pipe.ConfigGet(ctx, "appendonly")

@@ -1,0 +1,267 @@
+package upstream
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// A node's connection for its scripts. Whoever has a batch ready and finds
+// the connection with room for it (fewer than Pipelines batches awaiting
+// their replies) writes it straight to the socket, unless another
+// goroutine is writing, which then writes it too before it stops: the
+// caller of Do when the connection is idle, else the reader once the
+// replies it waited for came. Nobody waits for a write but the writer, and
+// a batch too large for the socket's buffers is written by a goroutine of
+// its own (bigWrite), so that a fan-out never waits on one node before
+// sending to the others. One reader goroutine per connection, parked in
+// Go's netpoller, reads the replies in the order the batches went out and
+// delivers each to its call. An idle call thus costs one write by its
+// caller, one wake of the reader and one of the caller.
+//
+// The reader also sees at once when the node closes the connection (a
+// restart, a kill, the node's idle timeout), so that the next batch dials
+// a new one instead of failing on it. A connection that broke, or whose
+// replies did not all come by the deadline of the batch they answer, is
+// closed and never used again: every call it carried that got no reply
+// fails, and the next batch dials.
+
+// nodeConn is one connection to a node.
+type nodeConn struct {
+	nc    net.Conn
+	rd    respReader
+	runID string // the node process it reached (INFO server when dialled)
+
+	wbuf []byte // the writer's
+
+	// Under RedisNode.mu:
+	pending   []*batch  // in the order written, awaiting their replies
+	unwritten []*batch  // the tail of pending not taken by a writer yet
+	spare     []*batch  // unwritten's other buffer
+	writing   bool      // a goroutine is writing; it writes unwritten too before it stops
+	armed     time.Time // the read deadline set (arm)
+
+	broken atomic.Pointer[error] // why a write closed the connection, if one did
+}
+
+// connect dials the node and introduces itself (AUTH when there is a
+// password, SELECT when the database is not 0) and reads the run id of the
+// process it reached (INFO server), all within deadline. A node that does
+// not answer INFO (a renamed command) gets no run id, and the restart
+// rule never counts its replies; a connection that fails the read is not
+// used.
+func (n *RedisNode) connect(deadline time.Time) (*nodeConn, error) {
+	deadline = earlier(deadline, time.Now().Add(n.dialTimeout))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	if n.tls != nil {
+		nc, err = (&tls.Dialer{Config: n.tls}).DialContext(ctx, "tcp", n.addr)
+	} else {
+		nc, err = (&net.Dialer{}).DialContext(ctx, "tcp", n.addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cn := &nodeConn{nc: nc, rd: newRespReader(nc)}
+	if err := n.hello(cn, deadline); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return cn, nil
+}
+
+// hello is connect's introduction, in one round trip.
+func (n *RedisNode) hello(cn *nodeConn, deadline time.Time) error {
+	if err := cn.nc.SetDeadline(deadline); err != nil {
+		return err
+	}
+	var b []byte
+	steps := 1
+	if n.password != "" {
+		b = appendCommand(b, "AUTH", n.password)
+		steps++
+	}
+	if n.db != 0 {
+		b = appendCommand(b, "SELECT", strconv.Itoa(n.db))
+		steps++
+	}
+	b = appendCommand(b, "INFO", "server")
+	if _, err := cn.nc.Write(b); err != nil {
+		return err
+	}
+	for ; steps > 1; steps-- {
+		if _, reply, err := cn.rd.reply(); err != nil || reply != nil {
+			return errors.Join(err, reply)
+		}
+	}
+	v, reply, err := cn.rd.reply()
+	if err != nil {
+		return err
+	}
+	if s, ok := v.(string); ok && reply == nil {
+		cn.runID = infoField(s, "run_id")
+	}
+	id := cn.runID
+	n.incarnation.Store(&id)
+	return cn.nc.SetDeadline(time.Time{})
+}
+
+// bigWrite is the most bytes written by the goroutine that has a batch
+// ready: a connection holds at most Pipelines batches the node has not
+// answered, and a write this size fits in the socket's buffers (tens of
+// KiB at least on Linux) even if the node reads nothing, so it does not
+// wait for the node. A larger one (client scripts with large arguments)
+// is written by a goroutine of its own.
+const bigWrite = 32 << 10
+
+// write writes cn's unwritten batches, and those pushed meanwhile, until
+// none is left (the caller set cn.writing). Each write is bounded by the
+// deadlines of its batches. A failed write leaves the connection unusable:
+// it is closed, and its reader fails every batch awaiting replies on it.
+func (n *RedisNode) write(cn *nodeConn, inline bool) {
+	for {
+		n.mu.Lock()
+		bs := cn.unwritten
+		if len(bs) == 0 {
+			cn.writing = false
+			n.mu.Unlock()
+			return
+		}
+		cn.unwritten, cn.spare = cn.spare[:0], bs // bs is cleared before the next turn takes it back
+		n.mu.Unlock()
+		buf := cn.wbuf[:0]
+		last := time.Time{}
+		for _, b := range bs {
+			for _, c := range b.calls {
+				s, keys, args := n.scriptFor(c.op)
+				buf = appendScript(buf, s, b.source, keys, args)
+			}
+			if b.timed {
+				buf = appendCommand(buf, "TIME")
+			}
+			last = later(last, b.deadline)
+		}
+		cn.wbuf = buf
+		if cap(buf) > 4*bigWrite {
+			cn.wbuf = nil // not kept after a big batch
+		}
+		clear(bs)
+		if inline && len(buf) > bigWrite {
+			n.workers.Go(func() { n.send(cn, buf, last); n.write(cn, false) })
+			return
+		}
+		n.send(cn, buf, last)
+	}
+}
+
+// send writes buf on cn by deadline, and closes cn if it cannot.
+func (n *RedisNode) send(cn *nodeConn, buf []byte, deadline time.Time) {
+	if cn.broken.Load() != nil {
+		return
+	}
+	err := cn.nc.SetWriteDeadline(deadline)
+	if err == nil {
+		_, err = cn.nc.Write(buf)
+	}
+	if err != nil {
+		cn.broken.CompareAndSwap(nil, &err)
+		_ = cn.nc.Close()
+	}
+}
+
+// read reads the replies on cn until it breaks or is closed, then fails
+// what awaited a reply on it and has the queue sent on a new connection.
+func (n *RedisNode) read(cn *nodeConn) {
+	err := n.readReplies(cn)
+	_ = cn.nc.Close()
+	if p := cn.broken.Load(); p != nil {
+		err = *p
+	}
+	n.mu.Lock()
+	lost := cn.pending
+	cn.pending = nil
+	if n.conn == cn {
+		n.conn = nil
+	}
+	n.dispatch(nil) // dials again if calls are queued
+	for _, b := range lost {
+		for _, c := range b.calls {
+			c.fail(err)
+		}
+	}
+}
+
+// readReplies reads each batch's replies, the batches in the order they
+// were written, and answers their calls.
+func (n *RedisNode) readReplies(cn *nodeConn) error {
+	for {
+		if _, err := cn.rd.rd.Peek(1); err != nil {
+			return err // idle or not, parked here until the node sends
+		}
+		n.mu.Lock()
+		var b *batch
+		if len(cn.pending) > 0 {
+			b = cn.pending[0]
+		}
+		n.mu.Unlock()
+		if b == nil {
+			return fmt.Errorf("%w: a reply that no call awaits", errProtocol)
+		}
+		for _, c := range b.calls {
+			var err error
+			if c.val, c.reply, err = cn.rd.reply(); err != nil {
+				return err
+			}
+		}
+		var now time.Time
+		if b.timed {
+			v, reply, err := cn.rd.reply()
+			if err != nil {
+				return err
+			}
+			if reply == nil {
+				now, _ = nodeTime(v) // a TIME it cannot read is no reading, as an error reply is
+			}
+		}
+		jumped := n.clock.noteAt(now, b.sent, mono())
+		n.answer(cn, b, jumped)
+	}
+}
+
+// nodeTime reads TIME's reply, {seconds, microseconds}. A zero time is no
+// reading.
+func nodeTime(v any) (time.Time, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return time.Time{}, badReply("TIME", v)
+	}
+	s, ok1 := a[0].(string)
+	us, ok2 := a[1].(string)
+	sec, err1 := strconv.ParseInt(s, 10, 64)
+	usec, err2 := strconv.ParseInt(us, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return time.Time{}, badReply("TIME", v)
+	}
+	return time.Unix(sec, usec*1000), nil
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
