@@ -75,9 +75,9 @@ type RedlockConfig struct {
 	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
 	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
 	KeyPrefix     string   `toml:"key_prefix"`      // prefix of lockproxy's keys on the nodes
-	PoolSize      int      `toml:"pool_size"`       // connections per node; 0 = go-redis default
-	Pipelines     int      `toml:"pipelines"`       // concurrent pipelines per node
-	MaxBatch      int      `toml:"max_batch"`       // most scripts in one pipeline
+	PoolSize      int      `toml:"pool_size"`       // connections per node for status reads and surveys; 0 = pipelines
+	Pipelines     int      `toml:"pipelines"`       // batches awaiting replies at once on a node's script connection
+	MaxBatch      int      `toml:"max_batch"`       // most scripts in one batch
 	// MaxLeaseMS is the longest lease any lockproxy sharing the nodes grants
 	// or renews (longer TTLs are refused), and so how long a node that
 	// restarted without verified fsync is not counted; 0 turns the restart
