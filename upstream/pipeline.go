@@ -61,6 +61,16 @@ func (c *call) answer(v any, err error, inc string) {
 	c.deliver(r)
 }
 
+// pastDeadline reports whether now is past the call's deadline: its
+// context's, or its batch's (which caps it by the node's Timeout).
+func (c *call) pastDeadline(now, batch time.Time) bool {
+	if !now.Before(batch) {
+		return true
+	}
+	d, ok := c.ctx.Deadline()
+	return ok && !now.Before(d)
+}
+
 // callErr is the error of a call that got its result: the caller's context
 // error if it ended, else err with the node's address. A batch bounded by
 // the caller's deadline can time out a moment before ctx.Err() is set, so
@@ -204,10 +214,15 @@ func (cn *nodeConn) arm() {
 
 // answer delivers the replies of b, cn's oldest batch, once its reader
 // read them all. A clock jump fails every call of the batch (clock.go).
-// The calls the node had no script for are sent again by source, first,
-// within the same deadline; then the queue goes out, before the replies
-// are delivered, so that the node works while they are.
+// A reply read once its call's deadline passed fails too (unknown
+// outcome), as it would had it come alone: a batch behind one with a
+// later deadline is read by that one's, and its replies may wait in the
+// reader's buffer past its own. The calls the node had no script for are
+// sent again by source, first, within the same deadline; then the queue
+// goes out, before the replies are delivered, so that the node works
+// while they are.
 func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
+	now := time.Now()
 	var missing []*call
 	if jumped == nil && !b.source {
 		for _, c := range b.calls {
@@ -217,7 +232,7 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 		}
 	}
 	var again *batch
-	late := len(missing) > 0 && !time.Now().Before(b.deadline)
+	late := len(missing) > 0 && !now.Before(b.deadline)
 	if len(missing) > 0 && !late {
 		again = &batch{calls: missing, source: true, timed: !clockless(missing), deadline: b.deadline}
 	}
@@ -234,6 +249,8 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 			c.fail(context.DeadlineExceeded)
 		case errors.Is(err, ErrNoScript) && again != nil:
 			// answered by the re-send
+		case c.pastDeadline(now, b.deadline):
+			c.fail(context.DeadlineExceeded)
 		default:
 			c.answer(c.val, err, cn.runID)
 		}
