@@ -258,8 +258,12 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 }
 
 // dial connects to the node for the queued calls, and fails them if it
-// cannot.
+// cannot. A dial is bounded by the deadlines of the calls queued when it
+// started (and DialTimeout, and Timeout); when theirs end it, the calls
+// queued meanwhile with a later deadline get a dial of their own instead
+// of its timeout.
 func (n *RedisNode) dial() {
+	start := time.Now()
 	n.mu.Lock()
 	deadline := n.batchDeadline(n.queue)
 	n.mu.Unlock()
@@ -267,8 +271,26 @@ func (n *RedisNode) dial() {
 	n.mu.Lock()
 	n.dialing = false
 	if err != nil {
-		failed := n.queue
-		n.queue = nil
+		var failed []*call
+		kept := n.queue[:0]
+		// Ended by its callers' deadlines, not by DialTimeout or Timeout.
+		if deadline.Before(start.Add(min(n.dialTimeout, n.timeout))) && !time.Now().Before(deadline) {
+			for _, c := range n.queue {
+				if d, ok := c.ctx.Deadline(); c.ctx.Err() == nil && (!ok || d.After(deadline)) {
+					kept = append(kept, c)
+				} else {
+					failed = append(failed, c)
+				}
+			}
+		} else {
+			failed = append(failed, n.queue...)
+		}
+		clear(n.queue[len(kept):])
+		n.queue = kept
+		if len(kept) > 0 {
+			n.dialing = true
+			n.workers.Go(n.dial)
+		}
 		n.idle.Broadcast()
 		n.mu.Unlock()
 		for _, c := range failed {

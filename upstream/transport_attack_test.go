@@ -451,3 +451,32 @@ func TestBigAndSmallBatchesInterleaved(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestCallerArrivingDuringADialKeepsItsTime: a dial on a slow link (a
+// proxy adds 150 ms each way) started for a caller with a short deadline;
+// a caller with plenty of time arrives while it is under way. The first
+// caller's deadline passes before the node answers; the second must still
+// get its reply, not the first one's timeout.
+func TestCallerArrivingDuringADialKeepsItsTime(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	p, err := netfault.Listen(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetDelay(150 * time.Millisecond)
+	n := newNode(t, RedisOptions{Addr: p.Addr()})
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan quorum.Reply, 2)
+	n.Do(short, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 1, done)
+	time.Sleep(10 * time.Millisecond) // the dial is under way
+	n.Do(testCtx(t), &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 2, done)
+	for range 2 {
+		r := <-done
+		t.Logf("call %d: %v", r.Tag, r.Err)
+		if r.Tag == 2 && r.Err != nil {
+			t.Errorf("the caller with time left failed with the dial started for a shorter one: %v", r.Err)
+		}
+	}
+}
