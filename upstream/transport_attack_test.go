@@ -480,3 +480,39 @@ func TestCallerArrivingDuringADialKeepsItsTime(t *testing.T) {
 		}
 	}
 }
+
+// TestLateReplyInABatchWithALaterDeadline: two calls in one batch (queued
+// behind a first one), a script that keeps the node busy past its own
+// deadline and an acquire with time left: the batch is bounded by the
+// later deadline, and its replies come in time for the acquire only. The
+// script's call fails (unknown outcome), the acquire is answered.
+func TestLateReplyInABatchWithALaterDeadline(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Pipelines: 1})
+	busy := admitted(t, `local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+while true do
+  local now = redis.call('TIME')
+  if now[1] * 1000000 + now[2] - start > 600000 then return 1 end
+end`)
+	ctx := testCtx(t)
+	if r := evalOn(ctx, n, busy, nil, nil); r.Err != nil { // loads it
+		t.Fatal(r.Err)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan quorum.Reply, 3)
+	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: "k0"}, 0, done)
+	n.Do(short, &quorum.Op{Kind: quorum.OpEval, Script: busy}, 1, done)
+	n.Do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("a", time.Minute)}, 2, done)
+	for range 3 {
+		r := <-done
+		t.Logf("call %d: %v", r.Tag, r.Err)
+		switch {
+		case r.Tag == 1 && r.Err == nil:
+			t.Errorf("the call whose deadline passed before its batch's replies came was answered %+v", r.Value)
+		case r.Tag != 1 && r.Err != nil:
+			t.Errorf("call %d with time left: %v", r.Tag, r.Err)
+		}
+	}
+}
