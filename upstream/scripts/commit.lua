@@ -17,7 +17,7 @@ end
 local m = decode(got[2])
 local keep = {'KEEPTTL'}
 if m.token ~= ARGV[1] then -- lost with its TTL (or layout 2's hash): start it again
-  m, keep = decode(false), {}
+  m, keep = blank(), {}
   m.token = ARGV[1]
 end
 -- The attempt that last landed here records its own fence, even a lower

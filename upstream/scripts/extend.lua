@@ -39,7 +39,7 @@ if holder ~= ARGV[1] then
 end
 local m = decode(got[2])
 if m.token ~= ARGV[1] then -- the meta expired before the key (a script extended the key)
-  m = decode(false)
+  m = blank()
 end
 if ARGV[4] ~= '' and m.attempt ~= ARGV[4] then
   return {0}

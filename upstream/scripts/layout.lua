@@ -74,24 +74,27 @@ local function encode(m)
   end
   return table.concat(out)
 end
-local function decode(s)
-  local m, at = {}, 1
+local function blank()
+  local m = {}
   for _, f in ipairs(FIELDS) do
     m[f] = ''
   end
+  return m
+end
+local function decode(s)
   if type(s) ~= 'string' then
-    return m
+    return blank()
   end
-  local got = {}
+  local m, at, size = {}, 1, string.len(s)
   for _, f in ipairs(FIELDS) do
     local colon = string.find(s, ':', at, true)
     local n = colon and tonumber(string.sub(s, at, colon - 1))
-    if not n or colon + n > string.len(s) + 1 then
-      return m
+    if not n or colon + n > size + 1 then
+      return blank()
     end
-    got[f] = string.sub(s, colon + 1, colon + n)
+    m[f] = string.sub(s, colon + 1, colon + n)
     at = colon + n + 1
   end
-  return got
+  return m
 end
 -- Everything below is the script itself.
