@@ -428,7 +428,10 @@ func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
 	}
 	gated.Node = nodes[0]
 	nodes[0] = gated
-	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	// A node timeout of the whole lease, not the automatic 250 ms: node
+	// 0's answer to the renewal must count for the heal to be decided, and
+	// a loaded machine (the suite twice at once) made it miss 250 ms once.
+	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, NodeTimeout: lease})
 	t.Cleanup(func() { r.Close() })
 	t.Cleanup(func() { close(gated.gate) })
 	waitCounted(t, r, 30*time.Second, true, true, true)
