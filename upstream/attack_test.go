@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,7 +28,7 @@ func attackNodes(t *testing.T, lease time.Duration, onLost func(key, token, reas
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
-	gated := &gatedNode{pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	gated := newGate(quorum.OpHeal, "")
 	nodes := make([]quorum.Node, len(servers))
 	for i, s := range servers {
 		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
@@ -208,35 +207,6 @@ func TestAttackHealClockBackCapped(t *testing.T) {
 	}
 }
 
-// kindGate holds each op of one kind (and of one key, if key is set) sent
-// to its node until the test lets it go (like gatedNode, for any kind).
-type kindGate struct {
-	quorum.Node
-	kind    quorum.OpKind
-	key     string
-	pending chan *quorum.Op
-	gate    chan struct{}
-	landed  chan quorum.Reply
-}
-
-func (g *kindGate) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
-	if op.Kind != g.kind || g.key != "" && op.Key != g.key {
-		g.Node.Do(ctx, op, tag, done)
-		return
-	}
-	g.pending <- op
-	go func() {
-		<-g.gate
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), testTimeout)
-		defer cancel()
-		mine := make(chan quorum.Reply, 1)
-		g.Node.Do(c, op, tag, mine)
-		rep := <-mine
-		g.landed <- rep
-		done <- rep
-	}()
-}
-
 // TestAttackJumpBetweenAcquireAndCommit: the nodes' counters disagree
 // (node 0 at 100, node 1 at 50), so a's grant of k needs the commit round.
 // Its acquire takes k on every node; node 0's commit is held while node
@@ -251,7 +221,7 @@ func TestAttackJumpBetweenAcquireAndCommit(t *testing.T) {
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
-	g0 := &kindGate{kind: quorum.OpCommit, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	g0 := newGate(quorum.OpCommit, "")
 	nodes := make([]quorum.Node, len(servers))
 	for i, s := range servers {
 		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
@@ -343,7 +313,7 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
-	g0 := &kindGate{kind: quorum.OpAcquire, key: "w", pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	g0 := newGate(quorum.OpAcquire, "w")
 	// Every answer of a node is noted, as the instance does
 	// (instance/nodes.go, record): the fan-out reads only those that come
 	// before its outcome.
@@ -421,7 +391,7 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	const lease = 1500 * time.Millisecond
-	gated := &gatedNode{pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	gated := newGate(quorum.OpHeal, "")
 	nodes := make([]quorum.Node, len(servers))
 	for i, s := range servers {
 		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})

@@ -211,19 +211,29 @@ func TestRenewHealsLease(t *testing.T) {
 	}
 }
 
-// gatedNode holds each heal sent to its node until the test lets it go,
-// so that the test can change the node between the renewal that decided
-// the heal and the heal itself. A held heal is sent on a context of its
-// own: as a call that the network delayed after it was sent.
+// gatedNode holds each op of one kind (and of one key, if key is set)
+// sent to its node until the test lets it go, so that the test can change
+// the node between the step that decided the op (the renewal that decided
+// a heal, the grant that sent a commit) and the op itself. A held op is
+// sent on a context of its own: as a call that the network delayed after
+// it was sent.
 type gatedNode struct {
 	quorum.Node
-	pending chan *quorum.Op   // a heal is held
-	gate    chan struct{}     // one value lets one heal go
+	kind    quorum.OpKind
+	key     string
+	pending chan *quorum.Op   // an op is held
+	gate    chan struct{}     // one value lets one op go
 	landed  chan quorum.Reply // its answer
 }
 
+// newGate is a gatedNode for ops of kind (on key, unless empty); set its
+// Node before use.
+func newGate(kind quorum.OpKind, key string) *gatedNode {
+	return &gatedNode{kind: kind, key: key, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+}
+
 func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
-	if op.Kind != quorum.OpHeal {
+	if op.Kind != g.kind || g.key != "" && op.Key != g.key {
 		g.Node.Do(ctx, op, tag, done)
 		return
 	}
@@ -248,7 +258,7 @@ func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- 
 // does not take it again.
 func TestHealRaces(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	gated := &gatedNode{pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	gated := newGate(quorum.OpHeal, "")
 	nodes := make([]quorum.Node, len(servers))
 	for i, s := range servers {
 		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
