@@ -12,6 +12,7 @@ FROM golang:1.26-bookworm AS build
 ARG VERSION=0.1.0-dev
 WORKDIR /src
 COPY go.mod go.sum ./
+COPY third_party ./third_party
 RUN go mod download
 COPY . .
 RUN GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/lockproxy/lockproxy/instance.Version=${VERSION}" -o /out/lockproxy ./cmd/lockproxy

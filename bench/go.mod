@@ -30,3 +30,5 @@ require (
 )
 
 replace github.com/lockproxy/lockproxy => ../
+
+replace github.com/go-zookeeper/zk => ../third_party/go-zookeeper/zk
