@@ -1,0 +1,232 @@
+package instance_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/instance"
+)
+
+// Attacks on the shared connection's reply path (resp.Sink): the reader
+// of a shared upstream connection writes each reply straight to its
+// client, and the client's own goroutine orders what it writes itself
+// (lock commands, PING, CLIENT REPLY, transactions, blocking commands,
+// pub/sub) after the replies expected before it.
+
+// TestPassthroughSinkOrderMixedPipeline: one write mixing forwarded
+// commands with commands lockproxy answers itself (LOCK, UNLOCK, PING,
+// CLIENT REPLY ON), CLIENT REPLY SKIP and OFF, a transaction, a blocking
+// pop and SUBSCRIBE (other upstream connections) gets every reply in the
+// order of the commands, none of the silenced ones.
+func TestPassthroughSinkOrderMixedPipeline(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	for i := range 5 {
+		k := uniqueKey(t) + strconv.Itoa(i)
+		lk, q := "lock:"+k, k+":q"
+		steps := []struct {
+			cmd  []string
+			want string // "" silenced; a trailing * a prefix
+		}{
+			{[]string{"SET", k, "1"}, "+OK"},
+			{[]string{"LOCK", lk, "PX", "5000"}, "[*"},
+			{[]string{"INCR", k}, ":2"},
+			{[]string{"PING"}, "+PONG"},
+			{[]string{"CLIENT", "REPLY", "SKIP"}, ""},
+			{[]string{"INCR", k}, ""},
+			{[]string{"GET", k}, "3"},
+			{[]string{"CLIENT", "REPLY", "OFF"}, ""},
+			{[]string{"INCR", k}, ""},
+			{[]string{"PING"}, ""},
+			{[]string{"LOCK", lk + ":2", "PX", "5000"}, ""},
+			{[]string{"CLIENT", "REPLY", "ON"}, "+OK"},
+			{[]string{"GET", k}, "4"},
+			{[]string{"MULTI"}, "+OK"},
+			{[]string{"INCR", k}, "+QUEUED"},
+			{[]string{"GET", k}, "+QUEUED"},
+			{[]string{"EXEC"}, "[:5 5]"},
+			{[]string{"RPUSH", q, "a"}, ":1"},
+			{[]string{"INCR", k}, ":6"},
+			{[]string{"BLPOP", q, "1"}, "[" + q + " a]"},
+			{[]string{"INCR", k}, ":7"},
+			{[]string{"UNLOCK", lk, "not-the-token"}, "*"},
+			{[]string{"GET", k}, "7"},
+			{[]string{"SUBSCRIBE", k + ":ch"}, "[subscribe " + k + ":ch :1]"},
+			{[]string{"PING"}, "[pong ]"},
+		}
+		c := dialRaw(t, p.in.Addr())
+		var b strings.Builder
+		for _, s := range steps {
+			b.WriteString(encodeCommand(s.cmd))
+		}
+		c.send(b.String())
+		for j, s := range steps {
+			if s.want == "" {
+				continue
+			}
+			got := c.reply()
+			if pre, ok := strings.CutSuffix(s.want, "*"); ok && strings.HasPrefix(got, pre) {
+				continue
+			}
+			if got != s.want {
+				t.Fatalf("round %d, step %d %v: %q, want %q", i, j, s.cmd, got, s.want)
+			}
+		}
+		c.c.Close()
+	}
+}
+
+// TestPassthroughSinkQuitAfterReplyOff: QUIT (or any close) while CLIENT
+// REPLY OFF holds still writes the replies of the forwarded commands
+// before it, as Redis does, though QUIT's own reply is silenced.
+func TestPassthroughSinkQuitAfterReplyOff(t *testing.T) {
+	p := startPassthrough(t, "lock:*")
+	for i := range 20 {
+		k := uniqueKey(t) + strconv.Itoa(i)
+		c := dialRaw(t, p.in.Addr())
+		c.send(encodeCommand([]string{"INCR", k}) + encodeCommand([]string{"GET", k}) +
+			encodeCommand([]string{"CLIENT", "REPLY", "OFF"}) + encodeCommand([]string{"QUIT"}))
+		_ = c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		all, err := io.ReadAll(c.rd)
+		if err != nil || string(all) != ":1\r\n$1\r\n1\r\n" {
+			t.Fatalf("round %d: %q, %v; want the INCR's and the GET's replies, then the close", i, all, err)
+		}
+	}
+}
+
+// TestPassthroughSinkUpstreamBreaks: the shared upstream connection breaks
+// (CLIENT KILL on the data Redis) while two clients' replies are expected
+// on it (the data Redis holds their writes: CLIENT PAUSE WRITE): each
+// expected reply becomes one error, in its place among the replies
+// lockproxy writes itself (after them), none lost or doubled, and both clients' next
+// commands are answered.
+func TestPassthroughSinkUpstreamBreaks(t *testing.T) {
+	p := startPassthroughWith(t, func(cfg *instance.Config) { cfg.Passthrough.TimeoutMS = 20000 }, "lock:*")
+	a, b := sameSharedConn(t, p.in.Addr())
+	k := uniqueKey(t)
+	ctx := context.Background()
+	data := newClient(t, p.data.Addr(), 2)
+	info := newClient(t, p.in.Addr(), 2)
+	forwarded := func() int {
+		n, _ := strconv.Atoi(infoField(info.Info(ctx, "passthrough").Val(), "forwarded_commands"))
+		return n
+	}
+	// Both clients' shared connection is dialled before the pause.
+	if a.do("GET", k) != "(nil)" || b.do("GET", k) != "(nil)" {
+		t.Fatal("GET before the pause")
+	}
+	if err := data.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { data.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	before := forwarded()
+	const n = 40
+	var wa, wb strings.Builder
+	var wantA []string
+	for range n {
+		wa.WriteString(encodeCommand([]string{"INCR", k}))
+		wantA = append(wantA, "-")
+		wb.WriteString(encodeCommand([]string{"INCR", k + ":b"}))
+	}
+	// What lockproxy answers itself waits for the replies before it, and
+	// holds the commands behind it meanwhile: it goes last.
+	wa.WriteString(encodeCommand([]string{"PING"}) + encodeCommand([]string{"LOCK", "lock:" + k, "PX", "5000"}))
+	wantA = append(wantA, "+PONG", "[")
+	a.send(wa.String())
+	b.send(wb.String())
+	eventually(t, 10*time.Second, "both pipelines forwarded", func() bool { return forwarded()-before >= 2*n })
+	if err := data.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range wantA {
+		got := a.reply()
+		if !strings.HasPrefix(got, w) || w == "+PONG" && got != w {
+			t.Fatalf("A's reply %d: %q, want %q", i, got, w)
+		}
+	}
+	for i := range n {
+		if got := b.reply(); !strings.HasPrefix(got, "-") {
+			t.Fatalf("B's reply %d: %q, want an error", i, got)
+		}
+	}
+	if err := data.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// None of the paused writes ran; the next ones do, one reply each.
+	if got := a.do("INCR", k); got != ":1" {
+		t.Fatalf("A's INCR after the break: %q, want :1", got)
+	}
+	if got := b.do("INCR", k+":b"); got != ":1" {
+		t.Fatalf("B's INCR after the break: %q, want :1", got)
+	}
+	if got := a.do("PING"); got != "+PONG" {
+		t.Fatalf("A's PING after: %q", got)
+	}
+	_ = a.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if extra, err := a.rd.ReadByte(); err == nil {
+		t.Fatalf("A got a byte more: %q", extra)
+	}
+}
+
+// sinkWriters counts the goroutines writing the rest of a sink's replies.
+func sinkWriters() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "resp.(*Sink).writeRest")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestPassthroughSinkClientGoneWhileWriting: a client that reads none of
+// its large replies is killed (CLIENT KILL from another client), or closes
+// its socket, while its sink's goroutine is blocked writing them: that
+// goroutine ends, and a client sharing the upstream connection goes on.
+func TestPassthroughSinkClientGoneWhileWriting(t *testing.T) {
+	const n, size = 300, 64 << 10
+	p := startPassthrough(t, "lock:*")
+	k := uniqueKey(t)
+	ctx := context.Background()
+	if err := newClient(t, p.in.Addr(), 2).Set(ctx, k, strings.Repeat("v", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := sinkWriters()
+	for round, how := range []string{"kill", "close"} {
+		slow, other := sameSharedConn(t, p.in.Addr())
+		id := strings.TrimPrefix(slow.do("CLIENT", "ID"), ":")
+		var w strings.Builder
+		for range n {
+			w.WriteString("GET " + k + "\r\n")
+		}
+		slow.send(w.String())
+		eventually(t, 10*time.Second, "the slow client's rest-writer blocked", func() bool { return sinkWriters() > base })
+		if how == "kill" {
+			if got := other.do("CLIENT", "KILL", "ID", id); got != ":1" {
+				t.Fatalf("CLIENT KILL: %q", got)
+			}
+		} else {
+			slow.c.Close()
+		}
+		for i := range 20 {
+			if got := other.do("INCR", k+":n"); got != ":"+strconv.Itoa(round*20+i+1) {
+				t.Fatalf("%s: the other's INCR %d: %q", how, i, got)
+			}
+		}
+		eventually(t, 10*time.Second, how+": the rest-writer ended", func() bool { return sinkWriters() == base })
+		if how == "kill" {
+			// What the socket held is delivered, then the close.
+			_ = slow.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if m, err := io.Copy(io.Discard, bufio.NewReader(slow.c)); err != nil && !strings.Contains(err.Error(), "reset") {
+				t.Fatalf("the killed client's socket, after %d bytes: %v", m, err)
+			}
+		}
+		other.c.Close()
+	}
+}
