@@ -230,3 +230,79 @@ func TestPassthroughSinkClientGoneWhileWriting(t *testing.T) {
 		other.c.Close()
 	}
 }
+
+// TestPassthroughSinkLimitBrokenWhileRepliesExpected: a command past the
+// bulk limit, pipelined behind forwarded commands whose replies are held up
+// (another client's busy script runs first on their shared connection),
+// is refused only after their replies, each once; then the connection
+// closes; the other client gets its reply.
+func TestPassthroughSinkLimitBrokenWhileRepliesExpected(t *testing.T) {
+	p := startPassthroughWith(t, func(cfg *instance.Config) { cfg.Passthrough.TimeoutMS = 10000 }, "lock:*")
+	for round := range 3 {
+		a, b := sameSharedConn(t, p.in.Addr())
+		k := uniqueKey(t) + strconv.Itoa(round)
+		b.send(encodeCommand(busyEval(300 * time.Millisecond)))
+		time.Sleep(20 * time.Millisecond) // B's script goes first (if not, A's replies are merely sooner)
+		var w strings.Builder
+		want := ""
+		for i := range 50 {
+			w.WriteString(encodeCommand([]string{"INCR", k}))
+			want += ":" + strconv.Itoa(i+1) + "\r\n"
+		}
+		w.WriteString("*2\r\n$3\r\nGET\r\n$999999999\r\n")
+		a.send(w.String())
+		_ = a.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		all, err := io.ReadAll(a.rd)
+		if err != nil && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("round %d: %v after %q", round, err, all)
+		}
+		got, rest := string(all), ""
+		if len(got) >= len(want) {
+			got, rest = got[:len(want)], got[len(want):]
+		}
+		if got != want || !strings.HasPrefix(rest, "-ERR Protocol error") || strings.Count(rest, "\r\n") != 1 {
+			t.Fatalf("round %d: %q, want the 50 INCR replies, then the protocol error, then the close", round, all)
+		}
+		if got := b.reply(); got != ":1" {
+			t.Fatalf("round %d: B's script: %q", round, got)
+		}
+	}
+}
+
+// TestPassthroughSinkCountLimitNotReading: a client that reads none of
+// its replies, small enough that 256 in flight stay under the 1 MiB
+// backlog (the count limit holds it, not the bytes), does not hold up a
+// client sharing its upstream connection; it then gets every reply, in
+// order.
+func TestPassthroughSinkCountLimitNotReading(t *testing.T) {
+	const n, size = 8000, 3000 // 24 MB: more than the sockets hold
+	p := startPassthrough(t, "lock:*")
+	k := uniqueKey(t)
+	if err := newClient(t, p.in.Addr(), 2).Set(context.Background(), k, strings.Repeat("v", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := sinkWriters()
+	slow, other := sameSharedConn(t, p.in.Addr())
+	var w strings.Builder
+	for i := range n {
+		w.WriteString(encodeCommand([]string{"APPEND", k + ":" + strconv.Itoa(i%7), "x"}))
+		w.WriteString(encodeCommand([]string{"GET", k}))
+	}
+	go func() { _, _ = io.WriteString(slow.c, w.String()) }() // the write itself blocks once the client waits
+	eventually(t, 10*time.Second, "the slow client's rest-writer blocked", func() bool { return sinkWriters() > base })
+	for i := range 50 {
+		if got := other.do("INCR", k+":n"); got != ":"+strconv.Itoa(i+1) {
+			t.Fatalf("the other's INCR %d: %q", i, got)
+		}
+	}
+	appended := make([]int, 7)
+	for i := range n {
+		appended[i%7]++
+		if got := slow.reply(); got != ":"+strconv.Itoa(appended[i%7]) {
+			t.Fatalf("APPEND %d: %q", i, got)
+		}
+		if got := slow.reply(); len(got) != size {
+			t.Fatalf("GET %d: %d bytes", i, len(got))
+		}
+	}
+}
