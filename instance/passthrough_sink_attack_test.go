@@ -3,7 +3,9 @@ package instance_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/instance"
+	"github.com/lockproxy/lockproxy/internal/tlstest"
 )
 
 // Attacks on the shared connection's reply path (resp.Sink): the reader
@@ -26,6 +29,22 @@ import (
 // order of the commands, none of the silenced ones.
 func TestPassthroughSinkOrderMixedPipeline(t *testing.T) {
 	p := startPassthrough(t, "lock:*")
+	runMixedPipeline(t, func() *rawConn { return dialRaw(t, p.in.Addr()) })
+}
+
+// TestPassthroughSinkOrderMixedPipelineTLS is the mixed pipeline over TLS,
+// whose socket the sink cannot write without blocking: every burst of
+// replies goes through the sink's own goroutine.
+func TestPassthroughSinkOrderMixedPipelineTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	srvFiles := ca.Server(t, "server")
+	p := startPassthroughWith(t, func(cfg *instance.Config) {
+		cfg.TLS = instance.TLSConfig{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key}
+	}, "lock:*")
+	runMixedPipeline(t, func() *rawConn { return dialTLSRaw(t, ca, p.in.Addr()) })
+}
+
+func runMixedPipeline(t *testing.T, dial func() *rawConn) {
 	for i := range 5 {
 		k := uniqueKey(t) + strconv.Itoa(i)
 		lk, q := "lock:"+k, k+":q"
@@ -59,7 +78,7 @@ func TestPassthroughSinkOrderMixedPipeline(t *testing.T) {
 			{[]string{"SUBSCRIBE", k + ":ch"}, "[subscribe " + k + ":ch :1]"},
 			{[]string{"PING"}, "[pong ]"},
 		}
-		c := dialRaw(t, p.in.Addr())
+		c := dial()
 		var b strings.Builder
 		for _, s := range steps {
 			b.WriteString(encodeCommand(s.cmd))
@@ -190,16 +209,55 @@ func sinkWriters() int {
 // its socket, while its sink's goroutine is blocked writing them: that
 // goroutine ends, and a client sharing the upstream connection goes on.
 func TestPassthroughSinkClientGoneWhileWriting(t *testing.T) {
-	const n, size = 300, 64 << 10
 	p := startPassthrough(t, "lock:*")
-	k := uniqueKey(t)
-	ctx := context.Background()
-	if err := newClient(t, p.in.Addr(), 2).Set(ctx, k, strings.Repeat("v", size), 0).Err(); err != nil {
+	runClientGone(t, func() *rawConn { return dialRaw(t, p.in.Addr()) })
+}
+
+// TestPassthroughSinkClientGoneWhileWritingTLS is the same over TLS.
+func TestPassthroughSinkClientGoneWhileWritingTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	srvFiles := ca.Server(t, "server")
+	p := startPassthroughWith(t, func(cfg *instance.Config) {
+		cfg.TLS = instance.TLSConfig{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key}
+	}, "lock:*")
+	runClientGone(t, func() *rawConn { return dialTLSRaw(t, ca, p.in.Addr()) })
+}
+
+func dialTLSRaw(t *testing.T, ca *tlstest.CA, addr string) *rawConn {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, clientTLS(t, ca, nil))
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{t: t, c: c, rd: bufio.NewReader(c)}
+}
+
+// sameSharedConnDial is sameSharedConn for clients dial makes.
+func sameSharedConnDial(t *testing.T, dial func() *rawConn) (*rawConn, *rawConn) {
+	a := dial()
+	idA, _ := strconv.Atoi(strings.TrimPrefix(a.do("CLIENT", "ID"), ":"))
+	n := runtime.GOMAXPROCS(0)
+	for range 4 * n {
+		b := dial()
+		idB, _ := strconv.Atoi(strings.TrimPrefix(b.do("CLIENT", "ID"), ":"))
+		if idA%n == idB%n {
+			return a, b
+		}
+	}
+	t.Fatal("no two clients on one shared connection")
+	return nil, nil
+}
+
+func runClientGone(t *testing.T, dial func() *rawConn) {
+	const n, size = 300, 64 << 10
+	k := uniqueKey(t)
+	setup := dial()
+	if got := setup.do("SET", k, strings.Repeat("v", size)); got != "+OK" {
+		t.Fatalf("SET: %q", got)
 	}
 	base := sinkWriters()
 	for round, how := range []string{"kill", "close"} {
-		slow, other := sameSharedConn(t, p.in.Addr())
+		slow, other := sameSharedConnDial(t, dial)
 		id := strings.TrimPrefix(slow.do("CLIENT", "ID"), ":")
 		var w strings.Builder
 		for range n {
