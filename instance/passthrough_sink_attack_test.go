@@ -364,3 +364,60 @@ func TestPassthroughSinkCountLimitNotReading(t *testing.T) {
 		}
 	}
 }
+
+// stackCount counts the goroutines whose stack names fn.
+func stackCount(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fn)
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestPassthroughSinkKilledWhileHeldByLimit: a client held at the
+// 256-command limit by replies the data Redis does not give (CLIENT PAUSE
+// WRITE) is killed: its socket closes at once, and its goroutine, waiting
+// for those replies, ends within the passthrough timeout's bounds (each
+// unanswered call fails), not when the data Redis resumes.
+func TestPassthroughSinkKilledWhileHeldByLimit(t *testing.T) {
+	p := startPassthroughWith(t, func(cfg *instance.Config) { cfg.Passthrough.TimeoutMS = 500 }, "lock:*")
+	ctx := context.Background()
+	data := newClient(t, p.data.Addr(), 2)
+	k := uniqueKey(t)
+	slow, other := sameSharedConn(t, p.in.Addr())
+	id := strings.TrimPrefix(slow.do("CLIENT", "ID"), ":")
+	if slow.do("GET", k) != "(nil)" {
+		t.Fatal("GET before the pause")
+	}
+	base := stackCount("resp.(*Sink).Wait")
+	if err := data.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { data.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	var w strings.Builder
+	for range 600 {
+		w.WriteString(encodeCommand([]string{"INCR", k}))
+	}
+	slow.send(w.String())
+	eventually(t, 10*time.Second, "the client held at the limit", func() bool { return stackCount("resp.(*Sink).Wait") > base })
+	if got := other.do("CLIENT", "KILL", "ID", id); got != ":1" {
+		t.Fatalf("CLIENT KILL: %q", got)
+	}
+	_ = slow.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := slow.rd.ReadByte(); err != io.EOF && (err == nil || !strings.Contains(err.Error(), "reset")) {
+		t.Fatalf("the killed client's socket: %q, %v; want it closed", b, err) // reset: it held unread commands
+	}
+	eventually(t, 30*time.Second, "the killed client's goroutine ended", func() bool { return stackCount("resp.(*Sink).Wait") == base })
+	if err := data.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := other.do("PING"); got != "+PONG" {
+		t.Fatalf("the other's PING: %q", got)
+	}
+	if got := other.do("INCR", k+":o"); got != ":1" {
+		t.Fatalf("the other's INCR after: %q", got)
+	}
+}
