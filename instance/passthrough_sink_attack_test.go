@@ -137,25 +137,39 @@ func TestPassthroughSinkQuitAfterReplyOff(t *testing.T) {
 // lockproxy writes itself (after them), none lost or doubled, and both clients' next
 // commands are answered.
 func TestPassthroughSinkUpstreamBreaks(t *testing.T) {
-	p := startPassthroughWith(t, func(cfg *instance.Config) { cfg.Passthrough.TimeoutMS = 20000 }, "lock:*")
+	// The calls wait as long as the pause: only the kill ends them.
+	const pause = 20 * time.Second
+	p := startPassthroughWith(t, func(cfg *instance.Config) { cfg.Passthrough.TimeoutMS = int(pause.Milliseconds()) }, "lock:*")
 	a, b := sameSharedConn(t, p.in.Addr())
 	k := uniqueKey(t)
 	ctx := context.Background()
 	data := newClient(t, p.data.Addr(), 2)
-	info := newClient(t, p.in.Addr(), 2)
-	forwarded := func() int {
-		n, _ := strconv.Atoi(infoField(info.Info(ctx, "passthrough").Val(), "forwarded_commands"))
-		return n
+	// unread is what the data Redis holds of its clients' commands, but
+	// the one asking: behind a paused command, the rest of its
+	// connection's pipeline.
+	unread := func() int {
+		sum := 0
+		for _, line := range strings.Split(data.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(line, " cmd=client|list ") {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "qbuf="); ok {
+					n, _ := strconv.Atoi(v)
+					sum += n
+				}
+			}
+		}
+		return sum
 	}
 	// Both clients' shared connection is dialled before the pause.
 	if a.do("GET", k) != "(nil)" || b.do("GET", k) != "(nil)" {
 		t.Fatal("GET before the pause")
 	}
-	if err := data.Do(ctx, "CLIENT", "PAUSE", "20000", "WRITE").Err(); err != nil {
+	if err := data.Do(ctx, "CLIENT", "PAUSE", strconv.Itoa(int(pause.Milliseconds())), "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { data.Do(context.Background(), "CLIENT", "UNPAUSE") })
-	before := forwarded()
 	const n = 40
 	var wa, wb strings.Builder
 	var wantA []string
@@ -170,7 +184,13 @@ func TestPassthroughSinkUpstreamBreaks(t *testing.T) {
 	wantA = append(wantA, "+PONG", "[")
 	a.send(wa.String())
 	b.send(wb.String())
-	eventually(t, 10*time.Second, "both pipelines forwarded", func() bool { return forwarded()-before >= 2*n })
+	// Every INCR is on the shared connection before it breaks (one sent
+	// after would go on a new one, which the pause holds): the data Redis
+	// holds all but the first, paused one (with one INCR fewer it would
+	// hold less than this, the longer one's length being the shorter's plus
+	// two). Within half the pause, for the kill to come while it holds.
+	incA, incB := len(encodeCommand([]string{"INCR", k})), len(encodeCommand([]string{"INCR", k + ":b"}))
+	eventually(t, pause/2, "both pipelines on the shared connection", func() bool { return unread() >= n*(incA+incB)-incB })
 	if err := data.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}
