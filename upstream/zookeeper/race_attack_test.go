@@ -1,0 +1,109 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/zktest"
+)
+
+// The attacks of the changes that run a request on the caller's goroutine
+// when its deadline is past 3/4 of the session timeout (races), that
+// start no goroutine after a lone batched call, and that set a handoff's
+// watch on one goroutine.
+
+// TestZKAttackUnracedCreateLost: a LOCK whose deadline is just past 3/4
+// of the session timeout (so not raced: its requests run on the caller's
+// goroutine) sends its create, and the server stops answering (a
+// blackholed link: a paused server, as the client sees it) or the
+// connection is cut. The call returns by its deadline — the receive
+// timeout fails the pending create first — and as an unknown outcome,
+// never "not granted".
+func TestZKAttackUnracedCreateLost(t *testing.T) {
+	for _, fault := range []string{"paused", "cut"} {
+		t.Run(fault, func(t *testing.T) {
+			srv := zktest.Start(t)
+			link := newSlowLink(t, srv.Addr())
+			a := newTimedZK(t, link.cut.Addr())
+			key := "lost-" + fault
+			wait := sessionTimeout*3/4 + 300*time.Millisecond
+			ctx, cancel := context.WithTimeout(testCtx(t), wait)
+			defer cancel()
+			if a.races(ctx) {
+				t.Fatalf("a call with %v left is raced; the attack wants one that is not", wait)
+			}
+			switch fault {
+			case "paused":
+				link.delay.SetBlackhole(true)
+				t.Cleanup(func() { link.delay.SetBlackhole(false) })
+			case "cut":
+				link.delay.SetDelay(500 * time.Millisecond)
+			}
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := a.Acquire(ctx, key, hold("T", 20*time.Second))
+				done <- err
+			}()
+			if fault == "cut" {
+				time.Sleep(200 * time.Millisecond) // the create on the slow link
+				link.cut.Cut()
+				t.Cleanup(link.cut.Restore)
+			}
+			select { // bounded well under a reconnection's handshake (ten receive timeouts)
+			case err := <-done:
+				t.Logf("answered after %v: %v", time.Since(start).Round(time.Millisecond), err)
+				if !errors.Is(err, engine.ErrOutcomeUnknown) {
+					t.Fatalf("LOCK whose create's reply was lost: %v; want an unknown outcome", err)
+				}
+			case <-time.After(wait + 5*time.Second):
+				t.Fatalf("LOCK with a %v deadline not answered 5s after it", wait)
+			}
+		})
+	}
+}
+
+// TestZKAttackUnracedStepWhileReconnecting: a LOCK with a deadline well
+// past 3/4 of the session timeout creates its node behind another
+// instance's lock; then the server stops answering (a blackholed link: a
+// paused server, as the client sees it), the session's connection times
+// out, and go-zookeeper dials again, which succeeds, and waits for the
+// server's answer to its handshake, up to ten receive timeouts. The
+// call's next step (the listing) is queued meanwhile, with more than 3/4
+// of the session timeout left: it must still return by its deadline, not
+// when the handshake gives up.
+func TestZKAttackUnracedStepWhileReconnecting(t *testing.T) {
+	srv := zktest.Start(t)
+	link := newSlowLink(t, srv.Addr())
+	a := newTimedZK(t, link.delay.Addr())
+	b := newTimedZK(t, srv.Addr())
+	key := "reconnecting"
+	mustGrant(t, b, key, hold("B", 30*time.Second))
+	t.Cleanup(func() { link.delay.SetBlackhole(false) })
+	a.createReturned = func(string) {
+		link.delay.SetBlackhole(true)
+		eventually(t, 10*time.Second, "the connection timed out", func() bool { return !a.Connected() })
+		time.Sleep(200 * time.Millisecond) // dialled again: the handshake waits
+	}
+	wait := sessionTimeout*3/4 + sessionTimeout*2/3 + time.Second
+	ctx, cancel := context.WithTimeout(testCtx(t), wait)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := a.Acquire(ctx, key, hold("T", 20*time.Second))
+		done <- err
+	}()
+	select { // bounded well under the handshake's wait (ten receive timeouts)
+	case err := <-done:
+		t.Logf("answered after %v: %v", time.Since(start).Round(time.Millisecond), err)
+		if err == nil {
+			t.Fatal("LOCK of a key held elsewhere granted")
+		}
+	case <-time.After(wait + 5*time.Second):
+		t.Fatalf("LOCK with a %v deadline not answered 5s after it while reconnecting", wait)
+	}
+}
