@@ -3,6 +3,8 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +107,83 @@ func TestZKAttackUnracedStepWhileReconnecting(t *testing.T) {
 		}
 	case <-time.After(wait + 5*time.Second):
 		t.Fatalf("LOCK with a %v deadline not answered 5s after it while reconnecting", wait)
+	}
+}
+
+// zkGoroutines counts the goroutines running this package's backend code.
+func zkGoroutines() (int, string) {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n, found := 0, ""
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "upstream/zookeeper.(*ZooKeeper)") && !strings.Contains(g, "testing.tRunner") {
+			n++
+			found += g + "\n\n"
+		}
+	}
+	return n, found
+}
+
+// TestZKAttackHandoffWatchInterrupted: a grant whose multi makes the next
+// waiter's place behind the lock has one goroutine set the watch of the
+// lock and wait for it. While that watch is on its way (a slow link), the
+// waiter leaves, or the connection is cut (the session lasts), or the
+// instance closes. Then the lock is released through another instance:
+// the waiter that stayed is woken or, on its next try, granted; one that
+// left leaves no place, and the key is free; Close returns, and no
+// goroutine of either instance is left after both close.
+func TestZKAttackHandoffWatchInterrupted(t *testing.T) {
+	for _, what := range []string{"leave", "cut", "close"} {
+		t.Run(what, func(t *testing.T) {
+			srv := zktest.Start(t)
+			link := newSlowLink(t, srv.Addr())
+			var woken releases
+			a := newZK(t, []string{link.cut.Addr()}, Options{SessionTimeout: sessionTimeout, Events: &woken})
+			b := newZK(t, []string{srv.Addr()}, Options{})
+			raw := rawZK(t, srv.Addr())
+			key := "handoff-" + what
+			first, w := waitHold("first", 30*time.Second), waitHold("W", 30*time.Second)
+			first.Next = w.Waiter
+			link.delay.SetDelay(300 * time.Millisecond)
+			mustGrant(t, a, key, first) // W's place made; its watch goes out now
+			switch what {
+			case "leave":
+				if err := a.Leave(testCtx(t), key, "W"); err != nil {
+					t.Fatal(err)
+				}
+			case "cut":
+				link.cut.Cut()
+				eventually(t, 10*time.Second, "the cut seen", func() bool { return !a.Connected() })
+				link.cut.Restore()
+				link.delay.SetDelay(0)
+				eventually(t, 10*time.Second, "connected again", a.Connected)
+			case "close":
+				closed := make(chan struct{})
+				go func() { a.Close(); close(closed) }()
+				select {
+				case <-closed:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Close not returned in 10s while the handoff's watch was on its way")
+				}
+			}
+			link.delay.SetDelay(0)
+			zkRelease(t, b, key, "first", true)
+			switch what {
+			case "leave", "close":
+				eventually(t, 10*time.Second, "W's place gone", func() bool { return len(lockNodes(t, raw, key)) == 0 })
+				mustGrant(t, b, key, hold("C", time.Second))
+			case "cut":
+				// Woken, by the watch or, if the cut lost it, at once, for its
+				// next try to set it again: not left to its timer (the
+				// lock's 30s lease).
+				eventually(t, 5*time.Second, "W woken", func() bool { return woken.count(key) > 0 })
+				mustGrant(t, a, key, w)
+			}
+			n, _ := zkGoroutines()
+			t.Logf("%d backend goroutines before Close", n)
+			a.Close()
+			b.Close()
+			eventually(t, 10*time.Second, "no backend goroutine left", func() bool { n, _ := zkGoroutines(); return n == 0 })
+		})
 	}
 }
