@@ -127,13 +127,14 @@ func zkGoroutines() (int, string) {
 // TestZKAttackHandoffWatchInterrupted: a grant whose multi makes the next
 // waiter's place behind the lock has one goroutine set the watch of the
 // lock and wait for it. While that watch is on its way (a slow link), the
-// waiter leaves, or the connection is cut (the session lasts), or the
-// instance closes. Then the lock is released through another instance:
+// waiter leaves, or the connection is cut (the session lasts, or
+// expires), or the instance closes. Then the lock is released through another instance:
 // the waiter that stayed is woken or, on its next try, granted; one that
-// left leaves no place, and the key is free; Close returns, and no
+// left leaves no place, and the key is free; one whose place went with
+// the session is woken to try again, and granted; Close returns, and no
 // goroutine of either instance is left after both close.
 func TestZKAttackHandoffWatchInterrupted(t *testing.T) {
-	for _, what := range []string{"leave", "cut", "close"} {
+	for _, what := range []string{"leave", "cut", "expire", "close"} {
 		t.Run(what, func(t *testing.T) {
 			srv := zktest.Start(t)
 			link := newSlowLink(t, srv.Addr())
@@ -157,6 +158,13 @@ func TestZKAttackHandoffWatchInterrupted(t *testing.T) {
 				link.cut.Restore()
 				link.delay.SetDelay(0)
 				eventually(t, 10*time.Second, "connected again", a.Connected)
+			case "expire":
+				session := a.conn.SessionID()
+				link.cut.Cut()
+				eventually(t, 20*time.Second, "W's place gone with the session", func() bool { return len(lockNodes(t, raw, key)) == 1 })
+				link.cut.Restore()
+				link.delay.SetDelay(0)
+				eventually(t, 20*time.Second, "a new session", func() bool { return a.Connected() && a.conn.SessionID() != session })
 			case "close":
 				closed := make(chan struct{})
 				go func() { a.Close(); close(closed) }()
@@ -172,7 +180,7 @@ func TestZKAttackHandoffWatchInterrupted(t *testing.T) {
 			case "leave", "close":
 				eventually(t, 10*time.Second, "W's place gone", func() bool { return len(lockNodes(t, raw, key)) == 0 })
 				mustGrant(t, b, key, hold("C", time.Second))
-			case "cut":
+			case "cut", "expire":
 				// Woken, by the watch or, if the cut lost it, at once, for its
 				// next try to set it again: not left to its timer (the
 				// lock's 30s lease).
