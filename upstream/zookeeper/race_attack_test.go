@@ -195,3 +195,65 @@ func TestZKAttackHandoffWatchInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestZKAttackRetryElsewhereDuringHandoff: T's release through A hands the
+// key to waiter W, in line through A, over a slow link; W's client retries
+// its LOCK with its token through B, before the handoff lands or after.
+// B's answer is busy (the handoff not landed) or W's lock; W's try through
+// A (its waiter's) then gets the same lock and fence; one lock node stays,
+// C is refused, and W's UNLOCK through B frees the key.
+func TestZKAttackRetryElsewhereDuringHandoff(t *testing.T) {
+	for _, when := range []string{"before", "after"} {
+		t.Run(when, func(t *testing.T) {
+			srv := zktest.Start(t)
+			link := newSlowLink(t, srv.Addr())
+			a := newTimedZK(t, link.cut.Addr())
+			b := newTimedZK(t, srv.Addr())
+			raw := rawZK(t, srv.Addr())
+			key := "retry-" + when
+			mustGrant(t, a, key, hold("T", 30*time.Second))
+			w := waiterFor("W", 30*time.Second)
+			mustBusy(t, a, key, w)
+			link.delay.SetDelay(400 * time.Millisecond)
+			released := make(chan error, 1)
+			go func() {
+				ok, err := a.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
+				if !ok && err == nil {
+					err = errors.New("not released")
+				}
+				released <- err
+			}()
+			if when == "after" {
+				eventually(t, 10*time.Second, "the handoff on the server", func() bool {
+					kids := parseChildren(lockNodes(t, raw, key))
+					if len(kids) == 0 {
+						return false
+					}
+					data, _, err := raw.Get(DefaultRoot + "/" + encodeKey(key) + "/" + kids[0].name)
+					return err == nil && zkDataOf(string(data)).heldBy("W")
+				})
+			}
+			g, err := b.Acquire(testCtx(t), key, hold("W", 30*time.Second))
+			t.Logf("W's retry through B: %+v, %v", g, err)
+			if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+				t.Fatalf("W's retry through B: %v; want W's lock or busy", err)
+			}
+			if err := <-released; err != nil {
+				t.Fatal(err)
+			}
+			link.delay.SetDelay(0)
+			viaA := mustGrant(t, a, key, w) // W's waiter tries again through A
+			if err == nil && g.Fence != viaA.Fence {
+				t.Fatalf("W's lock through B has fence %d, through A %d", g.Fence, viaA.Fence)
+			}
+			again := mustGrant(t, b, key, hold("W", 30*time.Second))
+			if again.Fence != viaA.Fence {
+				t.Fatalf("W's lock through B has fence %d, through A %d", again.Fence, viaA.Fence)
+			}
+			eventually(t, 10*time.Second, "one lock node", func() bool { return len(lockNodes(t, raw, key)) == 1 })
+			mustBusy(t, b, key, hold("C", time.Second))
+			zkRelease(t, b, key, "W", true)
+			mustGrant(t, b, key, hold("C", time.Second))
+		})
+	}
+}
