@@ -246,6 +246,7 @@ func TestZKAttackLateAttemptDoesNotShortenRetry(t *testing.T) {
 	raw := rawZK(t, srv.Addr())
 	key := "late-attempt"
 	link.delay.SetDelay(150 * time.Millisecond)
+	link.delay.SetBlackhole(true) // A's attempt lands after the retry's grant
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -255,6 +256,7 @@ func TestZKAttackLateAttemptDoesNotShortenRetry(t *testing.T) {
 	}()
 	asked := time.Now()
 	g := mustGrant(t, b, key, boundHold("T", 30*time.Second)) // the client's retry
+	link.delay.SetBlackhole(false)
 	validUntil := asked.Add(g.Validity)
 	session, moved := a.conn.SessionID(), false
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {

@@ -215,3 +215,87 @@ func TestBatcherLoneCallLeavesNoSender(t *testing.T) {
 		t.Fatalf("%d requests for 200 lone calls", got)
 	}
 }
+
+// TestBatcherBurstAsLoneCallAnswered: a lone call's multi is answered
+// while a burst of calls arrives (they come during its request, and are
+// queued or sent when it returns). Whether the other sender's slot is free
+// or taken by a call held on its way, every call of the burst is sent and
+// answered — none is left queued with no sender (the lone call starts no
+// goroutine only when nothing is pending) — and no sender is left after.
+func TestBatcherBurstAsLoneCallAnswered(t *testing.T) {
+	for _, slotTaken := range []bool{false, true} {
+		for _, n := range []int{1, 2, 5, maxBatch + 3} {
+			t.Run(fmt.Sprintf("taken=%v/burst=%d", slotTaken, n), func(t *testing.T) {
+				f := &fakeMulti{}
+				b := &batcher{}
+				heldGo := make(chan struct{})
+				var burst sync.WaitGroup
+				errs := make(chan error, n)
+				queued := func() int { // burst calls pending or sent
+					b.mu.Lock()
+					k := 0
+					for _, c := range b.pending {
+						k += len(c.ops)
+					}
+					b.mu.Unlock()
+					for _, ops := range f.sent() {
+						for _, op := range ops {
+							if p := op.(*zk.CreateRequest).Path; p != "/lone" && p != "/held" {
+								k++
+							}
+						}
+					}
+					return k
+				}
+				b.send = func(ops ...any) ([]zk.MultiResponse, error) {
+					switch ops[0].(*zk.CreateRequest).Path {
+					case "/held":
+						<-heldGo
+					case "/lone":
+						for i := range n {
+							burst.Go(func() {
+								res, err := b.multi(&zk.CreateRequest{Path: fmt.Sprintf("/b%d", i)})
+								errs <- multiErr(res, err, 1)
+							})
+						}
+						eventually(t, 5*time.Second, "the burst queued or sent", func() bool { return queued() == n })
+					}
+					return f.send(ops...)
+				}
+				held := make(chan error, 1)
+				if slotTaken {
+					go func() {
+						res, err := b.multi(&zk.CreateRequest{Path: "/held"})
+						held <- multiErr(res, err, 1)
+					}()
+					eventually(t, 5*time.Second, "the held call on its way", func() bool {
+						return len(f.sent()) == 0 && func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.sending == 1 && len(b.pending) == 0 }()
+					})
+				}
+				if res, err := b.multi(&zk.CreateRequest{Path: "/lone"}); multiErr(res, err, 1) != nil {
+					t.Fatalf("lone call: %v", err)
+				}
+				answered := make(chan struct{})
+				go func() { burst.Wait(); close(answered) }()
+				select {
+				case <-answered:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("burst of %d: %d calls answered in 5s, the rest left queued", n, len(errs))
+				}
+				close(errs)
+				for err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				close(heldGo)
+				if slotTaken {
+					if err := <-held; err != nil {
+						t.Fatal(err)
+					}
+				}
+				eventually(t, 5*time.Second, "no sender left", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.sending == 0 })
+			})
+		}
+	}
+}

@@ -49,10 +49,11 @@
 //
 // What a call does with its context: a request to ZooKeeper cannot be
 // cancelled (go-zookeeper takes no context). A call whose ctx has a deadline
-// sooner than the session's receive timeout (with a margin: races) is raced
-// against it and returns at the deadline, the request finishing on its own;
-// any other call runs the request on the caller's goroutine, bounded by
-// that timeout, and checks ctx after: no goroutine per request.
+// sooner than the session's receive timeout (with a margin: races), or
+// made while the session is not connected, is raced against it and returns
+// at the deadline, the request finishing on its own; any other call runs
+// the request on the caller's goroutine, bounded by that timeout, and
+// checks ctx after: no goroutine per request.
 //
 // It must not import the Redis adapter (upstream), count or remember lost
 // locks (the engine does), or know of RESP clients and configuration files.

@@ -202,6 +202,9 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 	// A release through another instance wakes the waiter by this watch.
 	// A release through this one wakes it itself: before is then no longer
 	// an own lock. One goroutine sets the watch and waits for it (listen).
+	// A watch that failed (the connection lost on its way) is announced:
+	// the waiter's next try sets it again, instead of waiting for its
+	// timer (the lock's lease) while before may be released elsewhere.
 	z.spawn(func() {
 		if z.watching(before) { // as watch: not watched twice
 			return
@@ -209,7 +212,7 @@ func (z *ZooKeeper) placeMade(key string, w engine.Waiter, p string, version int
 		switch ch, ok, err := z.getW(before); {
 		case ok:
 			z.listen(key, before, ch)
-		case err == nil && z.owns(before):
+		case err != nil || z.owns(before):
 			z.announce(key)
 		}
 	})

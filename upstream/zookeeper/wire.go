@@ -61,11 +61,17 @@ func zkCall[T any](ctx context.Context, z *ZooKeeper, f func() (T, error)) (T, e
 // or fails the request by itself, which it does within the connection's
 // receive timeout, 2/3 of the session timeout (negotiated, or asked if
 // longer); a margin of 1/12 is added. A cleanup step's ctx
-// (cleanupCtx), bounded by the session timeout, is not raced.
+// (cleanupCtx), bounded by the session timeout, is not raced. Without a
+// session, a bounded ctx is always raced: a request made while
+// go-zookeeper dials again waits, unsent, for the new connection's
+// handshake, which it lets take ten receive timeouts (a paused server).
 func (z *ZooKeeper) races(ctx context.Context) bool {
 	deadline, bounded := ctx.Deadline()
 	if !bounded {
 		return false
+	}
+	if z.conn.State() != zk.StateHasSession {
+		return true
 	}
 	timeout, _ := z.sessionTimeout()
 	return time.Until(deadline) < max(timeout, z.opts.SessionTimeout)*3/4
