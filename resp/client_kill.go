@@ -156,8 +156,7 @@ func (s *Server) kill(me *Conn, f killFilter) (killed int, self bool) {
 			self = true
 			continue
 		}
-		c.closing.Store(true)
-		_ = c.rc.NetConn().Close() // its reader fails, and redcon runs the closed callback
+		c.Drop()
 	}
 	return len(victims), self
 }

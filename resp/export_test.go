@@ -44,3 +44,10 @@ func readSince(batch [][]byte, before, after int) int {
 	}
 	return n
 }
+
+// Abort closes c as CLIENT KILL, Drop and Server.Close close a client
+// (guardConn's Abort).
+func Abort(c net.Conn) error {
+	src := fixedLimits(Limits{})
+	return newGuard(c, src, newBudget(0)).Abort()
+}

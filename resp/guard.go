@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
 	"math"
 	"net"
@@ -420,6 +421,18 @@ func (g *guardConn) hold(n int, capped bool) bool {
 // budget. It may be called from any goroutine, more than once.
 func (g *guardConn) Close() error {
 	g.giveBack()
+	return g.Conn.Close()
+}
+
+// Abort closes the connection at once. Over TLS it sends no close_notify
+// alert: Go's TLS library waits up to 5 s to write it to a client that
+// reads nothing, and the caller (CLIENT KILL, Drop, Server.Close) would wait
+// with it.
+func (g *guardConn) Abort() error {
+	g.giveBack()
+	if tc, ok := g.Conn.(*tls.Conn); ok {
+		return tc.NetConn().Close()
+	}
 	return g.Conn.Close()
 }
 

@@ -165,7 +165,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.shut = true
 	lns := s.lns
 	for _, c := range s.conns {
-		_ = c.rc.g.Close() // its loop's read fails, and it finishes
+		_ = c.rc.g.Abort() // its loop's read fails, and it finishes
 	}
 	s.mu.Unlock()
 	for _, ln := range lns {

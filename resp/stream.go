@@ -73,11 +73,11 @@ func (c *Conn) turn(f func()) {
 	f()
 }
 
-// Drop closes the connection from any goroutine; the connection's own
-// goroutine then runs its Closed callbacks.
+// Drop closes the connection from any goroutine, at once (guardConn's
+// Abort); the connection's own goroutine then runs its Closed callbacks.
 func (c *Conn) Drop() {
 	c.closing.Store(true)
-	_ = c.rc.NetConn().Close()
+	_ = c.rc.g.Abort()
 }
 
 var _ net.Conn = (*guardConn)(nil)

@@ -72,3 +72,34 @@ func TestTLSSilentClientBlocksNobody(t *testing.T) {
 // handshakeWait bounds the wait for the refusal. A server whose accept loop
 // waited on the silent client's handshake would never send it.
 const handshakeWait = 30 * time.Second
+
+// TestTLSAbortWaitsForNoReader: CLIENT KILL, Drop and Server.Close close a
+// TLS client at once. Go's TLS library waits up to closeNotifyWait to write
+// its close_notify alert; nothing reads this pipe, so a close that sent the
+// alert would wait that long.
+func TestTLSAbortWaitsForNoReader(t *testing.T) {
+	srvTLS, cliTLS := tlsConfigs(t)
+	srvTLS.SessionTicketsDisabled = true // the server's tickets would wait for a reader too
+	a, b := net.Pipe()
+	defer b.Close()
+	srv, cli := tls.Server(a, srvTLS), tls.Client(b, cliTLS)
+	handshake := make(chan error, 1)
+	go func() { handshake <- cli.Handshake() }()
+	if err := srv.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handshake; err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- resp.Abort(srv) }()
+	select {
+	case <-done:
+	case <-time.After(closeNotifyWait / 2):
+		t.Fatalf("closing a TLS client that reads nothing waited %v: the close_notify alert was sent", closeNotifyWait/2)
+	}
+}
+
+// closeNotifyWait is how long Go's tls.Conn.Close waits to write its
+// close_notify alert.
+const closeNotifyWait = 5 * time.Second
