@@ -46,12 +46,13 @@ end
 -- meta writes the lock's meta for ARGV[1] (layout.lua's encode), from
 -- ARGV[12], the token as a field of it, and ARGV[13], mode, name, ttl and
 -- attempt as its fields: the instance encodes them (redis.go), and the
--- script adds only what it learns. lined: '0' where the script found no
--- line (layout.lua).
-local function meta(fence, took, lined)
+-- script adds only what it learns. rest is took and lined, encoded: took
+-- '1' and lined '0' ('0' where the script found no line: layout.lua) are
+-- TOOK_UNLINED.
+local TOOK_UNLINED, TOOK_LINED = '1:11:0', '1:11:1'
+local function meta(fence, rest)
   local f = count(fence)
-  redis.call('SET', KEYS[8], ARGV[12] .. string.len(f) .. ':' .. f .. ARGV[13] .. string.len(took) .. ':' .. took
-    .. string.len(lined) .. ':' .. lined, 'PX', ARGV[2])
+  redis.call('SET', KEYS[8], ARGV[12] .. #f .. ':' .. f .. ARGV[13] .. rest, 'PX', ARGV[2])
 end
 -- The common case, in five commands: no undo mark, nobody in line, no
 -- waiter of this instance to place, and the key free. The counter is
@@ -71,7 +72,7 @@ if quiet then
     redis.call('SET', KEYS[2], count(fence))
   end
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    meta(fence, '1', '0')
+    meta(fence, TOOK_UNLINED)
     return {1, fence, fence}
   end
   counter = redis.call('DECR', KEYS[2])
@@ -91,7 +92,8 @@ if holder == ARGV[1] and ARGV[11] ~= '1' then
   local fence = m.token == holder and tonumber(m.fence) or counter
   -- A refresh records its attempt as the last to land, but not as the one
   -- that took the key: its rollback deletes nothing (see release.lua).
-  meta(fence, '0', m.token == holder and m.lined or '')
+  local lined = m.token == holder and m.lined or ''
+  meta(fence, '1:0' .. #lined .. ':' .. lined)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, fence}
 end
@@ -123,7 +125,7 @@ else
     end
     counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    meta(counter, '1', (lined or ARGV[8] ~= '') and '1' or '0')
+    meta(counter, (lined or ARGV[8] ~= '') and TOOK_LINED or TOOK_UNLINED)
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
