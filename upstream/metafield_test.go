@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 )
 
 // oddBytes are field values that a length-prefixed encoding must carry
-// whole: empty, separators, digits, binary and multibyte text.
-var oddBytes = []string{"", ":", "::", "0", "12", "3:abc", "\x00\xff\x01", "é名", "a:b\r\n"}
+// whole: empty, separators, digits, binary and multibyte text, and lengths
+// of one to four digits (layout.lua reads up to three from the bytes).
+var oddBytes = []string{"", ":", "::", "0", "12", "3:abc", "\x00\xff\x01", "é名", "a:b\r\n",
+	strings.Repeat(":", 10), strings.Repeat("7", 100), strings.Repeat("\x00", 999), strings.Repeat("1:", 500)}
 
 // TestMetaField: the fields the instance encodes for acquire.lua (redis.go)
 // are layout.lua's encode byte for byte, so that decodeMeta reads them back
@@ -72,6 +75,62 @@ func TestAcquireMetaBytes(t *testing.T) {
 				t.Fatalf("Acquire(%q, next) = %+v, %v; want acquired", v, c, err)
 			}
 			check("grant placing the next waiter", c.Fence, "1", "1")
+		}
+	})
+}
+
+// TestReleaseReadsOwnMeta: release.lua reads the attempt, took and lined of
+// the token's own meta (the meta beginning with the token the instance
+// encoded) as decode does, whatever bytes the other fields hold: a release
+// bound to another attempt, or a rollback of a refreshed hold, deletes
+// nothing; one bound to the hold's attempt deletes it and answers that
+// attempt; a meta unreadable after the token describes nothing.
+func TestReleaseReadsOwnMeta(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		release := func(key, token, attempt string, rollback bool) quorum.Reply {
+			t.Helper()
+			r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: key, Token: token, Attempt: attempt, Rollback: rollback})
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			return r
+		}
+		for i, v := range oddBytes {
+			key, att := "r"+strconv.Itoa(i), "a"+v
+			h := engine.Hold{Token: v, TTL: time.Minute, Mode: engine.Mode(v), Name: v + v}
+			acquire := func(state quorum.ClaimState) {
+				t.Helper()
+				if r := n.do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: key, Hold: h, Attempt: att}); r.Err != nil || r.Claim.State != state {
+					t.Fatalf("Acquire(%q) = %+v; want %v", v, r, state)
+				}
+			}
+			acquire(quorum.Acquired)
+			if r := release(key, v, att+"x", false); r.OK {
+				t.Errorf("release of %q bound to another attempt deleted the hold", v)
+			}
+			acquire(quorum.Mine) // a refresh: took '0'
+			if r := release(key, v, att, true); r.OK {
+				t.Errorf("rollback of %q deleted a refreshed hold", v)
+			}
+			if r := release(key, v, att, false); !r.OK || r.Attempt != att {
+				t.Errorf("release of %q bound to its attempt = %+v; want deleted, attempt %q", v, r, att)
+			}
+			acquire(quorum.Acquired)
+			if r := release(key, v, att, true); !r.OK || r.Attempt != att {
+				t.Errorf("rollback of %q bound to its attempt = %+v; want deleted, attempt %q", v, r, att)
+			}
+			// The token's field, then nothing readable: nobody's meta.
+			acquire(quorum.Acquired)
+			if err := raw.Set(ctx, DefaultPrefix+"meta:"+key, metaField(v)+"2:99:", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := release(key, v, att, false); r.OK {
+				t.Errorf("release of %q bound to its attempt beside an unreadable meta deleted the hold", v)
+			}
+			if r := release(key, v, "", false); !r.OK || r.Attempt != "" {
+				t.Errorf("release of %q beside an unreadable meta = %+v; want deleted, no attempt", v, r)
+			}
 		}
 	})
 }
