@@ -12,12 +12,12 @@ import (
 
 // oddBytes are field values that a length-prefixed encoding must carry
 // whole: empty, separators, digits, binary and multibyte text, and lengths
-// of one to four digits (layout.lua reads up to three from the bytes).
+// of one to four digits (meta.lua reads up to three from the bytes).
 var oddBytes = []string{"", ":", "::", "0", "12", "3:abc", "\x00\xff\x01", "é名", "a:b\r\n",
 	strings.Repeat(":", 10), strings.Repeat("7", 100), strings.Repeat("\x00", 999), strings.Repeat("1:", 500)}
 
 // TestMetaField: the fields the instance encodes for acquire.lua (redis.go)
-// are layout.lua's encode byte for byte, so that decodeMeta reads them back
+// are meta.lua's encode byte for byte, so that decodeMeta reads them back
 // whatever their bytes.
 func TestMetaField(t *testing.T) {
 	for _, v := range oddBytes {

@@ -356,13 +356,13 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 		fresh = "1"
 	}
 	ttl := millis(h.TTL)
-	// The meta's fields the instance knows, as layout.lua's encode writes
+	// The meta's fields the instance knows, as meta.lua's encode writes
 	// them: the script writes the meta as one concatenation around the fence.
 	rest := metaField(string(h.Mode)) + metaField(h.Name) + metaField(strconv.FormatInt(ttl, 10)) + metaField(attempt)
 	return []any{h.Token, ttl, string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh, metaField(h.Token), rest}
 }
 
-// metaField is s as a field of a lock's meta (layout.lua's encode): its
+// metaField is s as a field of a lock's meta (meta.lua's encode): its
 // length in bytes, ':' and its bytes.
 func metaField(s string) string {
 	return strconv.Itoa(len(s)) + ":" + s

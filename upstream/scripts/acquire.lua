@@ -24,7 +24,7 @@
 -- retried by the holder.
 -- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
 -- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
--- the lock's meta (one string, layout.lua's encode: token, fence, mode,
+-- the lock's meta (one string, meta.lua's encode: token, fence, mode,
 -- name, ttl; attempt, the last attempt to take or refresh the key, and
 -- took, '1' when that attempt took it and '0' when it only refreshed it; it
 -- describes the holder only while its token is the lock key's value, and
@@ -43,11 +43,11 @@ local function now()
   end
   return clock
 end
--- meta writes the lock's meta for ARGV[1] (layout.lua's encode), from
+-- meta writes the lock's meta for ARGV[1] (meta.lua's encode), from
 -- ARGV[12], the token as a field of it, and ARGV[13], mode, name, ttl and
 -- attempt as its fields: the instance encodes them (redis.go), and the
 -- script adds only what it learns. rest is took and lined, encoded: took
--- '1' and lined '0' ('0' where the script found no line: layout.lua) are
+-- '1' and lined '0' ('0' where the script found no line: meta.lua) are
 -- TOOK_UNLINED.
 local TOOK_UNLINED, TOOK_LINED = '1:11:0', '1:11:1'
 local function meta(fence, rest)
@@ -136,7 +136,7 @@ if waiter ~= '' then
   redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), waiter)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
-  -- The holder's release must look at the line now (layout.lua's lined).
+  -- The holder's release must look at the line now (meta.lua's lined).
   if type(holder) == 'string' then
     local m = decode(redis.call('MGET', KEYS[8])[1])
     if m.token == holder and m.lined == '0' then
