@@ -11,7 +11,8 @@
 -- against the same clock, so one whose clock is ahead disables no line),
 -- KEYS[5] this attempt's undo mark (set by a rollback or release that may
 -- have come first: an acquire that finds it takes nothing)
--- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
+-- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name
+-- (the script reads neither: the meta takes them from ARGV[13]),
 -- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
 -- arrival (µs of the waiting instance's clock: it orders the line),
 -- ARGV[7] how long its place is kept (µs), ARGV[8] the next waiter of this
