@@ -32,9 +32,16 @@ end
 -- as tonumber does, and where the field's bytes start; nil where the length
 -- is not a number. A length of up to three digits it reads from the bytes
 -- themselves, with one call and no string made: most of a release's Lua
--- work was reading the meta.
+-- work was reading the meta. Only at a whole position inside s: a meta no
+-- script wrote (a negative or fractional length before) can leave at below
+-- 1 or between bytes, where string.byte counts from the end or rounds, and
+-- at + 2 is not where the field starts; string.match finds it as
+-- string.find did.
 local function length(s, at)
-  local a, b, c, d = string.byte(s, at, at + 3)
+  local a, b, c, d
+  if at >= 1 and at % 1 == 0 then
+    a, b, c, d = string.byte(s, at, at + 3)
+  end
   if a and a >= 48 and a <= 57 then
     if b == 58 then
       return a - 48, at + 2
