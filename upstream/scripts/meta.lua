@@ -34,7 +34,7 @@ end
 -- themselves, with one call and no string made: most of a release's Lua
 -- work was reading the meta. Only at a whole position inside s: a meta no
 -- script wrote (a negative or fractional length before) can leave at below
--- 1 or between bytes, where string.byte counts from the end or rounds, and
+-- 1 or between bytes, where string.byte counts from the end or truncates, and
 -- at + 2 is not where the field starts; string.match finds it as
 -- string.find did.
 local function length(s, at)
