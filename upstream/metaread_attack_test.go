@@ -18,13 +18,14 @@ import (
 // were taken as a field there and its overrun went unseen: a release bound
 // to an attempt deleted a hold whose meta describes nothing.
 func TestAttackMetaOddLengths(t *testing.T) {
-	cases := []struct {
+	type oddMeta struct {
 		holder, meta string
 		fence        int64  // inspect's fence and name (0 and '' where
 		name         string // the meta describes nothing)
 		bound        bool   // a release bound to attempt a1 deletes
 		attempt      string // the attempt a release of any attempt answers
-	}{
+	}
+	cases := []oddMeta{
 		// After the token, a length of -37 takes the reading back to the
 		// last 29 bytes, whose last field (9:0ab) overruns the string.
 		{holder: "t", meta: "1:t-37:xx5:lease1:n5:600002:a11:19:0ab"},
@@ -35,7 +36,19 @@ func TestAttackMetaOddLengths(t *testing.T) {
 		// reading mid-byte; the last field (1:) is one byte short, as
 		// decode lets it be.
 		{holder: "é", meta: "2:é1:55.5:lease1:n5:60000002:a11:11:", fence: 5, name: "n", bound: true, attempt: "a1"},
+		// took's length 1.5 reads '1'; lined starts mid-byte and reads '0'.
 		{holder: "t", meta: "1:t1:55:lease1:n5:600002:a11:1.51:0", fence: 5, name: "n", bound: true, attempt: "a1"},
+	}
+	// Lengths tonumber reads as 5 however they are written (05 and 005
+	// take the byte path, the others string.match's): the mode
+	// field reads 'lease' and the meta describes the hold. (Not 5e0:
+	// redis-server's tonumber reads it, miniredis's does not, in every
+	// build alike.) Lengths it cannot read leave the meta unreadable.
+	for _, five := range []string{"05", "005", "0005", " 5", "\t5", "+5", "5 ", "5.0", "0x5"} {
+		cases = append(cases, oddMeta{holder: "t", meta: "1:t1:5" + five + ":lease1:n5:600002:a11:11:0", fence: 5, name: "n", bound: true, attempt: "a1"})
+	}
+	for _, odd := range []string{"", "0x", "-0", "5-"} {
+		cases = append(cases, oddMeta{holder: "t", meta: "1:t1:5" + odd + ":lease1:n5:600002:a11:11:0"})
 	}
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
