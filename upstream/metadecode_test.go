@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // findDecode is layout.lua's decode as builds up to 6d0601e ran it (with
@@ -120,6 +122,74 @@ func TestMetaDecodeMatchesFind(t *testing.T) {
 				break
 			}
 			t.Errorf("decode(%q) differs from the string.find reading", metas[at-1])
+		}
+	})
+}
+
+// findOwn answers, for each meta, what the string.find decode says of the
+// hold of token 't': '-' where the meta does not describe it, else its
+// took and attempt ('1a1').
+const findOwn = `
+local out = {}
+for i, s in ipairs(ARGV) do
+  local ok, m = pcall(find_decode, s)
+  if not ok then
+    m = blank()
+  end
+  if m.token == 't' then
+    out[i] = m.took .. '|' .. m.attempt
+  else
+    out[i] = '-'
+  end
+end
+return out
+`
+
+// TestReleaseOwnMetaMatchesFind: release.lua's reading of the token's own
+// meta (the meta starting with the token's field) answers as the
+// string.find decode of earlier builds, on odd metas after that field: a
+// release of any attempt answers the attempt the meta records, or none
+// where the meta describes nothing, and a rollback bound to that attempt
+// deletes the hold only where the meta says the attempt took it.
+func TestReleaseOwnMetaMatchesFind(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		metas := oddMetas(rand.New(rand.NewSource(2)), 400)
+		args := make([]any, len(metas))
+		for i := range metas {
+			metas[i] = "1:t" + metas[i]
+			args[i] = metas[i]
+		}
+		src := metaLua + strings.Split(findDecode, "local odd = {}")[0] + findOwn
+		want, err := raw.Eval(ctx, src, nil, args...).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plant := func(meta string) {
+			t.Helper()
+			if err := raw.MSet(ctx, "k", "t", DefaultPrefix+"meta:k", meta).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, meta := range metas {
+			took, attempt, known := "", "", want[i] != "-"
+			if known {
+				took, attempt, _ = strings.Cut(want[i], "|")
+			}
+			plant(meta)
+			if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "t"}); r.Err != nil || !r.OK || r.Attempt != attempt {
+				t.Errorf("release beside %q = %+v; want deleted, attempt %q", meta, r, attempt)
+			}
+			bound := attempt // ('' binds to nothing)
+			if bound == "" {
+				bound = "a1"
+			}
+			del := known && attempt == bound && took == "1"
+			plant(meta)
+			r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "t", Attempt: bound, Rollback: true})
+			if r.Err != nil || r.OK != del {
+				t.Errorf("rollback bound to %q beside %q = %+v; want deleted %v", bound, meta, r, del)
+			}
 		}
 	})
 }
