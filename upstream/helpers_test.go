@@ -91,10 +91,10 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
-// metaFields are the fields of a lock's meta, in layout.lua's order.
+// metaFields are the fields of a lock's meta, in meta.lua's order.
 var metaFields = []string{"token", "fence", "mode", "name", "ttl", "attempt", "took", "lined"}
 
-// encodeMeta writes m as layout.lua's encode does: each field as its length,
+// encodeMeta writes m as meta.lua's encode does: each field as its length,
 // ':' and its bytes.
 func encodeMeta(m map[string]string) string {
 	var b strings.Builder
@@ -104,7 +104,7 @@ func encodeMeta(m map[string]string) string {
 	return b.String()
 }
 
-// decodeMeta reads a meta that encodeMeta (or layout.lua) wrote.
+// decodeMeta reads a meta that encodeMeta (or meta.lua) wrote.
 func decodeMeta(s string) (map[string]string, error) {
 	m := map[string]string{}
 	for _, f := range metaFields {

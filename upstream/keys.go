@@ -16,7 +16,7 @@ import "strings"
 //	                             nobody took a place in line since the
 //	                             hold's acquire found none: its release
 //	                             need not look), each as its length, ':'
-//	                             and its bytes (layout.lua's encode)
+//	                             and its bytes (meta.lua's encode)
 //	                             (the TTL of the lock key when written)
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
@@ -127,7 +127,7 @@ func (n *RedisNode) lockKey(key string) string {
 	return key
 }
 
-// metaKey is the string that describes key's holder (layout.lua's encode).
+// metaKey is the string that describes key's holder (meta.lua's encode).
 func (n *RedisNode) metaKey(key string) string { return n.prefix + "meta:" + key }
 
 // layoutKey is the node's fencing counter; its type names the layout.

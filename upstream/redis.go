@@ -325,7 +325,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			second = op.Line[1].ID
 		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta, n.releasedKey(op.Key)}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor)}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor), metaField(op.Token)}
 	case quorum.OpHeal:
 		keys := append([]string{lock, meta, n.releasedKey(op.Key)}, n.healCounters()...)
 		h := op.Hold
@@ -355,7 +355,17 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	if h.Fresh {
 		fresh = "1"
 	}
-	return []any{h.Token, millis(h.TTL), string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh}
+	ttl := millis(h.TTL)
+	// The meta's fields the instance knows, as meta.lua's encode writes
+	// them: the script writes the meta as one concatenation around the fence.
+	rest := metaField(string(h.Mode)) + metaField(h.Name) + metaField(strconv.FormatInt(ttl, 10)) + metaField(attempt)
+	return []any{h.Token, ttl, string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh, metaField(h.Token), rest}
+}
+
+// metaField is s as a field of a lock's meta (meta.lua's encode): its
+// length in bytes, ':' and its bytes.
+func metaField(s string) string {
+	return strconv.Itoa(len(s)) + ":" + s
 }
 
 // wrap adds the node's address to err.

@@ -37,17 +37,21 @@ var (
 	healLua string
 	//go:embed scripts/layout.lua
 	layoutLua string
+	//go:embed scripts/meta.lua
+	metaLua string
 )
 
+// Each script gets only the preludes it calls: layout.lua for the node's
+// counter, meta.lua for a lock's meta.
 var (
-	acquireScript = newScript("acquire", layoutLua+acquireLua)
-	commitScript  = newScript("commit", layoutLua+commitLua)
-	extendScript  = newScript("extend", layoutLua+extendLua)
-	releaseScript = newScript("release", layoutLua+releaseLua)
-	inspectScript = newScript("inspect", layoutLua+inspectLua)
+	acquireScript = newScript("acquire", layoutLua+metaLua+acquireLua)
+	commitScript  = newScript("commit", layoutLua+metaLua+commitLua)
+	extendScript  = newScript("extend", layoutLua+metaLua+extendLua)
+	releaseScript = newScript("release", metaLua+releaseLua)
+	inspectScript = newScript("inspect", metaLua+inspectLua)
 	leaveScript   = newScript("leave", leaveLua)
 	floorScript   = newScript("floor", layoutLua+floorLua)
-	healScript    = newScript("heal", layoutLua+healLua)
+	healScript    = newScript("heal", layoutLua+metaLua+healLua)
 
 	scripts = []*script{acquireScript, commitScript, extendScript, releaseScript, inspectScript, leaveScript, floorScript, healScript}
 )

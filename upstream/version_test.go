@@ -245,7 +245,7 @@ func TestLayout2RefusedOnLayout3(t *testing.T) {
 		}
 		// The quiet path on a held key: nothing, not even a place in line
 		// for a waiter (a layout-3 hold's release looks at the line only
-		// where a layout-3 acquire placed a waiter: layout.lua's lined).
+		// where a layout-3 acquire placed a waiter: meta.lua's lined).
 		v, err = runLayout2(ctx, n, raw, layout2AcquireOp("held", "old", false))
 		wrongType("acquire of a held key", v, err)
 		op := layout2AcquireOp("held", "old", false)

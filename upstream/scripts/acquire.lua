@@ -11,7 +11,8 @@
 -- against the same clock, so one whose clock is ahead disables no line),
 -- KEYS[5] this attempt's undo mark (set by a rollback or release that may
 -- have come first: an acquire that finds it takes nothing)
--- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name,
+-- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name
+-- (the script reads neither: the meta takes them from ARGV[13]),
 -- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
 -- arrival (µs of the waiting instance's clock: it orders the line),
 -- ARGV[7] how long its place is kept (µs), ARGV[8] the next waiter of this
@@ -24,7 +25,7 @@
 -- retried by the holder.
 -- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
 -- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
--- the lock's meta (one string, layout.lua's encode: token, fence, mode,
+-- the lock's meta (one string, meta.lua's encode: token, fence, mode,
 -- name, ttl; attempt, the last attempt to take or refresh the key, and
 -- took, '1' when that attempt took it and '0' when it only refreshed it; it
 -- describes the holder only while its token is the lock key's value, and
@@ -43,10 +44,16 @@ local function now()
   end
   return clock
 end
--- lined: '0' where the script found no line (layout.lua)
-local function meta(token, fence, took, lined)
-  redis.call('SET', KEYS[8], encode({token = token, fence = count(fence), mode = ARGV[3], name = ARGV[4],
-    ttl = ARGV[2], attempt = ARGV[10], took = took, lined = lined}), 'PX', ARGV[2])
+-- meta writes the lock's meta for ARGV[1] (meta.lua's encode), from
+-- ARGV[12], the token as a field of it, and ARGV[13], mode, name, ttl and
+-- attempt as its fields: the instance encodes them (redis.go), and the
+-- script adds only what it learns. rest is took and lined, encoded: took
+-- '1' and lined '0' ('0' where the script found no line: meta.lua) are
+-- TOOK_UNLINED.
+local TOOK_UNLINED, TOOK_LINED = '1:11:0', '1:11:1'
+local function meta(fence, rest)
+  local f = count(fence)
+  redis.call('SET', KEYS[8], ARGV[12] .. #f .. ':' .. f .. ARGV[13] .. rest, 'PX', ARGV[2])
 end
 -- The common case, in five commands: no undo mark, nobody in line, no
 -- waiter of this instance to place, and the key free. The counter is
@@ -66,7 +73,7 @@ if quiet then
     redis.call('SET', KEYS[2], count(fence))
   end
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    meta(ARGV[1], fence, '1', '0')
+    meta(fence, TOOK_UNLINED)
     return {1, fence, fence}
   end
   counter = redis.call('DECR', KEYS[2])
@@ -86,7 +93,8 @@ if holder == ARGV[1] and ARGV[11] ~= '1' then
   local fence = m.token == holder and tonumber(m.fence) or counter
   -- A refresh records its attempt as the last to land, but not as the one
   -- that took the key: its rollback deletes nothing (see release.lua).
-  meta(holder, fence, '0', m.token == holder and m.lined or '')
+  local lined = m.token == holder and m.lined or ''
+  meta(fence, '1:0' .. #lined .. ':' .. lined)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, counter, fence}
 end
@@ -118,7 +126,7 @@ else
     end
     counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    meta(ARGV[1], counter, '1', (lined or ARGV[8] ~= '') and '1' or '0')
+    meta(counter, (lined or ARGV[8] ~= '') and TOOK_LINED or TOOK_UNLINED)
     return {1, counter, counter}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
@@ -129,7 +137,7 @@ if waiter ~= '' then
   redis.call('ZADD', KEYS[4], now() + tonumber(ARGV[7]), waiter)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
-  -- The holder's release must look at the line now (layout.lua's lined).
+  -- The holder's release must look at the line now (meta.lua's lined).
   if type(holder) == 'string' then
     local m = decode(redis.call('MGET', KEYS[8])[1])
     if m.token == holder and m.lined == '0' then

@@ -5,7 +5,7 @@
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] the layout key (the node's counter, layout.lua), KEYS[3] and
 -- KEYS[5] fence-max and fence-floor of layout 1 (read where the node has no
--- counter yet), KEYS[4] the lock's meta (layout.lua's encode)
+-- counter yet), KEYS[4] the lock's meta (meta.lua's encode)
 -- ARGV[1] token, ARGV[2] fence, ARGV[3] the committing attempt ('' none)
 -- Returns 1 if the token holds the lock, else 0.
 local fence = tonumber(ARGV[2])

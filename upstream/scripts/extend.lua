@@ -1,6 +1,6 @@
 -- Reset the TTL of a lock the token holds, and record a new mode if given.
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
--- KEYS[2] the lock's meta (layout.lua's encode: token, mode, ttl, ...; it
+-- KEYS[2] the lock's meta (meta.lua's encode: token, mode, ttl, ...; it
 -- describes the holder only while its token is the lock key's value), KEYS[3] the key's
 -- release mark (release.lua, heal.lua)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds (0: the lock's own ttl),

@@ -1,7 +1,7 @@
 -- Take a lock again, for the token that holds it on a majority of nodes, on
 -- a node where its key is free (the node restarted empty, or missed the
 -- grant): a renewal heals the nodes that lost the lock (quorum.Extend).
--- KEYS[1] the lock key, KEYS[2] its meta (layout.lua's encode), KEYS[3] the
+-- KEYS[1] the lock key, KEYS[2] its meta (meta.lua's encode), KEYS[3] the
 -- key's release mark (release.lua: the node's clock, in ms, when a release
 -- of the key found it free or another's), KEYS[4] the layout key (the
 -- node's counter, layout.lua), KEYS[5] and KEYS[6] fence-floor and

@@ -1,5 +1,5 @@
 -- Read a lock's entry.
--- KEYS[1] the lock key, KEYS[2] its meta (layout.lua's encode; it describes
+-- KEYS[1] the lock key, KEYS[2] its meta (meta.lua's encode; it describes
 -- the holder only while its token is the lock key's value)
 -- Returns {token, fence, mode, name, pttl in milliseconds}, or {} when the
 -- key is free. A key of another type (a client library's lock written by a

@@ -1,5 +1,5 @@
 -- Prepended to every script that reads or raises the node's fencing counter
--- or a lock's meta (scripts.go). The counter is the layout key itself, a
+-- (scripts.go); meta.lua has the lock's meta. The counter is the layout key itself, a
 -- string (keys.go), one counter for every key of the node; the key's type
 -- names the layout: a string in layout 3, a hash in layout 2.
 local LAYOUT = '3'
@@ -55,46 +55,4 @@ local function raise(layout, floor, top, n)
     redis.call('SET', layout, count(n))
   end
 end
--- A lock's meta is one string (keys.go): token, fence, mode, name, ttl,
--- attempt, took and lined, each as its length in bytes, ':' and its bytes,
--- so that any bytes survive. encode writes it; decode reads it back, with
--- every field '' where the meta is missing (nil from MGET: no key, or a key
--- of another type, as layout 2's meta hash) or unreadable.
--- lined is '0' only where the key's waiting line did not exist when the
--- holder's acquire wrote the meta and nobody has taken a place in it since
--- (acquire.lua flags the holder's meta, in the same step, whenever it
--- places a waiter while the key is held); any other value, '' among them,
--- is "a line may exist", and a release looks (release.lua).
-local FIELDS = {'token', 'fence', 'mode', 'name', 'ttl', 'attempt', 'took', 'lined'}
-local function encode(m)
-  local out = {}
-  for i, f in ipairs(FIELDS) do
-    local v = m[f] or ''
-    out[i] = string.len(v) .. ':' .. v
-  end
-  return table.concat(out)
-end
-local function blank()
-  local m = {}
-  for _, f in ipairs(FIELDS) do
-    m[f] = ''
-  end
-  return m
-end
-local function decode(s)
-  if type(s) ~= 'string' then
-    return blank()
-  end
-  local m, at, size = {}, 1, string.len(s)
-  for _, f in ipairs(FIELDS) do
-    local colon = string.find(s, ':', at, true)
-    local n = colon and tonumber(string.sub(s, at, colon - 1))
-    if not n or colon + n > size + 1 then
-      return blank()
-    end
-    m[f] = string.sub(s, colon + 1, colon + n)
-    at = colon + n + 1
-  end
-  return m
-end
--- Everything below is the script itself.
+-- Everything below is the script itself, or meta.lua.

@@ -5,7 +5,7 @@
 -- line, on this node.
 -- KEYS[1] the lock key (holds the token's string while the token holds it),
 -- KEYS[2] waiting line, KEYS[3] line deadlines, KEYS[4] the undo mark of the
--- acquire attempt ARGV[7], KEYS[5] the lock's meta (layout.lua's encode; it
+-- acquire attempt ARGV[7], KEYS[5] the lock's meta (meta.lua's encode; it
 -- describes the holder only while its token is the lock key's value), KEYS[6] the key's
 -- release mark, written (the node's clock, in ms, for ARGV[11] ms; '0':
 -- not written) by a release that is not a rollback where the token does
@@ -27,6 +27,7 @@
 -- remember it: unless the lock shows that attempt landed, the release marks
 -- it undone, so that it takes nothing when it lands later (on a connection
 -- that was dropped meanwhile, its order against this release is unknown).
+-- ARGV[12] is ARGV[1] as the meta's first field (meta.lua's encode).
 -- Returns {1, attempt} if the token held the lock (attempt: the last attempt
 -- that took or refreshed the hold deleted, '' if not recorded), else 0.
 -- It publishes only when it deleted, and
@@ -40,21 +41,42 @@
 -- another type, layout 2's hash, is a meta lost).
 local got = redis.call('MGET', KEYS[1], KEYS[5])
 local holder = got[1]
--- the last attempt that took or refreshed the lock key, and whether it took
--- it, when known
-local attempt, took = false, false
-local m = decode(got[2])
-local known = holder and m.token == holder
-if known then
-  attempt, took = m.attempt, m.took
+-- What the meta says of the hold, where it describes it (known): the last
+-- attempt that took or refreshed the lock key, whether that attempt took
+-- it, and lined (meta.lua).
+local known, attempt, took, flag = false, false, false, ''
+local s = got[2]
+if holder == ARGV[1] and type(s) == 'string' and string.sub(s, 1, #ARGV[12]) == ARGV[12] then
+  -- The token's own meta (ARGV[12] is the token as its first field): read
+  -- as decode reads it, but only the fields a release needs.
+  local at, size, v = #ARGV[12] + 1, #s, {}
+  for i = 2, 8 do -- fence, mode, name, ttl, attempt, took, lined
+    local n, from = length(s, at)
+    if not n or from + n > size + 2 then
+      v = {} -- unreadable: decode's blank, every field ''
+      break
+    end
+    if i >= 6 then
+      v[i] = string.sub(s, from, from + n - 1)
+    end
+    at = from + n
+  end
+  if v[8] or holder == '' then
+    known, attempt, took, flag = true, v[6] or '', v[7] or '', v[8] or ''
+  end
+elseif holder then
+  local m = decode(s)
+  if m.token == holder then
+    known, attempt, took, flag = true, m.attempt, m.took, m.lined
+  end
 end
 -- The line exists only while somebody waits: one look in the common case,
 -- and none where the token holds the key and its meta says that nobody has
--- taken a place in line since its acquire found none (layout.lua's lined):
+-- taken a place in line since its acquire found none (meta.lua's lined):
 -- then nobody waits, and the token itself has no place (it could have one
 -- only from an acquire refused while it held the key, which flags the meta).
 local lined = false
-if not (holder == ARGV[1] and known and m.lined == '0') then
+if not (holder == ARGV[1] and known and flag == '0') then
   lined = redis.call('EXISTS', KEYS[2]) == 1
 end
 if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
