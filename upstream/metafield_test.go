@@ -88,14 +88,6 @@ func TestAcquireMetaBytes(t *testing.T) {
 func TestReleaseReadsOwnMeta(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
-		release := func(key, token, attempt string, rollback bool) quorum.Reply {
-			t.Helper()
-			r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: key, Token: token, Attempt: attempt, Rollback: rollback})
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			return r
-		}
 		for i, v := range oddBytes {
 			key, att := "r"+strconv.Itoa(i), "a"+v
 			h := engine.Hold{Token: v, TTL: time.Minute, Mode: engine.Mode(v), Name: v + v}
@@ -106,18 +98,18 @@ func TestReleaseReadsOwnMeta(t *testing.T) {
 				}
 			}
 			acquire(quorum.Acquired)
-			if r := release(key, v, att+"x", false); r.OK {
+			if r := releaseBound(t, n, key, v, att+"x", false); r.OK {
 				t.Errorf("release of %q bound to another attempt deleted the hold", v)
 			}
 			acquire(quorum.Mine) // a refresh: took '0'
-			if r := release(key, v, att, true); r.OK {
+			if r := releaseBound(t, n, key, v, att, true); r.OK {
 				t.Errorf("rollback of %q deleted a refreshed hold", v)
 			}
-			if r := release(key, v, att, false); !r.OK || r.Attempt != att {
+			if r := releaseBound(t, n, key, v, att, false); !r.OK || r.Attempt != att {
 				t.Errorf("release of %q bound to its attempt = %+v; want deleted, attempt %q", v, r, att)
 			}
 			acquire(quorum.Acquired)
-			if r := release(key, v, att, true); !r.OK || r.Attempt != att {
+			if r := releaseBound(t, n, key, v, att, true); !r.OK || r.Attempt != att {
 				t.Errorf("rollback of %q bound to its attempt = %+v; want deleted, attempt %q", v, r, att)
 			}
 			// The token's field, then nothing readable: nobody's meta.
@@ -125,10 +117,10 @@ func TestReleaseReadsOwnMeta(t *testing.T) {
 			if err := raw.Set(ctx, DefaultPrefix+"meta:"+key, metaField(v)+"2:99:", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if r := release(key, v, att, false); r.OK {
+			if r := releaseBound(t, n, key, v, att, false); r.OK {
 				t.Errorf("release of %q bound to its attempt beside an unreadable meta deleted the hold", v)
 			}
-			if r := release(key, v, "", false); !r.OK || r.Attempt != "" {
+			if r := releaseBound(t, n, key, v, "", false); !r.OK || r.Attempt != "" {
 				t.Errorf("release of %q beside an unreadable meta = %+v; want deleted, no attempt", v, r)
 			}
 		}

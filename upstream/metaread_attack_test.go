@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // TestAttackMetaOddLengths: a meta whose lengths no script writes (a
@@ -61,14 +59,6 @@ func TestAttackMetaOddLengths(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		release := func(key, token, attempt string, rollback bool) quorum.Reply {
-			t.Helper()
-			r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: key, Token: token, Attempt: attempt, Rollback: rollback})
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			return r
-		}
 		for i, c := range cases {
 			key := "odd" + strconv.Itoa(i)
 			plant(key, c.holder, c.meta)
@@ -78,12 +68,12 @@ func TestAttackMetaOddLengths(t *testing.T) {
 			}
 			for _, rollback := range []bool{false, true} {
 				plant(key, c.holder, c.meta)
-				if r := release(key, c.holder, "a1", rollback); r.OK != c.bound {
+				if r := releaseBound(t, n, key, c.holder, "a1", rollback); r.OK != c.bound {
 					t.Errorf("release (rollback %v) bound to a1 beside %q = %+v; want deleted %v", rollback, c.meta, r, c.bound)
 				}
 			}
 			plant(key, c.holder, c.meta)
-			if r := release(key, c.holder, "", false); !r.OK || r.Attempt != c.attempt {
+			if r := releaseBound(t, n, key, c.holder, "", false); !r.OK || r.Attempt != c.attempt {
 				t.Errorf("release beside %q = %+v; want deleted, attempt %q", c.meta, r, c.attempt)
 			}
 		}

@@ -292,6 +292,17 @@ func mustRelease(t *testing.T, n *RedisNode, key, token string, want bool) {
 	}
 }
 
+// releaseBound runs a release of key by token on n bound to attempt (a
+// rollback if rollback); the node must answer it.
+func releaseBound(t *testing.T, n *RedisNode, key, token, attempt string, rollback bool) quorum.Reply {
+	t.Helper()
+	r := n.do(testCtx(t), &quorum.Op{Kind: quorum.OpRelease, Key: key, Token: token, Attempt: attempt, Rollback: rollback})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	return r
+}
+
 func mustInspect(t *testing.T, n *RedisNode, key string) quorum.Entry {
 	t.Helper()
 	e, ok, err := n.Inspect(testCtx(t), key)
