@@ -113,12 +113,7 @@ func TestPausedNodeMidBatch(t *testing.T) {
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Resume()
-		}
-	}()
+	defer s.Resume() // if the test ends before it resumes the node (SIGCONT to a running one does nothing)
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan quorum.Reply, 2)
@@ -143,7 +138,6 @@ func TestPausedNodeMidBatch(t *testing.T) {
 	if err := s.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	resumed = true
 	// The node now runs what it had read (the acquires of k, perhaps k2)
 	// and answers on the closed connection. Later calls go on a new one
 	// and get their own replies.
@@ -226,12 +220,7 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Resume()
-		}
-	}()
+	defer s.Resume() // if the test ends before it resumes the node (SIGCONT to a running one does nothing)
 	big := strings.Repeat("x", 8<<20)
 	echo := admitted(t, `return #ARGV[1]`)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
@@ -254,7 +243,6 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 	if err := s.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	resumed = true
 	r := evalOn(testCtx(t), n, echo, nil, []string{big})
 	if r.Err != nil || r.Value.Int != int64(len(big)) {
 		t.Fatalf("the big call once the node runs: %+v", r)

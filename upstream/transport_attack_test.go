@@ -36,12 +36,7 @@ func TestLateReplyBehindAnEarlierDeadline(t *testing.T) {
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Resume()
-		}
-	}()
+	defer s.Resume() // if the test ends before it resumes the node (SIGCONT to a running one does nothing)
 	long, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	short, cancel2 := context.WithTimeout(t.Context(), 200*time.Millisecond)
@@ -54,7 +49,6 @@ func TestLateReplyBehindAnEarlierDeadline(t *testing.T) {
 	if err := s.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	resumed = true
 	for range 2 {
 		select {
 		case r := <-done:
