@@ -359,7 +359,7 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	// The meta's fields the instance knows, as meta.lua's encode writes
 	// them: the script writes the meta as one concatenation around the fence.
 	rest := metaField(string(h.Mode)) + metaField(h.Name) + metaField(strconv.FormatInt(ttl, 10)) + metaField(attempt)
-	return []any{h.Token, ttl, string(h.Mode), h.Name, id, since, keep, next, nextSince, attempt, fresh, metaField(h.Token), rest}
+	return []any{h.Token, ttl, metaField(h.Token), rest, id, since, keep, next, nextSince, attempt, fresh}
 }
 
 // metaField is s as a field of a lock's meta (meta.lua's encode): its

@@ -11,8 +11,8 @@
 -- against the same clock, so one whose clock is ahead disables no line),
 -- KEYS[5] this attempt's undo mark (set by a rollback or release that may
 -- have come first: an acquire that finds it takes nothing)
--- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] mode, ARGV[4] name
--- (the script reads neither: the meta takes them from ARGV[13]),
+-- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] the token and
+-- ARGV[4] mode, name, ttl and attempt as fields of the meta (meta()),
 -- ARGV[5] waiter id ('' for a client that does not wait), ARGV[6] its
 -- arrival (µs of the waiting instance's clock: it orders the line),
 -- ARGV[7] how long its place is kept (µs), ARGV[8] the next waiter of this
@@ -45,7 +45,7 @@ local function now()
   return clock
 end
 -- meta writes the lock's meta for ARGV[1] (meta.lua's encode), from
--- ARGV[12], the token as a field of it, and ARGV[13], mode, name, ttl and
+-- ARGV[3], the token as a field of it, and ARGV[4], mode, name, ttl and
 -- attempt as its fields: the instance encodes them (redis.go), and the
 -- script adds only what it learns. rest is took and lined, encoded: took
 -- '1' and lined '0' ('0' where the script found no line: meta.lua) are
@@ -53,7 +53,7 @@ end
 local TOOK_UNLINED, TOOK_LINED = '1:11:0', '1:11:1'
 local function meta(fence, rest)
   local f = count(fence)
-  redis.call('SET', KEYS[8], ARGV[12] .. #f .. ':' .. f .. ARGV[13] .. rest, 'PX', ARGV[2])
+  redis.call('SET', KEYS[8], ARGV[3] .. #f .. ':' .. f .. ARGV[4] .. rest, 'PX', ARGV[2])
 end
 -- The common case, in five commands: no undo mark, nobody in line, no
 -- waiter of this instance to place, and the key free. The counter is
