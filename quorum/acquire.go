@@ -71,7 +71,10 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 					c.yes |= 1 << rep.Tag
 				}
 			}
-			return t.decided()
+			// A retry that holds a majority but whose nodes record
+			// different fences hears the rest: a majority of them
+			// agrees on its grant's fence (fence).
+			return t.decided() && (s.mine < r.quorum || t.pending() == 0 || s.agreedHeld(r.quorum) != 0)
 		})
 	if err == nil {
 		err = t.outcome("acquire", &engine.BusyError{RetryAfter: s.busy.freeAfter(r.quorum, t.n)})
@@ -106,7 +109,7 @@ type claimSummary struct {
 	busy     heldTimes // the other holder's remaining lease on the nodes that refused
 	counter  int64     // the largest counter any node reported
 	mine     int       // nodes where the token already held the key
-	held     int64     // the largest fence recorded for the token where it held the key
+	held     []int64   // the fences recorded for the token where it held the key
 	acquired int       // nodes that took the key for the token
 	first    int64     // the fence the first of them recorded
 	split    bool      // whether those nodes recorded different fences
@@ -119,7 +122,7 @@ func (s *claimSummary) add(c Claim) {
 		s.busy = append(s.busy, c.Held)
 	case Mine:
 		s.mine++
-		s.held = max(s.held, c.Fence)
+		s.held = append(s.held, c.Fence)
 	case Acquired:
 		if s.acquired == 0 {
 			s.first = c.Fence
@@ -130,18 +133,47 @@ func (s *claimSummary) add(c Claim) {
 }
 
 // fence picks the grant's fence. A retry that still holds a majority keeps
-// the fence of its grant (no other grant can have come between). A
-// majority that took the key and agrees has recorded the fence already.
-// Otherwise the largest counter seen is the fence, to be committed.
+// the fence of its grant (no other grant can have come between): the one a
+// majority of the nodes record for the token. A node outside that majority
+// may record another (the grant's first attempt landed there late and took
+// the key with the node's own counter, before the grant's fence was
+// committed to it, or the node missed the release of an earlier grant);
+// where no majority agrees (only a bare majority answered, and they
+// differ), the largest is the fence, which is never below the grant's
+// (every later grant is above it too). A majority that took the key and
+// agrees has recorded the fence already. Otherwise the largest counter
+// seen is the fence, to be committed.
 func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 	switch {
 	case s.mine >= quorum:
-		return s.held, false // the commit records it where the key was taken anew
+		// The commit records it on every holder, exactly: the retry is the
+		// last attempt to have taken or refreshed the key there.
+		if f := s.agreedHeld(quorum); f != 0 {
+			return f, false
+		}
+		return slices.Max(s.held), false
 	case s.acquired >= quorum && !s.split:
 		return s.first, true
 	default:
 		return s.counter, false
 	}
+}
+
+// agreedHeld is the fence that at least quorum of the nodes where the
+// token held the key record for it, or 0 if none does (fences start at 1).
+func (s *claimSummary) agreedHeld(quorum int) int64 {
+	for _, f := range s.held {
+		n := 0
+		for _, g := range s.held {
+			if g == f {
+				n++
+			}
+		}
+		if n >= quorum {
+			return f
+		}
+	}
+	return 0
 }
 
 // commit runs phase two. It returns the nodes where the token holds the
