@@ -201,7 +201,7 @@ func higherLateSetup(t *testing.T) ([]*fakeNode, *Redlock, int64) {
 // A retry of a's grant (LOCK … TOKEN, not fresh) while node 3 records 51
 // for it: the first majority to answer (node 2 is slow) is nodes 0, 1 and
 // 3, which disagree; the retry hears node 2 too, and answers the grant's
-// own fence, 11, which the nodes then record, node 3 included.
+// own fence, 11. Node 3 keeps 51 (never lowered); LOCKINFO reads 11.
 func TestRetryAnswersItsGrantsFenceOverALateHigherOne(t *testing.T) {
 	nodes, r, first := higherLateSetup(t)
 	nodes[2].mu.Lock()
@@ -211,10 +211,13 @@ func TestRetryAnswersItsGrantsFenceOverALateHigherOne(t *testing.T) {
 	if err != nil || g.Fence != first {
 		t.Fatalf("retry: %+v %v, want the grant's fence %d", g, err, first)
 	}
-	for i := range 4 {
-		if tok, f, _ := entryOf(nodes[i], "k"); tok != "a" || f != first {
-			t.Errorf("node %d holds %q with fence %d, want a with %d", i, tok, f, first)
+	for i, want := range []int64{first, first, first, 51} {
+		if tok, f, _ := entryOf(nodes[i], "k"); tok != "a" || f != want {
+			t.Errorf("node %d holds %q with fence %d, want a with %d", i, tok, f, want)
 		}
+	}
+	if h, ok, err := r.Inspect(context.Background(), "k"); err != nil || !ok || h.Fence != first {
+		t.Errorf("inspect: %+v %v %v, want the grant's fence %d", h, ok, err, first)
 	}
 }
 
