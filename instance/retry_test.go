@@ -336,3 +336,42 @@ func TestCarriedReleaseSparesNewGrant(t *testing.T) {
 		t.Fatalf("LOCKINFO fence %d, want the new grant's %d", f, g.fence)
 	}
 }
+
+// TestRetryAnswersItsGrantsFence: instance 1 reaches node 2 through a link
+// that delays 1 s, and node 2's counter runs far ahead of the others'. A
+// LOCK … TOKEN through instance 1 is granted by nodes 0 and 1 (they agree
+// on its fence) before its acquire reaches node 2, which then takes the
+// key with its own counter. Before instance 1 commits the grant's fence to
+// node 2 (the reply and the commit cross the slow link), the client
+// retries through instance 2, whose link to node 1 is slower than to the
+// others: the first majority it hears, nodes 0 and 2, disagree. The retry
+// must answer the grant's fence (PRODUCT.md: "succeeds again with the
+// same fencing token"), not node 2's.
+func TestRetryAnswersItsGrantsFence(t *testing.T) {
+	nodes := redistest.StartN(t, 3, redistest.Options{})
+	cfg1, cfg2 := testConfig(nodes), testConfig(nodes)
+	slow2 := linked(t, &cfg1, nodes, 2)
+	slow1 := linked(t, &cfg2, nodes, 1)
+	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
+	c1, c2, other := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2)
+	warm(t, c1, c2)
+	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
+	defer raw.Close()
+	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slow2.SetDelay(time.Second)
+	key, token := uniqueKey(t), "retry-token-4"
+	g := mustLock(t, c1, key, "PX", 30000, "TOKEN", token)
+	eventually(t, 10*time.Second, "node 2 takes the key late", func() bool { return lockHolder(t, nodes[2], key) == token })
+	slow1.SetDelay(300 * time.Millisecond)
+	again := mustLock(t, c2, key, "PX", 30000, "TOKEN", token)
+	if again.fence != g.fence {
+		t.Fatalf("retry answered fence %d, the grant's was %d", again.fence, g.fence)
+	}
+	slow1.SetDelay(0)
+	slow2.SetDelay(0)
+	if f := lockInfoFence(t, other, key); f != g.fence {
+		t.Fatalf("LOCKINFO fence %d, want the grant's %d", f, g.fence)
+	}
+}

@@ -33,7 +33,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string, h engine.Hold) (engin
 	c, err := r.claim(ctx, key, h, attempt)
 	holders := c.yes
 	if err == nil && !c.agreed {
-		holders, err = r.commit(ctx, key, h.Token, attempt, c.fence, h.TTL)
+		holders, err = r.commit(ctx, key, h.Token, c.fence, h.TTL)
 	}
 	if err == nil {
 		if v := r.validity(h.TTL, start); v > 0 {
@@ -71,7 +71,10 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 					c.yes |= 1 << rep.Tag
 				}
 			}
-			return t.decided()
+			// A retry that holds a majority but whose nodes record
+			// different fences hears the rest: a majority of them
+			// agrees on its grant's fence (fence).
+			return t.decided() && (s.mine < r.quorum || t.pending() == 0 || majority(s.held, r.quorum) != 0)
 		})
 	if err == nil {
 		err = t.outcome("acquire", &engine.BusyError{RetryAfter: s.busy.freeAfter(r.quorum, t.n)})
@@ -106,7 +109,7 @@ type claimSummary struct {
 	busy     heldTimes // the other holder's remaining lease on the nodes that refused
 	counter  int64     // the largest counter any node reported
 	mine     int       // nodes where the token already held the key
-	held     int64     // the largest fence recorded for the token where it held the key
+	held     []int64   // the fences recorded for the token where it held the key
 	acquired int       // nodes that took the key for the token
 	first    int64     // the fence the first of them recorded
 	split    bool      // whether those nodes recorded different fences
@@ -119,7 +122,7 @@ func (s *claimSummary) add(c Claim) {
 		s.busy = append(s.busy, c.Held)
 	case Mine:
 		s.mine++
-		s.held = max(s.held, c.Fence)
+		s.held = append(s.held, c.Fence)
 	case Acquired:
 		if s.acquired == 0 {
 			s.first = c.Fence
@@ -130,13 +133,19 @@ func (s *claimSummary) add(c Claim) {
 }
 
 // fence picks the grant's fence. A retry that still holds a majority keeps
-// the fence of its grant (no other grant can have come between). A
-// majority that took the key and agrees has recorded the fence already.
-// Otherwise the largest counter seen is the fence, to be committed.
+// the fence of its grant (no other grant can have come between): the one a
+// majority of the nodes record for the token (heldFence). A node outside that
+// majority may record another (the grant's first attempt landed there
+// late and took the key with the node's own counter, or the node missed
+// the release of an earlier grant); where no majority agrees (only a bare
+// majority answered, and they differ), the largest is the fence, which is
+// never below the grant's (every later grant is above it too). A majority
+// that took the key and agrees has recorded the fence already. Otherwise
+// the largest counter seen is the fence, to be committed.
 func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 	switch {
 	case s.mine >= quorum:
-		return s.held, false // the commit records it where the key was taken anew
+		return heldFence(s.held, quorum), false
 	case s.acquired >= quorum && !s.split:
 		return s.first, true
 	default:
@@ -144,12 +153,46 @@ func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 	}
 }
 
+// heldFence is the fence that at least quorum of fences record, or the
+// largest where none does (fences start at 1).
+func heldFence(fences []int64, quorum int) int64 {
+	if f := majority(fences, quorum); f != 0 {
+		return f
+	}
+	return slices.Max(fences)
+}
+
+// majority is the fence that at least quorum of fences record, or 0.
+func majority(fences []int64, quorum int) int64 {
+	for _, f := range fences {
+		n := 0
+		for _, g := range fences {
+			if g == f {
+				n++
+			}
+		}
+		if n >= quorum {
+			return f
+		}
+	}
+	return 0
+}
+
 // commit runs phase two. It returns the nodes where the token holds the
-// key (bit i: node i).
-func (r *Redlock) commit(ctx context.Context, key, token, attempt string, fence int64, ttl time.Duration) (uint64, error) {
+// key (bit i: node i). It only raises the fence a hold records, never
+// lowers it, nor does settle: lockproxy cannot tell a hold its grant took
+// from one that a late acquire of the same grant took after the grant's
+// release (through another instance, which cannot mark the attempt
+// undone) and another token's grant, with a counter above that grant's
+// fence; lowering the latter could leave a majority of the token's holds
+// with a fence below the other grant's, which a later LOCK … TOKEN would
+// answer. So a node that took the key for a grant with a higher counter
+// keeps it, and the holder's fence is the one a majority records (heldFence),
+// for a retry as for LOCKINFO (holder).
+func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, ttl time.Duration) (uint64, error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var yes uint64
-	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence, Attempt: attempt}, nil,
+	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, nil,
 		func(rep Reply) bool {
 			t.add(rep.OK, rep.Err)
 			if rep.Err == nil && rep.OK {

@@ -18,10 +18,12 @@ type inspection struct {
 }
 
 // add counts one reply; it reports true once the answer is known: a
-// majority holds one token and agrees on its lease, or nobody is left to
-// answer. A majority that disagrees (a renewal or an EXPIRE that has not
-// landed on one of them yet) waits for the other nodes: the lock's lease
-// is what a majority holds, and the late node may be the stale one.
+// majority holds one token and agrees on its lease and fence, or nobody is
+// left to answer. A majority that disagrees (a renewal or an EXPIRE that
+// has not landed on one of them yet, a node that took the key for the
+// grant with a higher counter: commit) waits for the other nodes: the
+// lock's lease and fence are what a majority holds, and the late node may
+// be the stale one.
 func (in *inspection) add(rep Reply) bool {
 	in.t.add(rep.OK, rep.Err)
 	if rep.Err == nil && rep.OK {
@@ -35,12 +37,12 @@ func (in *inspection) add(rep Reply) bool {
 	return len(held) >= in.t.q && in.agree(held) || in.t.pending() == 0
 }
 
-// agree reports whether entries show one lease: the same mode, and TTLs
-// within the drift allowance of each other.
+// agree reports whether entries show one lease: the same mode and fence,
+// and TTLs within the drift allowance of each other.
 func (in *inspection) agree(entries []Entry) bool {
 	lo, hi := entries[0].TTL, entries[0].TTL
 	for _, e := range entries[1:] {
-		if e.Mode != entries[0].Mode {
+		if e.Mode != entries[0].Mode || e.Fence != entries[0].Fence {
 			return false
 		}
 		lo, hi = min(lo, e.TTL), max(hi, e.TTL)
@@ -70,17 +72,21 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 	return h, h.Validity > 0, nil
 }
 
-// holder sums up the entries of the majority that holds one token.
+// holder sums up the entries of the majority that holds one token. Its
+// fence is the one a majority of the nodes records, as a retry's
+// (heldFence).
 func holder(held []Entry, quorum int) engine.Holder {
 	slices.SortFunc(held, func(a, b Entry) int { return cmp.Compare(b.TTL, a.TTL) }) // longest first
 	h := engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name, Type: held[0].Type}
 	leases := 0
-	for _, e := range held {
-		h.Fence = max(h.Fence, e.Fence)
+	fences := make([]int64, len(held))
+	for i, e := range held {
+		fences[i] = e.Fence
 		if e.Mode == engine.Lease {
 			leases++
 		}
 	}
+	h.Fence = heldFence(fences, quorum)
 	h.Mode = engine.Bound
 	if 2*leases >= len(held) {
 		h.Mode = engine.Lease

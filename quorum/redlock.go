@@ -140,14 +140,12 @@ func (r *Redlock) timeout(ttl time.Duration) time.Duration {
 // land, so that a release marks them undone where they have not landed
 // and a late acquire does not leave the key set after the holder let go.
 // A grant whose majority agreed on the fence (no commit round) may find,
-// among the late answers, a node that took the key with another counter
-// (grants of other keys reached it in another order, or an earlier
-// attempt of the token took and gave back the key there first), or that
-// refreshed, for this attempt, a hold of the token it still had with
-// another fence (it missed the release of an earlier grant): the fence
-// is committed to that node, which records it exactly for this attempt
-// (its counter stays as high as it is), so that every node holding the
-// grant describes it with the fence its holder was told.
+// among the late answers, a node that took the key with a lower counter
+// (it missed grants of other keys), or that refreshed, for this attempt, a
+// hold of the token it still had with a lower fence (it missed the
+// release of an earlier grant): the fence is committed to that node, which
+// raises its counter and the hold's fence to it. One that records a
+// higher fence keeps it (commit says why).
 func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 	calls := c.calls
 	if calls.landed() {
@@ -158,11 +156,11 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 	r.inflight[id] = p
 	r.mu.Unlock()
 	r.bg.Go(func() { // the flight's only reader from now on
-		var odd uint64 // bit i: node i took or refreshed the key with another fence
+		var odd uint64 // bit i: node i took or refreshed the key with a lower fence
 		for calls.got < calls.n {
 			rep := <-calls.replies
 			calls.note(rep)
-			if c.agreed && rep.Err == nil && (rep.Claim.State == Acquired || rep.Claim.State == Mine) && rep.Claim.Fence != c.fence {
+			if c.agreed && rep.Err == nil && (rep.Claim.State == Acquired || rep.Claim.State == Mine) && rep.Claim.Fence < c.fence {
 				odd |= 1 << rep.Tag
 			}
 		}
@@ -174,7 +172,7 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 		r.mu.Unlock()
 		for i := range r.nodes {
 			if odd&(1<<i) != 0 {
-				_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence, Attempt: attempt}, r.timeout(h.TTL))
+				_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence}, r.timeout(h.TTL))
 			}
 		}
 	})

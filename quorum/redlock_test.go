@@ -495,39 +495,39 @@ func TestInspectSeesAnExtendAMajorityApplied(t *testing.T) {
 	}
 }
 
-// TestLateTakerGetsTheAgreedFence: nodes 1 and 2 take k with the same
-// counter and decide the grant (no commit round); node 0, whose counter
-// ran ahead (grants of other keys, or an earlier attempt that took and
-// gave back the key there), answers late, having taken k with a higher
-// fence. The grant's fence is committed to node 0, so that every holder
-// records the fence the client was told (LOCKINFO reads them).
-func TestLateTakerGetsTheAgreedFence(t *testing.T) {
+// TestLateTakerKeepsItsFence: nodes 1 and 2 take k with the same counter
+// and decide the grant (no commit round); node 0, whose counter ran ahead
+// (grants of other keys, or an earlier attempt that took and gave back the
+// key there), answers late, having taken k with a higher fence. Node 0
+// keeps it: a fence recorded is never lowered (commit says why). LOCKINFO
+// and a retry answer the fence the client was told, the one a majority
+// records.
+func TestLateTakerKeepsItsFence(t *testing.T) {
 	ctx := context.Background()
 	nodes := newFakeNodes(3)
 	nodes[0].counter["k"] = 5
 	nodes[0].hang = make(chan struct{})
 	r := New(asNodes(nodes), Config{})
+	defer r.Close()
 	g, err := r.Acquire(ctx, "k", hold("a"))
 	if err != nil || g.Fence != 1 {
 		t.Fatalf("grant: %+v %v, want fence 1 from nodes 1 and 2", g, err)
 	}
 	close(nodes[0].hang)
-	deadline := time.Now().Add(5 * time.Second) // within the 10 s lease
-	for {
-		nodes[0].mu.Lock()
-		e := nodes[0].live("k")
-		fence, counter := int64(-1), nodes[0].counter["k"]
-		if e != nil {
-			fence = e.Fence
-		}
-		nodes[0].mu.Unlock()
-		if fence == g.Fence && counter == 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node 0 records fence %d (counter %d), want the grant's %d (counter stays 6)", fence, counter, g.Fence)
-		}
-		time.Sleep(time.Millisecond)
+	waitFor(t, "node 0's late take", func() bool { tok, f, _ := entryOf(nodes[0], "k"); return tok == "a" && f == 6 })
+	waitFor(t, "the grant's settle", func() bool { return r.pending("k", "a") == (pendingAcquire{}) })
+	if _, f, _ := entryOf(nodes[0], "k"); f != 6 {
+		t.Fatalf("node 0 records fence %d, want the 6 it took the key with (never lowered)", f)
 	}
-	r.Close()
+	nodes[2].mu.Lock()
+	nodes[2].delay = 50 * time.Millisecond // the first majority to answer disagrees
+	nodes[2].mu.Unlock()
+	h, ok, err := r.Inspect(ctx, "k")
+	if err != nil || !ok || h.Fence != g.Fence {
+		t.Fatalf("inspect: %+v %v %v, want the grant's fence %d", h, ok, err, g.Fence)
+	}
+	again, err := r.Acquire(ctx, "k", hold("a"))
+	if err != nil || again.Fence != g.Fence {
+		t.Fatalf("retry: %+v %v, want the grant's fence %d", again, err, g.Fence)
+	}
 }

@@ -170,3 +170,65 @@ func TestLateMineRefreshGetsTheRegrantsFence(t *testing.T) {
 	close(hang4)
 	waitFor(t, "node 3 records the regrant's fence", func() bool { _, f, _ := entryOf(nodes[3], "k"); return f == g2.Fence })
 }
+
+// higherLateSetup: nodes 0-2 agree on fence 11 for a's grant; node 3
+// (counter 50) answers late and takes the key with fence 51; node 4
+// hangs, so the grant's settle has not yet committed 11 to node 3 when
+// the test acts.
+func higherLateSetup(t *testing.T) ([]*fakeNode, *Redlock, int64) {
+	nodes := newFakeNodes(5)
+	for i := 0; i < 3; i++ {
+		nodes[i].counter["k"] = 10
+	}
+	nodes[3].counter["k"] = 50
+	hang3, hang4 := make(chan struct{}), make(chan struct{})
+	nodes[3].hang, nodes[4].hang = hang3, hang4
+	t.Cleanup(func() { close(hang4) })
+	r := New(asNodes(nodes), Config{NodeTimeout: 3 * time.Second})
+	t.Cleanup(func() { _ = r.Close() })
+	g, err := r.Acquire(context.Background(), "k", hold("a"))
+	if err != nil || g.Fence != 11 {
+		t.Fatalf("grant: %+v %v, want fence 11", g, err)
+	}
+	nodes[3].mu.Lock()
+	nodes[3].hang = nil
+	nodes[3].mu.Unlock()
+	close(hang3)
+	waitFor(t, "node 3's late take", func() bool { tok, f, _ := entryOf(nodes[3], "k"); return tok == "a" && f == 51 })
+	return nodes, r, g.Fence
+}
+
+// A retry of a's grant (LOCK … TOKEN, not fresh) while node 3 records 51
+// for it: the first majority to answer (node 2 is slow) is nodes 0, 1 and
+// 3, which disagree; the retry hears node 2 too, and answers the grant's
+// own fence, 11. Node 3 keeps 51 (never lowered); LOCKINFO reads 11.
+func TestRetryAnswersItsGrantsFenceOverALateHigherOne(t *testing.T) {
+	nodes, r, first := higherLateSetup(t)
+	nodes[2].mu.Lock()
+	nodes[2].delay = 100 * time.Millisecond
+	nodes[2].mu.Unlock()
+	g, err := r.Acquire(context.Background(), "k", hold("a"))
+	if err != nil || g.Fence != first {
+		t.Fatalf("retry: %+v %v, want the grant's fence %d", g, err, first)
+	}
+	for i, want := range []int64{first, first, first, 51} {
+		if tok, f, _ := entryOf(nodes[i], "k"); tok != "a" || f != want {
+			t.Errorf("node %d holds %q with fence %d, want a with %d", i, tok, f, want)
+		}
+	}
+	if h, ok, err := r.Inspect(context.Background(), "k"); err != nil || !ok || h.Fence != first {
+		t.Errorf("inspect: %+v %v %v, want the grant's fence %d", h, ok, err, first)
+	}
+}
+
+// The same retry where only that bare majority answers (node 2 is down,
+// node 4 hangs): no majority of the nodes agrees, and the retry answers
+// the largest fence they record, which no earlier grant is above.
+func TestRetryThatHearsABareMajorityTakesTheLargestFence(t *testing.T) {
+	nodes, r, _ := higherLateSetup(t)
+	nodes[2].setDown(true)
+	g, err := r.Acquire(context.Background(), "k", hold("a"))
+	if err != nil || g.Fence != 51 {
+		t.Fatalf("retry: %+v %v, want fence 51", g, err)
+	}
+}
