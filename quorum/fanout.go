@@ -3,6 +3,8 @@ package quorum
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -10,13 +12,61 @@ import (
 
 // flight is one fan-out: an Op sent to every node, whose replies arrive on
 // one channel buffered to N, so that nodes never block on a caller that
-// stopped listening.
+// stopped listening, until the flight is handed over (detach): from then
+// on, whoever delivers a reply handles it.
 type flight struct {
 	replies chan Reply
 	n, got  int
 	failed  uint64 // bit i: node i's call failed (among the replies read)
 	cancel  context.CancelFunc
 	health  *health
+
+	detached atomic.Bool
+	mu       sync.Mutex  // held while handling replies once detached
+	late     func(Reply) // set by detach: each reply still to come
+	then     func()      // set by detach: run once every call landed
+}
+
+// Put takes a node's reply onto the channel, and once the flight is
+// detached, handles what the channel holds. A reply put before detach set
+// the flag is there for detach's own drain; one put after is drained here.
+func (f *flight) Put(rep Reply) {
+	f.replies <- rep // room for every reply: never blocks
+	if f.detached.Load() {
+		f.drain()
+	}
+}
+
+// drain hands each reply on the channel to late, noted first, and runs
+// then once every call landed.
+func (f *flight) drain() {
+	f.mu.Lock()
+	for len(f.replies) > 0 { // only drains receive, under f.mu
+		rep := <-f.replies
+		f.note(rep)
+		f.late(rep)
+	}
+	var then func()
+	if f.got == f.n {
+		then, f.then = f.then, nil // once, by whoever drained the last reply
+	}
+	f.mu.Unlock()
+	if then != nil {
+		f.cancel()
+		then()
+	}
+}
+
+// detach hands the flight's replies to late, each noted first: those on
+// the channel now, here, then each one to come on the goroutine that
+// delivers it (a node's reader), so that no goroutine waits for them. late
+// therefore must be quick and never wait on a node. then runs once every
+// call has landed, here or after the last late. Nobody may read the
+// channel after, and detach is called once, by the flight's reader.
+func (f *flight) detach(late func(Reply), then func()) {
+	f.late, f.then = late, then // before the flag, which Put reads
+	f.detached.Store(true)
+	f.drain()
 }
 
 // fanout sends op to every node and feeds their replies to decide in
@@ -38,7 +88,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
 	cctx := newOpContext(r.life, timeout)
 	f.cancel = cctx.cancel
-	r.dispatch(cctx, op, f.replies)
+	r.dispatch(cctx, op, f)
 	if sent != nil {
 		sent()
 	}

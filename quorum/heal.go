@@ -124,7 +124,7 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 			}
 		}
 		f.cancel()
-		done := make(chan Reply, len(free))
+		done := make(Replies, len(free))
 		ctx, cancel := context.WithTimeout(r.life, r.timeout(ttl))
 		defer cancel()
 		sent := 0

@@ -229,10 +229,10 @@ type gatedNode struct {
 // newGate is a gatedNode for ops of kind (on key, unless empty); set its
 // Node before use.
 func newGate(kind quorum.OpKind, key string) *gatedNode {
-	return &gatedNode{kind: kind, key: key, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	return &gatedNode{kind: kind, key: key, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(quorum.Replies, 8)}
 }
 
-func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done quorum.Sink) {
 	if op.Kind != g.kind || g.key != "" && op.Key != g.key {
 		g.Node.Do(ctx, op, tag, done)
 		return
@@ -242,11 +242,11 @@ func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- 
 		<-g.gate
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), testTimeout)
 		defer cancel()
-		mine := make(chan quorum.Reply, 1)
+		mine := make(quorum.Replies, 1)
 		g.Node.Do(c, op, tag, mine)
 		rep := <-mine
 		g.landed <- rep
-		done <- rep
+		done.Put(rep)
 	}()
 }
 

@@ -15,7 +15,7 @@ type call struct {
 	ctx  context.Context
 	op   *quorum.Op
 	tag  int
-	done chan<- quorum.Reply // has room for the reply: delivering never blocks
+	done quorum.Sink
 	// observe, when set, is told how long the call took (RedisOptions.Observe).
 	observe func(time.Duration, error)
 	start   time.Time
@@ -33,7 +33,7 @@ func (c *call) deliver(r quorum.Reply) {
 	if c.observe != nil {
 		c.observe(time.Since(c.start), r.Err)
 	}
-	c.done <- r
+	c.done.Put(r)
 }
 
 // answer decodes the node's raw reply to the call's operation, answered by
