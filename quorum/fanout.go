@@ -16,6 +16,9 @@ import (
 // on, whoever delivers a reply handles it.
 type flight struct {
 	replies chan Reply
+	wake    chan struct{} // a token once arrived reaches wakeAt
+	arrived atomic.Int32  // replies put on the channel
+	wakeAt  atomic.Int32
 	n, got  int
 	failed  uint64 // bit i: node i's call failed (among the replies read)
 	cancel  context.CancelFunc
@@ -32,6 +35,12 @@ type flight struct {
 // the flag is there for detach's own drain; one put after is drained here.
 func (f *flight) Put(rep Reply) {
 	f.replies <- rep // room for every reply: never blocks
+	if f.arrived.Add(1) == f.wakeAt.Load() {
+		select {
+		case f.wake <- struct{}{}:
+		default: // a token waits already
+		}
+	}
 	if f.detached.Load() {
 		f.drain()
 	}
@@ -85,7 +94,7 @@ func (f *flight) detach(late func(Reply), then func()) {
 // a release, a commit beyond the quorum) still reaches every node that
 // answers in time.
 func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
-	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
+	f := &flight{replies: make(chan Reply, len(r.nodes)), wake: make(chan struct{}, 1), n: len(r.nodes), health: r.health}
 	cctx := newOpContext(r.life, timeout)
 	f.cancel = cctx.cancel
 	r.dispatch(cctx, op, f)
@@ -94,37 +103,59 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 	}
 	suspects := r.health.suspected()
 	awaited, answers := f.n-popcount(suspects), 0
+	// No decide (a tally's, a selection's, an inspection's) and no
+	// presumption is reached on fewer replies than this: the caller sleeps
+	// until they came.
+	need := min(r.quorum, f.n-r.quorum+1)
 	for f.got < f.n {
 		if awaited == 0 && suspects != 0 && answers >= r.quorum {
 			r.presume(suspects, decide)
 			break
 		}
+		var rep Reply
 		select {
-		case rep := <-f.replies:
-			f.note(rep)
-			r.NoteClock(rep.Tag, rep.Err)
-			if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
-				rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
+		case rep = <-f.replies:
+		default:
+			if !f.await(ctx, max(f.got+1, need)) {
+				return f, ctx.Err()
 			}
-			if suspects&(1<<rep.Tag) == 0 {
-				awaited--
-			}
-			suspects &^= 1 << rep.Tag
-			if rep.Err == nil {
-				answers++
-			} else {
-				rep.Err = &NodeError{Node: r.nodes[rep.Tag].String(), Err: rep.Err}
-			}
-			if decide(rep) {
-				f.release()
-				return f, nil
-			}
-		case <-ctx.Done():
-			return f, ctx.Err()
+			continue
+		}
+		f.note(rep)
+		r.NoteClock(rep.Tag, rep.Err)
+		if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
+			rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
+		}
+		if suspects&(1<<rep.Tag) == 0 {
+			awaited--
+		}
+		suspects &^= 1 << rep.Tag
+		if rep.Err == nil {
+			answers++
+		} else {
+			rep.Err = &NodeError{Node: r.nodes[rep.Tag].String(), Err: rep.Err}
+		}
+		if decide(rep) {
+			f.release()
+			return f, nil
 		}
 	}
 	f.release()
 	return f, nil
+}
+
+// await waits until k replies were put, or ctx is done (false). One wake
+// of the caller for the replies that decide, not one for each.
+func (f *flight) await(ctx context.Context, k int) bool {
+	f.wakeAt.Store(int32(k))
+	for int(f.arrived.Load()) < k { // else Put saw wakeAt before it was k
+		select {
+		case <-f.wake: // perhaps a token for an earlier k
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // presume feeds decide an ErrSuspected for each node in suspects, until

@@ -78,3 +78,28 @@ func TestFlightDetachHandlesEachReplyOnce(t *testing.T) {
 		}
 	}
 }
+
+// await returns once k replies were put, however the puts interleave with
+// its publishing of k: no wake is lost, and a stale token only makes it
+// check again.
+func TestFlightAwaitLosesNoWake(t *testing.T) {
+	const n = 5
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2000 {
+		f := &flight{replies: make(chan Reply, n), wake: make(chan struct{}, 1), n: n}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { f.Put(Reply{Tag: i}) })
+		}
+		for k := 1; k <= n; k += 2 {
+			if !f.await(ctx, k) {
+				t.Fatalf("await(%d) ended by its context with %d replies put", k, f.arrived.Load())
+			}
+			if len(f.replies) < k {
+				t.Fatalf("await(%d) returned with %d replies on the channel", k, len(f.replies))
+			}
+		}
+		wg.Wait()
+	}
+}
