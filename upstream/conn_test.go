@@ -248,3 +248,28 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 		t.Fatalf("the big call once the node runs: %+v", r)
 	}
 }
+
+// TestIdleConnectionOutlivesItsLastDeadline: the read deadline of the last
+// batch stays set once the connection is idle (one change of it a batch);
+// when it passes with nothing awaited, the reader sets the next one and
+// keeps the connection, and a later call goes out on it.
+func TestIdleConnectionOutlivesItsLastDeadline(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n := newNode(t, RedisOptions{Addr: addr, Timeout: 50 * time.Millisecond})
+		ctx := testCtx(t)
+		if r := doOn(ctx, n, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		cn := n.current()
+		time.Sleep(200 * time.Millisecond) // the last batch's deadline passes while idle
+		if got := n.current(); got != cn {
+			t.Fatalf("the idle connection was dropped at its last batch's deadline (now %p, was %p)", got, cn)
+		}
+		if r := doOn(ctx, n, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if got := n.current(); got != cn {
+			t.Fatalf("the next call dialled a new connection")
+		}
+	})
+}
