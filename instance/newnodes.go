@@ -188,7 +188,7 @@ func (in *Instance) vet(nodes []*upstream.RedisNode, surveys []upstream.Survey) 
 	defer cancel()
 	floor := time.Now().UnixMicro()
 	for i, n := range nodes {
-		done := make(chan quorum.Reply, 1)
+		done := make(quorum.Replies, 1)
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: floor, Token: surveys[i].RunID}, i, done)
 		rep := <-done
 		if rep.Err != nil || !rep.OK || rep.Incarnation != surveys[i].RunID {

@@ -91,7 +91,7 @@ func errorKind(err error) string {
 func (n *watchedNode) probe(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: probeKey}, 0, done)
 	r := <-done
 	if errors.Is(r.Err, context.Canceled) {

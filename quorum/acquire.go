@@ -99,8 +99,8 @@ func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
 	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
-	if !c.calls.landed() {
-		r.bg.Go(c.calls.Wait) // the late answers still tell the nodes' health
+	if !c.calls.landed() { // the late answers still tell the nodes' health
+		r.afterward(c.calls, func(Reply) {}, func() {})
 	}
 }
 

@@ -39,7 +39,7 @@ func (r *Redlock) resend(i int, op *Op) {
 func (r *Redlock) call(i int, op *Op, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(r.life, timeout)
 	defer cancel()
-	done := make(chan Reply, 1)
+	done := make(Replies, 1)
 	r.nodes[i].Do(ctx, op, i, done)
 	rep := <-done // a node always replies, at the latest once ctx is done
 	if r.life.Err() == nil {
@@ -54,8 +54,5 @@ func (r *Redlock) finish(f *flight, op *Op) {
 	if f.landed() && f.failed == 0 {
 		return
 	}
-	r.bg.Go(func() {
-		f.Wait()
-		r.carry(op, f.failed)
-	})
+	r.afterward(f, func(Reply) {}, func() { r.carry(op, f.failed) })
 }

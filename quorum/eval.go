@@ -68,7 +68,7 @@ type keyOrder struct {
 
 // dispatch sends op to every node. An OpEval is sent to node i only once
 // the calls before it on its keys landed on node i; the others at once.
-func (r *Redlock) dispatch(ctx context.Context, op *Op, replies chan<- Reply) {
+func (r *Redlock) dispatch(ctx context.Context, op *Op, replies Sink) {
 	if op.Kind == OpEval && op.turn != nil {
 		r.dispatchTurn(ctx, op, replies)
 		return
@@ -82,13 +82,13 @@ func (r *Redlock) dispatch(ctx context.Context, op *Op, replies chan<- Reply) {
 	keys := uniqueKeys(op.Keys)
 	preds, landed := r.order.enter(keys, len(r.nodes))
 	for i, n := range r.nodes {
-		own := make(chan Reply, 1)
+		own := make(Replies, 1)
 		go func() {
 			if !waitAll(ctx, preds[i]) {
-				replies <- Reply{Tag: i, Err: ErrOrderWait}
+				replies.Put(Reply{Tag: i, Err: ErrOrderWait})
 			} else {
 				n.Do(ctx, op, i, own)
-				replies <- <-own
+				replies.Put(<-own)
 			}
 			// Landed only once the calls before it did too, so that a
 			// call that failed before being sent does not let the next
@@ -274,7 +274,7 @@ func (r *Redlock) killSlow(f *flight, timedOut []int) {
 	}
 	ctx, cancel := context.WithTimeout(r.life, KillTimeout)
 	defer cancel()
-	done := make(chan Reply, len(timedOut))
+	done := make(Replies, len(timedOut))
 	for _, i := range timedOut {
 		r.nodes[i].Do(ctx, &Op{Kind: OpKill}, i, done)
 	}

@@ -24,18 +24,18 @@ type scriptNode struct {
 
 func (n *scriptNode) String() string { return "script-node" }
 
-func (n *scriptNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (n *scriptNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	go func() {
 		switch {
 		case op.Kind == OpKill:
 			n.kills.Add(1)
-			done <- Reply{Tag: tag, OK: true}
+			done.Put(Reply{Tag: tag, OK: true})
 		case n.hang:
 			<-ctx.Done()
-			done <- Reply{Tag: tag, Err: ctx.Err()}
+			done.Put(Reply{Tag: tag, Err: ctx.Err()})
 		default:
 			time.Sleep(n.delay)
-			done <- Reply{Tag: tag, Value: n.reply, Err: n.err}
+			done.Put(Reply{Tag: tag, Value: n.reply, Err: n.err})
 		}
 	}()
 }
@@ -147,22 +147,22 @@ type orderNode struct {
 
 func (n *orderNode) String() string { return "order-node" }
 
-func (n *orderNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (n *orderNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	go func() {
 		if op.Kind == OpKill {
-			done <- Reply{Tag: tag, OK: true}
+			done.Put(Reply{Tag: tag, OK: true})
 			return
 		}
 		select {
 		case <-time.After(n.delay(op.Args[0])):
 		case <-ctx.Done():
-			done <- Reply{Tag: tag, Err: ctx.Err()}
+			done.Put(Reply{Tag: tag, Err: ctx.Err()})
 			return
 		}
 		n.mu.Lock()
 		n.ran = append(n.ran, op.Args[0])
 		n.mu.Unlock()
-		done <- Reply{Tag: tag, Value: intR(1)}
+		done.Put(Reply{Tag: tag, Value: intR(1)})
 	}()
 }
 

@@ -263,26 +263,26 @@ func (f *fakeNode) Inspect(ctx context.Context, key string) (Entry, bool, error)
 // A node down when op is sent fails it, however late the goroutine runs:
 // otherwise a test that brings the node back up right after a call returns
 // could see the straggler land.
-func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (f *fakeNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	f.mu.Lock()
 	down, paused := f.down, f.paused
 	if paused {
-		f.queued = append(f.queued, func() { f.apply(context.Background(), op, tag, make(chan Reply, 1)) })
+		f.queued = append(f.queued, func() { f.apply(context.Background(), op, tag, make(Replies, 1)) })
 	}
 	f.mu.Unlock()
 	if paused {
-		go func() { <-ctx.Done(); done <- Reply{Tag: tag, Err: ctx.Err()} }()
+		go func() { <-ctx.Done(); done.Put(Reply{Tag: tag, Err: ctx.Err()}) }()
 		return
 	}
 	if down {
-		go func() { done <- Reply{Tag: tag, Err: errDown} }()
+		go func() { done.Put(Reply{Tag: tag, Err: errDown}) }()
 		return
 	}
 	go f.apply(ctx, op, tag, done)
 }
 
 // apply runs op on the node and replies to done.
-func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done Sink) {
 	{
 		f.mu.Lock()
 		r := Reply{Tag: tag, Incarnation: f.run}
@@ -304,6 +304,6 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done chan<- Reply
 		case op.Kind == OpInspect:
 			r.Entry, r.OK, r.Err = f.Inspect(ctx, op.Key)
 		}
-		done <- r
+		done.Put(r)
 	}
 }

@@ -3,6 +3,8 @@ package quorum
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
@@ -10,13 +12,70 @@ import (
 
 // flight is one fan-out: an Op sent to every node, whose replies arrive on
 // one channel buffered to N, so that nodes never block on a caller that
-// stopped listening.
+// stopped listening, until the flight is handed over (detach): from then
+// on, whoever delivers a reply handles it.
 type flight struct {
 	replies chan Reply
+	wake    chan struct{} // a token once arrived reaches wakeAt
+	arrived atomic.Int32  // replies put on the channel
+	wakeAt  atomic.Int32
 	n, got  int
 	failed  uint64 // bit i: node i's call failed (among the replies read)
 	cancel  context.CancelFunc
 	health  *health
+
+	detached atomic.Bool
+	mu       sync.Mutex  // held while handling replies once detached
+	late     func(Reply) // set by detach: each reply still to come
+	then     func()      // set by detach: run once every call landed
+}
+
+// Put takes a node's reply onto the channel, and once the flight is
+// detached, handles what the channel holds. A reply put before detach set
+// the flag is there for detach's own drain; one put after is drained here.
+func (f *flight) Put(rep Reply) {
+	f.replies <- rep // room for every reply: never blocks
+	if f.arrived.Add(1) == f.wakeAt.Load() {
+		select {
+		case f.wake <- struct{}{}:
+		default: // a token waits already
+		}
+	}
+	if f.detached.Load() {
+		f.drain()
+	}
+}
+
+// drain hands each reply on the channel to late, noted first, and runs
+// then once every call landed.
+func (f *flight) drain() {
+	f.mu.Lock()
+	for len(f.replies) > 0 { // only drains receive, under f.mu
+		rep := <-f.replies
+		f.note(rep)
+		f.late(rep)
+	}
+	var then func()
+	if f.got == f.n {
+		then, f.then = f.then, nil // once, by whoever drained the last reply
+	}
+	f.mu.Unlock()
+	if then != nil {
+		f.cancel()
+		then()
+	}
+}
+
+// detach hands the flight's replies to late, each noted first: those on
+// the channel now, here, then each one to come on the goroutine that
+// delivers it (a node's reader), so that no goroutine waits for them. late
+// therefore must be quick and never wait on a node. then runs once every
+// call has landed, here or after the last late. Nobody may read the
+// channel after, and detach is called once, by the flight's reader.
+func (f *flight) detach(late func(Reply), then func()) {
+	f.late, f.then = late, then // before the flag, which Put reads
+	f.detached.Store(true)
+	f.drain()
 }
 
 // fanout sends op to every node and feeds their replies to decide in
@@ -35,46 +94,68 @@ type flight struct {
 // a release, a commit beyond the quorum) still reaches every node that
 // answers in time.
 func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sent func(), decide func(Reply) bool) (*flight, error) {
-	f := &flight{replies: make(chan Reply, len(r.nodes)), n: len(r.nodes), health: r.health}
+	f := &flight{replies: make(chan Reply, len(r.nodes)), wake: make(chan struct{}, 1), n: len(r.nodes), health: r.health}
 	cctx := newOpContext(r.life, timeout)
 	f.cancel = cctx.cancel
-	r.dispatch(cctx, op, f.replies)
+	r.dispatch(cctx, op, f)
 	if sent != nil {
 		sent()
 	}
 	suspects := r.health.suspected()
 	awaited, answers := f.n-popcount(suspects), 0
+	// No decide (a tally's, a selection's, an inspection's) and no
+	// presumption is reached on fewer replies than this: the caller sleeps
+	// until they came.
+	need := min(r.quorum, f.n-r.quorum+1)
 	for f.got < f.n {
 		if awaited == 0 && suspects != 0 && answers >= r.quorum {
 			r.presume(suspects, decide)
 			break
 		}
+		var rep Reply
 		select {
-		case rep := <-f.replies:
-			f.note(rep)
-			r.NoteClock(rep.Tag, rep.Err)
-			if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
-				rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
+		case rep = <-f.replies:
+		default:
+			if !f.await(ctx, max(f.got+1, need)) {
+				return f, ctx.Err()
 			}
-			if suspects&(1<<rep.Tag) == 0 {
-				awaited--
-			}
-			suspects &^= 1 << rep.Tag
-			if rep.Err == nil {
-				answers++
-			} else {
-				rep.Err = &NodeError{Node: r.nodes[rep.Tag].String(), Err: rep.Err}
-			}
-			if decide(rep) {
-				f.release()
-				return f, nil
-			}
-		case <-ctx.Done():
-			return f, ctx.Err()
+			continue
+		}
+		f.note(rep)
+		r.NoteClock(rep.Tag, rep.Err)
+		if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
+			rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
+		}
+		if suspects&(1<<rep.Tag) == 0 {
+			awaited--
+		}
+		suspects &^= 1 << rep.Tag
+		if rep.Err == nil {
+			answers++
+		} else {
+			rep.Err = &NodeError{Node: r.nodes[rep.Tag].String(), Err: rep.Err}
+		}
+		if decide(rep) {
+			f.release()
+			return f, nil
 		}
 	}
 	f.release()
 	return f, nil
+}
+
+// await waits until k replies were put, or ctx is done (false). One wake
+// of the caller for the replies that decide, not one for each.
+func (f *flight) await(ctx context.Context, k int) bool {
+	f.wakeAt.Store(int32(k))
+	for int(f.arrived.Load()) < k { // else Put saw wakeAt before it was k
+		select {
+		case <-f.wake: // perhaps a token for an earlier k
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // presume feeds decide an ErrSuspected for each node in suspects, until

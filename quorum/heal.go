@@ -115,44 +115,49 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 	if len(free) == 0 && f.landed() {
 		return
 	}
-	r.bg.Go(func() {
-		for f.got < f.n { // the answers that came after the verdict
-			rep := <-f.replies
-			f.note(rep)
-			if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep) {
-				free = append(free, freeNode{rep.Tag, rep.FreeAt})
-			}
+	r.afterward(f, func(rep Reply) { // the answers that came after the verdict
+		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep) {
+			free = append(free, freeNode{rep.Tag, rep.FreeAt})
 		}
-		f.cancel()
-		done := make(chan Reply, len(free))
-		ctx, cancel := context.WithTimeout(r.life, r.timeout(ttl))
-		defer cancel()
-		sent := 0
-		for _, n := range free {
-			// The validity left now, not when the node answered: the
-			// node's at came before this moment, so at+left is no later
-			// than the validity's end by the node's clock, and a node
-			// whose clock stepped back since (heal.lua caps the TTL at
-			// left) keeps the key past it by the heal's way there only.
-			left := time.Until(validEnd)
-			if left <= 0 || left > r.markFor() {
-				continue
-			}
-			op := &Op{Kind: OpHeal, Key: key, Hold: h, Fence: w.fence, Attempt: w.attempt,
-				FreeAt: n.at, HealUntil: n.at + left.Milliseconds()}
-			r.nodes[n.node].Do(ctx, op, n.node, done)
-			sent++
+	}, func() {
+		if len(free) > 0 {
+			r.bg.Go(func() { r.healOn(key, h, w, free, validEnd) })
 		}
-		healed := 0
-		for range sent {
-			rep := <-done
-			r.health.note(rep.Tag, rep.Err)
-			if rep.Err == nil && rep.TTL > 0 {
-				healed++
-			}
-		}
-		r.healed.Add(int64(healed))
 	})
+}
+
+// healOn takes key again for h on the free nodes, within the validity the
+// holder was told (validEnd), and waits for their answers.
+func (r *Redlock) healOn(key string, h engine.Hold, w *renewal, free []freeNode, validEnd time.Time) {
+	ttl := h.TTL
+	done := make(Replies, len(free))
+	ctx, cancel := context.WithTimeout(r.life, r.timeout(ttl))
+	defer cancel()
+	sent := 0
+	for _, n := range free {
+		// The validity left now, not when the node answered: the
+		// node's at came before this moment, so at+left is no later
+		// than the validity's end by the node's clock, and a node
+		// whose clock stepped back since (heal.lua caps the TTL at
+		// left) keeps the key past it by the heal's way there only.
+		left := time.Until(validEnd)
+		if left <= 0 || left > r.markFor() {
+			continue
+		}
+		op := &Op{Kind: OpHeal, Key: key, Hold: h, Fence: w.fence, Attempt: w.attempt,
+			FreeAt: n.at, HealUntil: n.at + left.Milliseconds()}
+		r.nodes[n.node].Do(ctx, op, n.node, done)
+		sent++
+	}
+	healed := 0
+	for range sent {
+		rep := <-done
+		r.health.note(rep.Tag, rep.Err)
+		if rep.Err == nil && rep.TTL > 0 {
+			healed++
+		}
+	}
+	r.healed.Add(int64(healed))
 }
 
 // Healed is how many times a renewal took a lock again on a node that had

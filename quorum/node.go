@@ -249,14 +249,24 @@ type Reply struct {
 	Err         error
 }
 
+// Sink takes a node's replies. Put never blocks, and it is called by
+// whichever goroutine has the reply (a node's reader): it must be quick.
+type Sink interface{ Put(Reply) }
+
+// Replies is a Sink over a channel with room for every reply put to it.
+type Replies chan Reply
+
+// Put sends r on the channel.
+func (c Replies) Put(r Reply) { c <- r }
+
 // Node is one independent Redis node as the Redlock algorithm sees it.
 // Every operation is atomic on the node (a Lua script).
 type Node interface {
-	// Do starts op on the node without waiting for it and delivers exactly
-	// one Reply, carrying tag, to done, which has room for it. The reply
-	// comes once the node answered, or with an error once ctx is done or
-	// the node failed; a call whose ctx ends before it was sent is not sent.
-	Do(ctx context.Context, op *Op, tag int, done chan<- Reply)
+	// Do starts op on the node without waiting for it and puts exactly
+	// one Reply, carrying tag, to done. The reply comes once the node
+	// answered, or with an error once ctx is done or the node failed; a
+	// call whose ctx ends before it was sent is not sent.
+	Do(ctx context.Context, op *Op, tag int, done Sink)
 	// String names the node (its address) in errors.
 	String() string
 }

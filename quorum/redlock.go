@@ -155,26 +155,38 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 	r.mu.Lock()
 	r.inflight[id] = p
 	r.mu.Unlock()
-	r.bg.Go(func() { // the flight's only reader from now on
-		var odd uint64 // bit i: node i took or refreshed the key with a lower fence
-		for calls.got < calls.n {
-			rep := <-calls.replies
-			calls.note(rep)
-			if c.agreed && rep.Err == nil && (rep.Claim.State == Acquired || rep.Claim.State == Mine) && rep.Claim.Fence < c.fence {
-				odd |= 1 << rep.Tag
-			}
+	var odd uint64 // bit i: node i took or refreshed the key with a lower fence
+	r.afterward(calls, func(rep Reply) {
+		if c.agreed && rep.Err == nil && (rep.Claim.State == Acquired || rep.Claim.State == Mine) && rep.Claim.Fence < c.fence {
+			odd |= 1 << rep.Tag
 		}
-		calls.cancel()
+	}, func() {
 		r.mu.Lock()
 		if r.inflight[id] == p {
 			delete(r.inflight, id)
 		}
 		r.mu.Unlock()
-		for i := range r.nodes {
-			if odd&(1<<i) != 0 {
-				_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence}, r.timeout(h.TTL))
-			}
+		if odd == 0 {
+			return
 		}
+		r.bg.Go(func() {
+			for i := range r.nodes {
+				if odd&(1<<i) != 0 {
+					_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence}, r.timeout(h.TTL))
+				}
+			}
+		})
+	})
+}
+
+// afterward hands the replies of f still to come to late and runs landed
+// once they all came, both on the goroutines that deliver them (see
+// flight.detach: neither may wait on a node); Close waits for landed.
+func (r *Redlock) afterward(f *flight, late func(Reply), landed func()) {
+	r.bg.Add(1)
+	f.detach(late, func() {
+		defer r.bg.Done()
+		landed()
 	})
 }
 

@@ -219,7 +219,7 @@ func (r *Redlock) repairNode(t *turn, i int, states []KeyState) {
 	}
 	ctx, cancel := context.WithTimeout(r.life, r.timeout(0))
 	defer cancel()
-	done := make(chan Reply, 1)
+	done := make(Replies, 1)
 	r.nodes[i].Do(ctx, &Op{Kind: OpRepair, Keys: keys, Fix: fix, Turn: t.token}, i, done)
 	rep := <-done
 	r.health.note(i, rep.Err)

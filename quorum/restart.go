@@ -201,7 +201,7 @@ type trustEvent struct {
 func (r *Redlock) checkNodes() {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
-	done := make(chan Reply, len(r.nodes))
+	done := make(Replies, len(r.nodes))
 	op := &Op{Kind: OpStatus}
 	for i, n := range r.nodes {
 		n.Do(ctx, op, i, done)
@@ -353,7 +353,7 @@ func (r *Redlock) floor(i int, st []*Status, now time.Time) int64 {
 func (r *Redlock) raiseFloor(i int, runID string, floor int64) bool {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
-	done := make(chan Reply, 1)
+	done := make(Replies, 1)
 	r.nodes[i].Do(ctx, &Op{Kind: OpFloor, Fence: floor, Token: runID}, i, done)
 	rep := <-done
 	return rep.Err == nil && rep.OK && rep.Incarnation == runID
@@ -413,7 +413,7 @@ const RestartedMark = "restarted"
 func (r *Redlock) clearVetted(i int) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
-	done := make(chan Reply, 1)
+	done := make(Replies, 1)
 	r.nodes[i].Do(ctx, &Op{Kind: OpFloor, Token: RestartedMark}, i, done)
 	<-done
 }

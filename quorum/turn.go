@@ -216,7 +216,7 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 	// for: a majority can be had without it.
 	cctx, cancel := context.WithDeadline(r.life, minTime(deadline, sent.Add(r.timeout(0))))
 	op := &Op{Kind: OpTurn, Keys: keys, Token: token, TTL: ttl}
-	replies := make(chan Reply, n)
+	replies := make(Replies, n)
 	for i, nd := range r.nodes {
 		nd.Do(cctx, op, i, replies)
 	}
@@ -335,7 +335,7 @@ func (t *turn) giveBack(only *int) {
 	ctx, cancel := context.WithTimeout(t.r.life, t.r.timeout(0))
 	defer cancel()
 	op := &Op{Kind: OpTurnBack, Keys: t.keys, Token: t.token}
-	done := make(chan Reply, len(t.r.nodes))
+	done := make(Replies, len(t.r.nodes))
 	sent := 0
 	for i, nd := range t.r.nodes {
 		if only == nil || *only == i {
@@ -415,7 +415,7 @@ func (t *turn) retry(i int) bool {
 		}
 		// An answer after t.valid is of no use: the call ends there.
 		ctx, cancel := context.WithDeadline(r.life, minTime(t.valid, time.Now().Add(r.timeout(0))))
-		done := make(chan Reply, 1)
+		done := make(Replies, 1)
 		ttl := time.Until(t.valid) + r.drift(time.Until(t.valid)) + TurnMargin
 		r.nodes[i].Do(ctx, &Op{Kind: OpTurn, Keys: t.keys, Token: t.token, TTL: ttl}, i, done)
 		rep := <-done
@@ -457,12 +457,12 @@ func (r *Redlock) enterTurn(ctx context.Context, keys []string, limit time.Durat
 // node that did not give it answers ErrTurnLost. Each node gets the turn
 // back once its call landed and every node's part is decided (a node
 // still being asked keeps the majority's turns held).
-func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies chan<- Reply) {
+func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies Sink) {
 	t := op.turn
 	keys := uniqueKeys(op.Keys)
 	preds, landed := r.order.enter(keys, len(r.nodes))
 	for i, n := range r.nodes {
-		own := make(chan Reply, 1)
+		own := make(Replies, 1)
 		go func() {
 			defer t.partDone()
 			var send bool
@@ -482,7 +482,7 @@ func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies chan<- Reply
 				n.Do(ctx, op, i, own)
 				rep = <-own
 			}
-			replies <- rep
+			replies.Put(rep)
 			if t.vote != nil {
 				var states []KeyState
 				if rep.Err == nil && r.counts(rep) {

@@ -27,7 +27,7 @@ type stallBeforeScript struct {
 	armed *atomic.Bool
 }
 
-func (s *stallBeforeScript) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+func (s *stallBeforeScript) Do(ctx context.Context, op *quorum.Op, tag int, done quorum.Sink) {
 	if op.Kind == quorum.OpEval && op.Turn != "" && s.armed.Load() {
 		for _, l := range s.links {
 			l.SetDelay(s.delay)

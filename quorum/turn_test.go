@@ -62,7 +62,7 @@ func (n *turnNode) state() (ran []string, turns int, takes int) {
 	return slices.Clone(n.ran), len(n.turns), n.takes
 }
 
-func (n *turnNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (n *turnNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	go func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -100,7 +100,7 @@ func (n *turnNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 		case OpKill:
 			r.OK = true
 		}
-		done <- r
+		done.Put(r)
 	}()
 }
 

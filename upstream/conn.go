@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -202,8 +203,11 @@ func (n *RedisNode) read(cn *nodeConn) {
 // were written, and answers their calls.
 func (n *RedisNode) readReplies(cn *nodeConn) error {
 	for {
-		if _, err := cn.rd.rd.Peek(1); err != nil {
-			return err // idle or not, parked here until the node sends
+		if _, err := cn.rd.rd.Peek(1); err != nil { // idle or not, parked here until the node sends
+			if errors.Is(err, os.ErrDeadlineExceeded) && n.rearm(cn) {
+				continue
+			}
+			return err
 		}
 		n.mu.Lock()
 		var b *batch
@@ -233,6 +237,24 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 		jumped := n.clock.noteAt(now, b.sent, mono())
 		n.answer(cn, b, jumped)
 	}
+}
+
+// rearm, once the read deadline passed with no reply begun, reports
+// whether no batch awaited is late: the deadline was one left set while
+// the connection was idle (arm). It then sets the awaited batch's, or
+// none.
+func (n *RedisNode) rearm(cn *nodeConn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var d time.Time
+	if len(cn.pending) > 0 {
+		if d = cn.pending[0].deadline; !time.Now().Before(d) {
+			return false
+		}
+	}
+	cn.armed = d
+	_ = cn.nc.SetReadDeadline(d)
+	return true
 }
 
 // nodeTime reads TIME's reply, {seconds, microseconds}. A zero time is no

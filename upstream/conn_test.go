@@ -26,7 +26,7 @@ func (n *RedisNode) current() *nodeConn {
 
 // doOn runs op on n and returns the node's reply as Do delivers it.
 func doOn(ctx context.Context, n *RedisNode, op *quorum.Op) quorum.Reply {
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, op, 0, done)
 	return <-done
 }
@@ -116,7 +116,7 @@ func TestPausedNodeMidBatch(t *testing.T) {
 	defer s.Resume() // if the test ends before it resumes the node (SIGCONT to a running one does nothing)
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	done := make(chan quorum.Reply, 2)
+	done := make(quorum.Replies, 2)
 	n.Do(short, &quorum.Op{Kind: quorum.OpAcquire, Key: "k", Hold: hold("a", time.Minute)}, 1, done)
 	// A second call, with a later deadline, queued behind the first.
 	later, cancel2 := context.WithTimeout(t.Context(), 400*time.Millisecond)
@@ -225,7 +225,7 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 	echo := admitted(t, `return #ARGV[1]`)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	start := time.Now()
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: echo, Args: []string{big}}, 0, done)
 	took := time.Since(start)
@@ -247,4 +247,29 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 	if r.Err != nil || r.Value.Int != int64(len(big)) {
 		t.Fatalf("the big call once the node runs: %+v", r)
 	}
+}
+
+// TestIdleConnectionOutlivesItsLastDeadline: the read deadline of the last
+// batch stays set once the connection is idle (one change of it a batch);
+// when it passes with nothing awaited, the reader sets the next one and
+// keeps the connection, and a later call goes out on it.
+func TestIdleConnectionOutlivesItsLastDeadline(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n := newNode(t, RedisOptions{Addr: addr, Timeout: 50 * time.Millisecond})
+		ctx := testCtx(t)
+		if r := doOn(ctx, n, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		cn := n.current()
+		time.Sleep(200 * time.Millisecond) // the last batch's deadline passes while idle
+		if got := n.current(); got != cn {
+			t.Fatalf("the idle connection was dropped at its last batch's deadline (now %p, was %p)", got, cn)
+		}
+		if r := doOn(ctx, n, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if got := n.current(); got != cn {
+			t.Fatalf("the next call dialled a new connection")
+		}
+	})
 }

@@ -94,7 +94,7 @@ func toReply(v any) (luascript.Reply, error) {
 // may be waiting behind the very script to kill. OK: a script was killed;
 // NOTBUSY (none was running) is OK false; UNKILLABLE (it wrote) is an
 // error.
-func (n *RedisNode) kill(ctx context.Context, tag int, done chan<- quorum.Reply) {
+func (n *RedisNode) kill(ctx context.Context, tag int, done quorum.Sink) {
 	opts := *n.client.Options()
 	opts.OnConnect, opts.PoolSize, opts.MinIdleConns = nil, 1, 0
 	c := redis.NewClient(&opts)
@@ -104,5 +104,5 @@ func (n *RedisNode) kill(ctx context.Context, tag int, done chan<- quorum.Reply)
 	if err != nil && !redis.HasErrorPrefix(err, "NOTBUSY") {
 		r.Err = n.wrap(err)
 	}
-	done <- r
+	done.Put(r)
 }

@@ -73,7 +73,7 @@ func TestEvalKillsRunawayScript(t *testing.T) {
 	if r := evalOn(short, n, loop, nil, nil); r.Err == nil {
 		t.Fatalf("a script that never returns answered: %+v", r)
 	}
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpKill}, 0, done)
 	if r := <-done; r.Err != nil || !r.OK {
 		t.Fatalf("SCRIPT KILL: %+v", r)

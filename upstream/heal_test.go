@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,10 +230,10 @@ type gatedNode struct {
 // newGate is a gatedNode for ops of kind (on key, unless empty); set its
 // Node before use.
 func newGate(kind quorum.OpKind, key string) *gatedNode {
-	return &gatedNode{kind: kind, key: key, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(chan quorum.Reply, 8)}
+	return &gatedNode{kind: kind, key: key, pending: make(chan *quorum.Op, 8), gate: make(chan struct{}), landed: make(quorum.Replies, 8)}
 }
 
-func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done quorum.Sink) {
 	if op.Kind != g.kind || g.key != "" && op.Key != g.key {
 		g.Node.Do(ctx, op, tag, done)
 		return
@@ -242,11 +243,11 @@ func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- 
 		<-g.gate
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), testTimeout)
 		defer cancel()
-		mine := make(chan quorum.Reply, 1)
+		mine := make(quorum.Replies, 1)
 		g.Node.Do(c, op, tag, mine)
 		rep := <-mine
 		g.landed <- rep
-		done <- rep
+		done.Put(rep)
 	}()
 }
 
@@ -375,5 +376,39 @@ func TestHealRaces(t *testing.T) {
 	case op := <-gated.pending:
 		t.Fatalf("a heal of %s from holders that disagree", op.Key)
 	default:
+	}
+}
+
+// TestRenewalLeavesNoGoroutineForItsLateAnswer: a renewal decided before
+// its last node answered leaves no goroutine waiting for that answer (it
+// is read by the node's reader, which heals from it if it found the key
+// free); only a heal to send gets a goroutine.
+func TestRenewalLeavesNoGoroutineForItsLateAnswer(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	gated := newGate(quorum.OpExtend, "")
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	gated.Node = nodes[2]
+	nodes[2] = gated
+	r := quorum.New(nodes, quorum.Config{})
+	t.Cleanup(func() { r.Close() })
+	ctx := testCtx(t)
+	g, err := r.Acquire(ctx, "renewed", hold("a", 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Extend(ctx, "renewed", g.Token, 5*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	<-gated.pending
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "quorum.(*Redlock).heal") {
+		t.Errorf("a goroutine waits in heal for the renewal's late answer")
+	}
+	gated.gate <- struct{}{}
+	if rep := <-gated.landed; rep.Err != nil || rep.TTL <= 0 {
+		t.Fatalf("the late renewal: %+v", rep)
 	}
 }

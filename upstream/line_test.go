@@ -107,7 +107,7 @@ func TestReleaseDropsTheHoldersPlace(t *testing.T) {
 			t.Fatal(c, err)
 		}
 		mustRelease(t, n, "k", "old", true)
-		rollback := make(chan quorum.Reply, 1)
+		rollback := make(quorum.Replies, 1)
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "w", Rollback: true}, 0, rollback)
 		if r := <-rollback; r.Err != nil {
 			t.Fatal(r.Err)

@@ -15,7 +15,7 @@ type call struct {
 	ctx  context.Context
 	op   *quorum.Op
 	tag  int
-	done chan<- quorum.Reply // has room for the reply: delivering never blocks
+	done quorum.Sink
 	// observe, when set, is told how long the call took (RedisOptions.Observe).
 	observe func(time.Duration, error)
 	start   time.Time
@@ -33,7 +33,7 @@ func (c *call) deliver(r quorum.Reply) {
 	if c.observe != nil {
 		c.observe(time.Since(c.start), r.Err)
 	}
-	c.done <- r
+	c.done.Put(r)
 }
 
 // answer decodes the node's raw reply to the call's operation, answered by
@@ -199,14 +199,15 @@ func (n *RedisNode) push(cn *nodeConn, b *batch) {
 }
 
 // arm bounds the connection's reads (under RedisNode.mu) by the deadline
-// of the batch whose replies come next, or not at all when none is
-// awaited: a reply that does not come by then breaks the connection.
+// of the batch whose replies come next: a reply that does not come by then
+// breaks the connection. Once none is awaited the deadline set stays, so
+// that a batch costs one change of it, not two: if it passes while the
+// connection is idle, the reader passes over it (rearm).
 func (cn *nodeConn) arm() {
-	var d time.Time
-	if len(cn.pending) > 0 {
-		d = cn.pending[0].deadline
+	if len(cn.pending) == 0 {
+		return
 	}
-	if !d.Equal(cn.armed) {
+	if d := cn.pending[0].deadline; !d.Equal(cn.armed) {
 		cn.armed = d
 		_ = cn.nc.SetReadDeadline(d) // fails only once closed, which the reader sees
 	}

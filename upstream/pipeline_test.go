@@ -275,7 +275,7 @@ func TestCloseFinishesQueuedCalls(t *testing.T) {
 		n := NewRedisNode(RedisOptions{Addr: addr})
 		ctx := testCtx(t)
 		const calls = 200
-		done := make(chan quorum.Reply, calls)
+		done := make(quorum.Replies, calls)
 		for i := range calls {
 			n.Do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: fmt.Sprint("q", i), Hold: hold("a", time.Minute)}, i, done)
 		}
@@ -287,7 +287,7 @@ func TestCloseFinishesQueuedCalls(t *testing.T) {
 				t.Fatalf("call %d queued before Close: %+v", r.Tag, r)
 			}
 		}
-		r := make(chan quorum.Reply, 1)
+		r := make(quorum.Replies, 1)
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: "q0"}, 0, r)
 		if got := <-r; !errors.Is(got.Err, ErrClosed) {
 			t.Fatalf("call after Close: %+v", got)

@@ -224,7 +224,7 @@ func (n *RedisNode) Stats() Stats {
 // socket's buffers take, so that a fan-out does not wait on one node
 // before sending to the others. A status read runs in a goroutine of its
 // own (status).
-func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- quorum.Reply) {
+func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done quorum.Sink) {
 	if op.Kind == quorum.OpKill {
 		go n.kill(ctx, tag, done) // not behind the batch the script holds up
 		return
@@ -257,7 +257,7 @@ func (n *RedisNode) Do(ctx context.Context, op *quorum.Op, tag int, done chan<- 
 
 // do runs op and waits for its reply or ctx; errors carry the address.
 func (n *RedisNode) do(ctx context.Context, op *quorum.Op) quorum.Reply {
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, op, 0, done)
 	select {
 	case r := <-done:

@@ -41,7 +41,7 @@ func TestLateReplyBehindAnEarlierDeadline(t *testing.T) {
 	defer cancel()
 	short, cancel2 := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel2()
-	done := make(chan quorum.Reply, 2)
+	done := make(quorum.Replies, 2)
 	n.Do(long, &quorum.Op{Kind: quorum.OpAcquire, Key: "k1", Hold: hold("a", time.Minute)}, 1, done)
 	n.Do(short, &quorum.Op{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("b", time.Minute)}, 2, done)
 	<-short.Done()
@@ -92,7 +92,7 @@ func TestWriteCutMidway(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	done := make(chan quorum.Reply, 2)
+	done := make(quorum.Replies, 2)
 	n.Do(cctx, &quorum.Op{Kind: quorum.OpEval, Script: echo, Args: []string{strings.Repeat("x", 8<<20)}}, 1, done)
 	n.Do(cctx, &quorum.Op{Kind: quorum.OpAcquire, Key: "k", Hold: hold("a", time.Minute)}, 2, done)
 	time.Sleep(100 * time.Millisecond) // the big write fills the buffers and waits
@@ -152,7 +152,7 @@ func TestNoScriptResendAcrossRestart(t *testing.T) {
 	}
 	p.SetDelay(400 * time.Millisecond)
 	sent := n.Stats().Calls
-	got := make(chan quorum.Reply, 1)
+	got := make(quorum.Replies, 1)
 	go func() { got <- evalOn(ctx, n, count, []string{"runs"}, nil) }()
 	time.Sleep(600 * time.Millisecond) // EVALSHA ran; its NOSCRIPT is in the proxy
 	if err := s.Kill(); err != nil {
@@ -294,7 +294,7 @@ func TestCallersDuringAFailingDial(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	const callers = 50
-	done := make(chan quorum.Reply, callers)
+	done := make(quorum.Replies, callers)
 	for i := range callers {
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: fmt.Sprint("k", i), Hold: hold("a", time.Minute)}, i, done)
 		if i == 0 {
@@ -323,7 +323,7 @@ func TestCallersDuringAFailingDial(t *testing.T) {
 		defer n.mu.Unlock()
 		return n.closed
 	})
-	late := make(chan quorum.Reply, 1)
+	late := make(quorum.Replies, 1)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 101, late)
 	if r := <-late; !errors.Is(r.Err, ErrClosed) {
 		t.Errorf("call during Close: %+v, want ErrClosed", r)
@@ -355,7 +355,7 @@ func TestCloseDuringBigWrite(t *testing.T) {
 	echo := admitted(t, `return #ARGV[1]`)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	done := make(chan quorum.Reply, 2)
+	done := make(quorum.Replies, 2)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: echo, Args: []string{strings.Repeat("x", 8<<20)}}, 1, done)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 2, done) // queued behind it
 	if err := n.Close(); err != nil {
@@ -462,7 +462,7 @@ func TestCallerArrivingDuringADialKeepsItsTime(t *testing.T) {
 	n := newNode(t, RedisOptions{Addr: p.Addr()})
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	done := make(chan quorum.Reply, 2)
+	done := make(quorum.Replies, 2)
 	n.Do(short, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 1, done)
 	time.Sleep(10 * time.Millisecond) // the dial is under way
 	n.Do(testCtx(t), &quorum.Op{Kind: quorum.OpInspect, Key: "k"}, 2, done)
@@ -495,7 +495,7 @@ end`)
 	}
 	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	done := make(chan quorum.Reply, 3)
+	done := make(quorum.Replies, 3)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpInspect, Key: "k0"}, 0, done)
 	n.Do(short, &quorum.Op{Kind: quorum.OpEval, Script: busy}, 1, done)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("a", time.Minute)}, 2, done)

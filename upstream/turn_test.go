@@ -16,13 +16,13 @@ import (
 )
 
 func turnOp(ctx context.Context, n *RedisNode, kind quorum.OpKind, keys []string, token string) quorum.Reply {
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, &quorum.Op{Kind: kind, Keys: keys, Token: token, TTL: time.Minute}, 0, done)
 	return <-done
 }
 
 func guardedOn(ctx context.Context, n *RedisNode, s *luascript.Admitted, keys, args []string, token string) quorum.Reply {
-	done := make(chan quorum.Reply, 1)
+	done := make(quorum.Replies, 1)
 	n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: s, Keys: keys, Args: args, Turn: token}, 0, done)
 	return <-done
 }
@@ -138,7 +138,7 @@ func TestGuardRunsSourceUnchanged(t *testing.T) {
 			}
 			// With its keys' states (quorum/repair.go): the same reply,
 			// and the state of each unique key, k1 then str.
-			done := make(chan quorum.Reply, 1)
+			done := make(quorum.Replies, 1)
 			n.Do(ctx, &quorum.Op{Kind: quorum.OpEval, Script: s, Keys: keys, Args: args, Turn: "tok", State: true}, 0, done)
 			st := <-done
 			if st.Err == nil && isMiniredis && st.Value.Kind == luascript.Error {
@@ -181,7 +181,7 @@ func TestGuardRefusesLateScript(t *testing.T) {
 		n := newNode(t, RedisOptions{Addr: addr})
 		raw := rawClient(t, addr)
 		appendS := admitted(t, `return redis.call('APPEND', KEYS[1], ARGV[1])`)
-		done := make(chan quorum.Reply, 1)
+		done := make(quorum.Replies, 1)
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpTurn, Keys: []string{"k"}, Token: "late", TTL: 50 * time.Millisecond}, 0, done)
 		if r := <-done; r.Err != nil || !r.OK {
 			t.Fatalf("take: %+v", r)
@@ -253,7 +253,7 @@ func TestRepairGuardedByTurn(t *testing.T) {
 	fix := []quorum.KeyState{{Known: true, Dump: dump, PTTL: 60000}, {Known: true, Dump: dump, PTTL: -1}, {Known: true, PTTL: -2}}
 	keys := []string{"a", "b", "gone"}
 	repair := func(token string) quorum.Reply {
-		done := make(chan quorum.Reply, 1)
+		done := make(quorum.Replies, 1)
 		n.Do(ctx, &quorum.Op{Kind: quorum.OpRepair, Keys: keys, Fix: fix, Turn: token}, 0, done)
 		return <-done
 	}
