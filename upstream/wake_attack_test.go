@@ -1,0 +1,99 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// Attacks on branch wake: a node connection's read deadline is set once a
+// batch and left set while idle; the reader passes over it (rearm) when
+// no batch is late.
+
+// doWithin runs op on n and fails the test if no reply comes within
+// testTimeout (a reader that waits with no deadline never answers).
+func doWithin(t *testing.T, ctx context.Context, n *RedisNode, op *quorum.Op) quorum.Reply {
+	t.Helper()
+	done := make(quorum.Replies, 1)
+	n.Do(ctx, op, 0, done)
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(testTimeout):
+		t.Fatal("no reply: the call's batch has no read deadline")
+		return quorum.Reply{}
+	}
+}
+
+// Calls pushed just before, at and after the moment the last batch's
+// deadline passes on the idle connection: each is answered, and the
+// connection is replaced only after a call on it failed (a late batch),
+// never while idle.
+func TestWakeIdleDeadlineRacesTheNextBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		const timeout = 30 * time.Millisecond
+		n := newNode(t, RedisOptions{Addr: addr, Timeout: timeout})
+		ctx := testCtx(t)
+		op := &quorum.Op{Kind: quorum.OpInspect, Key: "k"}
+		prevOK := doWithin(t, ctx, n, op).Err == nil
+		cn := n.current()
+		failed, dropped := 0, 0
+		for range 120 {
+			time.Sleep(timeout - 5*time.Millisecond + time.Duration(rand.IntN(10_000))*time.Microsecond)
+			r := doWithin(t, ctx, n, op)
+			now := n.current()
+			if now != cn && now != nil && r.Err == nil && prevOK {
+				dropped++ // a new connection with no failed call before it
+			}
+			if r.Err != nil {
+				failed++
+			}
+			prevOK, cn = r.Err == nil, now
+		}
+		if dropped > 0 {
+			t.Fatalf("the idle connection was replaced %d times with no call failing on it (%d calls failed)", dropped, failed)
+		}
+		t.Logf("%d of 120 calls failed (late under load)", failed)
+	})
+}
+
+// A node stopped once the connection is idle, before or after the last
+// batch's deadline passed: the next call's batch still gets its own
+// deadline, its call fails by then, and the connection is replaced.
+func TestWakeLateBatchAfterIdleBreaksTheConnection(t *testing.T) {
+	for _, idle := range []time.Duration{0, 10 * time.Millisecond, 150 * time.Millisecond} {
+		t.Run(fmt.Sprint("idle=", idle), func(t *testing.T) {
+			s := redistest.Start(t, redistest.Options{})
+			n := newNode(t, RedisOptions{Addr: s.Addr(), Timeout: 50 * time.Millisecond})
+			op := &quorum.Op{Kind: quorum.OpInspect, Key: "k"}
+			if r := doWithin(t, testCtx(t), n, op); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			old := n.current()
+			time.Sleep(idle)
+			if err := s.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Resume()
+			short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			if r := doWithin(t, short, n, op); r.Err == nil {
+				t.Fatalf("a call on a stopped node answered %+v", r)
+			}
+			if err := s.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if r := doWithin(t, testCtx(t), n, op); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if n.current() == old {
+				t.Fatal("the connection whose batch was late is still the node's")
+			}
+		})
+	}
+}
