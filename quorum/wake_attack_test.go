@@ -259,3 +259,47 @@ func TestWakeStressNoLostWake(t *testing.T) {
 		t.Fatalf("%d in-flight records left after every reply came", left)
 	}
 }
+
+// Close racing grants whose last reply comes late: each grant's callback
+// either is waited for by Close or never runs after it returned with the
+// in-flight record still set for good.
+func TestWakeCloseRacesGrants(t *testing.T) {
+	for range 50 {
+		nodes := newFakeNodes(3)
+		w := &withheld{Node: nodes[2], kind: OpAcquire}
+		w.armed.Store(true)
+		r := New([]Node{nodes[0], nodes[1], w}, Config{NodeTimeout: time.Second})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() { _, _ = r.Acquire(context.Background(), fmt.Sprint("k", i), hold("a")) })
+		}
+		stop := make(chan struct{})
+		var flusher sync.WaitGroup
+		flusher.Go(func() {
+			for {
+				w.flush()
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		})
+		wg.Wait() // Close after the grants returned: their callbacks are counted
+		closed := make(chan struct{})
+		go func() { r.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close hangs")
+		}
+		close(stop)
+		flusher.Wait()
+		r.mu.Lock()
+		left := len(r.inflight)
+		r.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("Close returned with %d grants' late replies unhandled", left)
+		}
+	}
+}

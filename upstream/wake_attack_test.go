@@ -2,8 +2,11 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +98,82 @@ func TestWakeLateBatchAfterIdleBreaksTheConnection(t *testing.T) {
 				t.Fatal("the connection whose batch was late is still the node's")
 			}
 		})
+	}
+}
+
+// Grants, renewals and releases through three real nodes, one of them
+// stopped and started again (SIGSTOP) now and then, so that acquires,
+// renewals and releases land after their fan-out was decided and their
+// replies, or their calls' timeouts, are handled by the node's reader
+// (settle, heal, undo, carry): every call returns well before its
+// context's end, and Close returns.
+func TestWakeLateRepliesOnRealReaders(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), Timeout: 80 * time.Millisecond})
+	}
+	r := quorum.New(nodes, quorum.Config{NodeTimeout: 80 * time.Millisecond})
+	stop := make(chan struct{})
+	var pauser sync.WaitGroup
+	pauser.Go(func() {
+		defer servers[2].Resume()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(20+rand.IntN(60)) * time.Millisecond):
+			}
+			_ = servers[2].Pause()
+			time.Sleep(time.Duration(rand.IntN(120)) * time.Millisecond)
+			_ = servers[2].Resume()
+		}
+	})
+	const workers, rounds = 6, 2000
+	var grants, fails atomic.Int64
+	var wg sync.WaitGroup
+	slow := make(chan string, workers*rounds*3)
+	end := time.Now().Add(3 * time.Second) // bounded in time and count
+	for c := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				if time.Now().After(end) {
+					return
+				}
+				key := fmt.Sprint("k", c)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				g, err := r.Acquire(ctx, key, hold(fmt.Sprint("t", c, "-", i), 2*time.Second))
+				if errors.Is(err, context.DeadlineExceeded) {
+					slow <- "acquire"
+				}
+				if err != nil {
+					fails.Add(1)
+				} else {
+					grants.Add(1)
+					if _, err := r.Extend(ctx, key, g.Token, 2*time.Second, ""); errors.Is(err, context.DeadlineExceeded) {
+						slow <- "extend"
+					}
+					if _, err := r.Release(ctx, key, g.Token, nil, nil); errors.Is(err, context.DeadlineExceeded) {
+						slow <- "release"
+					}
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	pauser.Wait()
+	close(slow)
+	t.Logf("%d grants, %d refused or failed", grants.Load(), fails.Load())
+	for op := range slow {
+		t.Errorf("a%s slept to its context's end", map[bool]string{true: "n ", false: " "}[op[0] == 'a' || op[0] == 'e']+op)
+	}
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(testTimeout):
+		t.Fatal("Close hangs")
 	}
 }
