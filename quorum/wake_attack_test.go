@@ -226,7 +226,7 @@ func TestWakeStressNoLostWake(t *testing.T) {
 				key, tok := fmt.Sprintf("k%d", c%3), fmt.Sprintf("t%d-%d", c, i)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				g, err := r.Acquire(ctx, key, hold(tok))
-				if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				if ctx.Err() != nil { // the caller's own end, not a node's call timing out
 					errs <- fmt.Errorf("acquire %s slept to its deadline: %v", key, err)
 				}
 				if err == nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,6 +133,7 @@ func TestWakeLateRepliesOnRealReaders(t *testing.T) {
 	})
 	const workers, rounds = 6, 2000
 	var grants, fails atomic.Int64
+	var dumpOnce sync.Once
 	var wg sync.WaitGroup
 	slow := make(chan string, workers*rounds*3)
 	end := time.Now().Add(3 * time.Second) // bounded in time and count
@@ -142,8 +145,9 @@ func TestWakeLateRepliesOnRealReaders(t *testing.T) {
 				}
 				key := fmt.Sprint("k", c)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				watch := time.AfterFunc(2*time.Second, func() { dumpOnce.Do(dumpStacks) })
 				g, err := r.Acquire(ctx, key, hold(fmt.Sprint("t", c, "-", i), 2*time.Second))
-				if errors.Is(err, context.DeadlineExceeded) {
+				if ctx.Err() != nil { // not a node's call timing out: the caller's own end
 					slow <- "acquire"
 				}
 				if err != nil {
@@ -153,10 +157,12 @@ func TestWakeLateRepliesOnRealReaders(t *testing.T) {
 					if _, err := r.Extend(ctx, key, g.Token, 2*time.Second, ""); errors.Is(err, context.DeadlineExceeded) {
 						slow <- "extend"
 					}
+
 					if _, err := r.Release(ctx, key, g.Token, nil, nil); errors.Is(err, context.DeadlineExceeded) {
 						slow <- "release"
 					}
 				}
+				watch.Stop()
 				cancel()
 			}
 		})
@@ -176,4 +182,9 @@ func TestWakeLateRepliesOnRealReaders(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("Close hangs")
 	}
+}
+
+func dumpStacks() {
+	buf := make([]byte, 8<<20)
+	_ = os.WriteFile("/tmp/attackw_stacks.txt", buf[:runtime.Stack(buf, true)], 0o644)
 }
