@@ -188,3 +188,61 @@ func dumpStacks() {
 	buf := make([]byte, 8<<20)
 	_ = os.WriteFile("/tmp/attackw_stacks.txt", buf[:runtime.Stack(buf, true)], 0o644)
 }
+
+// A renewal's late answer from a node that lost the key is handled by the
+// goroutine that delivers it: the heal still goes out (on a goroutine of
+// its own) and takes the key there again; and Close, called while that
+// answer is still to come, waits for it.
+func TestWakeLateRenewalAnswerHealsAndCloseWaits(t *testing.T) {
+	for _, closeFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("close=", closeFirst), func(t *testing.T) {
+			servers := redistest.StartN(t, 3, redistest.Options{})
+			gated := newGate(quorum.OpExtend, "")
+			nodes := make([]quorum.Node, len(servers))
+			for i, s := range servers {
+				nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+			}
+			gated.Node = nodes[2]
+			nodes[2] = gated
+			r := quorum.New(nodes, quorum.Config{})
+			t.Cleanup(func() { r.Close() })
+			ctx := testCtx(t)
+			g, err := r.Acquire(ctx, "k", hold("a", 5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+			raw := rawClient(t, servers[2].Addr())
+			if err := raw.Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Extend(ctx, "k", g.Token, 5*time.Second, ""); err != nil {
+				t.Fatal(err)
+			}
+			<-gated.pending
+			closed := make(chan struct{})
+			if closeFirst {
+				go func() { r.Close(); close(closed) }()
+				select {
+				case <-closed:
+					t.Fatal("Close returned while the renewal's last answer was still to come")
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			gated.gate <- struct{}{}
+			if rep := <-gated.landed; rep.Err != nil || rep.FreeAt <= 0 {
+				t.Fatalf("the late renewal on the node that lost the key: %+v", rep)
+			}
+			if closeFirst {
+				select {
+				case <-closed:
+				case <-time.After(testTimeout):
+					t.Fatal("Close still waits once the last answer came")
+				}
+				return
+			}
+			eventually(t, testTimeout, "the heal from the late answer", func() bool { return r.Healed() == 1 })
+			heldOn(t, "k", "a", servers[2].Addr())
+		})
+	}
+}
