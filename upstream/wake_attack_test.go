@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/internal/tlstest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -41,30 +44,53 @@ func doWithin(t *testing.T, ctx context.Context, n *RedisNode, op *quorum.Op) qu
 // never while idle.
 func TestWakeIdleDeadlineRacesTheNextBatch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		const timeout = 30 * time.Millisecond
-		n := newNode(t, RedisOptions{Addr: addr, Timeout: timeout})
-		ctx := testCtx(t)
-		op := &quorum.Op{Kind: quorum.OpInspect, Key: "k"}
-		prevOK := doWithin(t, ctx, n, op).Err == nil
-		cn := n.current()
-		failed, dropped := 0, 0
-		for range 120 {
-			time.Sleep(timeout - 5*time.Millisecond + time.Duration(rand.IntN(10_000))*time.Microsecond)
-			r := doWithin(t, ctx, n, op)
-			now := n.current()
-			if now != cn && now != nil && r.Err == nil && prevOK {
-				dropped++ // a new connection with no failed call before it
-			}
-			if r.Err != nil {
-				failed++
-			}
-			prevOK, cn = r.Err == nil, now
-		}
-		if dropped > 0 {
-			t.Fatalf("the idle connection was replaced %d times with no call failing on it (%d calls failed)", dropped, failed)
-		}
-		t.Logf("%d of 120 calls failed (late under load)", failed)
+		idleRace(t, RedisOptions{Addr: addr})
 	})
+}
+
+// The same over TLS: a read that times out on the idle connection must
+// leave the TLS connection usable.
+func TestWakeIdleDeadlineRacesTheNextBatchTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "test")
+	srv := ca.Server(t, "server")
+	pem, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	s := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srv.Cert, KeyFile: srv.Key, CAFile: ca.File, Client: cfg}})
+	idleRace(t, RedisOptions{Addr: s.Addr(), TLSConfig: cfg})
+}
+
+// idleRace sends calls just before, at and after the moment the last
+// batch's deadline passes on the idle connection.
+func idleRace(t *testing.T, o RedisOptions) {
+	const timeout = 30 * time.Millisecond
+	o.Timeout = timeout
+	n := newNode(t, o)
+	ctx := testCtx(t)
+	op := &quorum.Op{Kind: quorum.OpInspect, Key: "k"}
+	prevOK := doWithin(t, ctx, n, op).Err == nil
+	cn := n.current()
+	failed, dropped := 0, 0
+	for range 120 {
+		time.Sleep(timeout - 5*time.Millisecond + time.Duration(rand.IntN(10_000))*time.Microsecond)
+		r := doWithin(t, ctx, n, op)
+		now := n.current()
+		if now != cn && now != nil && r.Err == nil && prevOK {
+			dropped++ // a new connection with no failed call before it
+		}
+		if r.Err != nil {
+			failed++
+		}
+		prevOK, cn = r.Err == nil, now
+	}
+	if dropped > 0 {
+		t.Fatalf("the idle connection was replaced %d times with no call failing on it (%d calls failed)", dropped, failed)
+	}
+	t.Logf("%d of 120 calls failed (late under load)", failed)
 }
 
 // A node stopped once the connection is idle, before or after the last
