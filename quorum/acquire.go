@@ -71,10 +71,13 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 					c.yes |= 1 << rep.Tag
 				}
 			}
-			// A retry that holds a majority but whose nodes record
-			// different fences hears the rest: a majority of them
-			// agrees on its grant's fence (fence).
-			return t.decided() && (s.mine < r.quorum || t.pending() == 0 || majority(s.held, r.quorum) != 0)
+			// A retry whose nodes do not yet make a majority that
+			// records one fence hears the rest while they still can: a
+			// majority of them agrees on its grant's fence (fence). Its
+			// first majority may be nodes that record different fences,
+			// or hold it on too few (a node that the grant's acquire has
+			// not reached yet takes the key for the retry).
+			return t.decided() && (s.mine == 0 || s.mine+t.pending() < r.quorum || majority(s.held, r.quorum) != 0)
 		})
 	if err == nil {
 		err = t.outcome("acquire", &engine.BusyError{RetryAfter: s.busy.freeAfter(r.quorum, t.n)})

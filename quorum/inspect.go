@@ -3,6 +3,7 @@ package quorum
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -67,17 +68,32 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 		}
 		return engine.Holder{}, false, in.t.noQuorum("inspect")
 	}
-	h := holder(held, r.quorum)
+	h, agreed := holder(held, r.quorum)
+	if !agreed && h.Fence > 0 {
+		// No fence has a majority (a bare majority answered, and they
+		// differ): the largest, which may be on those holders' counters
+		// only, is shown once a majority's counters are at least it: it is
+		// committed, as a retry commits it (claimSummary.fence), which also
+		// raises the holders' records to it, so that no later grant is at
+		// or below a fence LOCKINFO showed, and a retry and LOCKINFO go on
+		// answering it. Where the token no
+		// longer holds the key on a majority, the nodes that answered
+		// were raised all the same.
+		if _, err := r.commit(ctx, key, h.Token, h.Fence, 0); err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+			return engine.Holder{}, false, err
+		}
+	}
 	h.Validity -= time.Since(start) + r.drift(h.Validity)
 	return h, h.Validity > 0, nil
 }
 
 // holder sums up the entries of the majority that holds one token. Its
 // fence is the one a majority of the nodes records, as a retry's
-// (heldFence).
-func holder(held []Entry, quorum int) engine.Holder {
+// (heldFence); agreed is false where none does, and the fence is the
+// largest.
+func holder(held []Entry, quorum int) (h engine.Holder, agreed bool) {
 	slices.SortFunc(held, func(a, b Entry) int { return cmp.Compare(b.TTL, a.TTL) }) // longest first
-	h := engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name, Type: held[0].Type}
+	h = engine.Holder{Token: held[0].Token, Validity: held[quorum-1].TTL, Name: held[0].Name, Type: held[0].Type}
 	leases := 0
 	fences := make([]int64, len(held))
 	for i, e := range held {
@@ -91,5 +107,5 @@ func holder(held []Entry, quorum int) engine.Holder {
 	if 2*leases >= len(held) {
 		h.Mode = engine.Lease
 	}
-	return h
+	return h, majority(fences, quorum) != 0
 }
