@@ -52,7 +52,7 @@ func (h *healNode) mark(key string) int64 {
 	return at
 }
 
-func (h *healNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (h *healNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	switch op.Kind {
 	case OpExtend, OpRelease, OpHeal:
 	default:
@@ -63,14 +63,14 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 	down := h.down
 	h.fakeNode.mu.Unlock()
 	if down {
-		go func() { done <- Reply{Tag: tag, Err: errDown} }()
+		go func() { done.Put(Reply{Tag: tag, Err: errDown}) }()
 		return
 	}
 	go func() {
 		r := Reply{Tag: tag}
 		if err := h.enter(ctx); err != nil {
 			r.Err = err
-			done <- r
+			done.Put(r)
 			return
 		}
 		f := h.fakeNode
@@ -126,7 +126,7 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 			}
 		}
 		f.mu.Unlock()
-		done <- r
+		done.Put(r)
 	}()
 }
 
@@ -172,7 +172,7 @@ func (l *link) setCut(c bool) { l.mu.Lock(); l.cut = c; l.mu.Unlock() }
 
 func (l *link) heldCalls() int { l.mu.Lock(); defer l.mu.Unlock(); return l.held }
 
-func (l *link) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
+func (l *link) Do(ctx context.Context, op *Op, tag int, done Sink) {
 	l.mu.Lock()
 	cut, gate := l.cut, l.gate
 	if !l.kinds[op.Kind] {
@@ -184,16 +184,16 @@ func (l *link) Do(ctx context.Context, op *Op, tag int, done chan<- Reply) {
 	l.mu.Unlock()
 	switch {
 	case cut:
-		go func() { done <- Reply{Tag: tag, Err: errDown} }()
+		go func() { done.Put(Reply{Tag: tag, Err: errDown}) }()
 	case gate != nil:
 		go func() {
 			select {
 			case <-gate:
 				l.Node.Do(ctx, op, tag, done)
 			case <-ctx.Done():
-				done <- Reply{Tag: tag, Err: ctx.Err()}
+				done.Put(Reply{Tag: tag, Err: ctx.Err()})
 				<-gate
-				l.Node.Do(context.Background(), op, tag, make(chan Reply, 1))
+				l.Node.Do(context.Background(), op, tag, make(Replies, 1))
 			}
 		}()
 	default:
