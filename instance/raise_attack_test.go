@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
 
@@ -25,18 +24,8 @@ import (
 // (PRODUCT.md: "succeeds again with the same fencing token"), and LOCKINFO
 // too, once the grant's late acquire has landed on node 2.
 func TestAttackRaiseRetryBeforeTheLateTake(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	cfg1, cfg2 := testConfig(nodes), testConfig(nodes)
-	slow2 := linked(t, &cfg1, nodes, 2)
-	slow1 := linked(t, &cfg2, nodes, 1)
-	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
-	c1, c2 := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2)
-	warm(t, c1, c2)
-	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
-	defer raw.Close()
-	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st := aheadStage(t, nil)
+	nodes, c1, c2, slow2, slow1 := st.nodes, st.c1, st.c2, st.link12, st.link21
 	slow2.SetDelay(time.Second)
 	slow1.SetDelay(300 * time.Millisecond)
 	key, token := uniqueKey(t), "raise-retry-before-late-take"
@@ -65,18 +54,8 @@ func TestAttackRaiseRetryBeforeTheLateTake(t *testing.T) {
 // through instance 1 by nodes 0 and 1 first. b's fence must be above every
 // fence shown for the grant before it.
 func TestAttackRaiseBareMajorityLockInfo(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	cfg1, cfg2 := testConfig(nodes), testConfig(nodes)
-	slow2 := linked(t, &cfg1, nodes, 2)
-	cut1 := linked(t, &cfg2, nodes, 1)
-	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
-	c1, c2 := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2)
-	warm(t, c1, c2)
-	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
-	defer raw.Close()
-	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st := aheadStage(t, nil)
+	nodes, c1, c2, slow2, cut1 := st.nodes, st.c1, st.c2, st.link12, st.link21
 	slow2.SetDelay(time.Second)
 	key, token := uniqueKey(t), "raise-bare-majority-lockinfo"
 	g := mustLock(t, c1, key, "PX", 3000, "TOKEN", token)
@@ -108,18 +87,8 @@ func TestAttackRaiseBareMajorityLockInfo(t *testing.T) {
 // documented bare-majority case. From then on LOCKINFO and another retry,
 // once node 1 runs again, answer that fence, and the next grant is above it.
 func TestAttackRaiseRetryWithAPausedNode(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	cfg1, cfg2 := testConfig(nodes), testConfig(nodes)
-	slow2 := linked(t, &cfg1, nodes, 2)
-	cfg2.Redlock.NodeTimeoutMS = 500
-	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
-	c1, c2 := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2)
-	warm(t, c1, c2)
-	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
-	defer raw.Close()
-	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st := aheadStage(t, func(cfg *instance.Config) { cfg.Redlock.NodeTimeoutMS = 500 })
+	nodes, c1, c2, slow2 := st.nodes, st.c1, st.c2, st.link12
 	slow2.SetDelay(time.Second)
 	key, token := uniqueKey(t), "raise-retry-paused"
 	g := mustLock(t, c1, key, "PX", 30000, "TOKEN", token)

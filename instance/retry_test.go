@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/netfault"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
@@ -348,18 +349,9 @@ func TestCarriedReleaseSparesNewGrant(t *testing.T) {
 // must answer the grant's fence (PRODUCT.md: "succeeds again with the
 // same fencing token"), not node 2's.
 func TestRetryAnswersItsGrantsFence(t *testing.T) {
-	nodes := redistest.StartN(t, 3, redistest.Options{})
-	cfg1, cfg2 := testConfig(nodes), testConfig(nodes)
-	slow2 := linked(t, &cfg1, nodes, 2)
-	slow1 := linked(t, &cfg2, nodes, 1)
-	in1, in2 := startInstance(t, cfg1), startInstance(t, cfg2)
-	c1, c2, other := newClient(t, in1.Addr(), 2), newClient(t, in2.Addr(), 2), newClient(t, in2.Addr(), 2)
-	warm(t, c1, c2)
-	raw := redis.NewClient(&redis.Options{Addr: nodes[2].Addr()})
-	defer raw.Close()
-	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
-		t.Fatal(err)
-	}
+	st := aheadStage(t, nil)
+	nodes, c1, c2, slow2, slow1 := st.nodes, st.c1, st.c2, st.link12, st.link21
+	other := newClient(t, st.in2.Addr(), 2)
 	slow2.SetDelay(time.Second)
 	key, token := uniqueKey(t), "retry-token-4"
 	g := mustLock(t, c1, key, "PX", 30000, "TOKEN", token)
@@ -374,4 +366,37 @@ func TestRetryAnswersItsGrantsFence(t *testing.T) {
 	if f := lockInfoFence(t, other, key); f != g.fence {
 		t.Fatalf("LOCKINFO fence %d, want the grant's %d", f, g.fence)
 	}
+}
+
+// stage is what aheadStage starts.
+type stage struct {
+	nodes          []*redistest.Server
+	in1, in2       *instance.Instance
+	c1, c2         *redis.Client   // a client of each instance
+	link12, link21 *netfault.Proxy // instance 1's link to node 2, instance 2's to node 1
+}
+
+// aheadStage starts the stage of the retry-fence tests: three
+// redis-servers, node 2's fencing counter 1000 ahead of the others' (as
+// when a node took grants of other keys in another order), and two warm
+// instances, instance 1 reaching node 2 and instance 2 reaching node 1
+// through links of their own; tweak, if not nil, changes instance 2's
+// config first.
+func aheadStage(t *testing.T, tweak func(*instance.Config)) stage {
+	t.Helper()
+	st := stage{nodes: redistest.StartN(t, 3, redistest.Options{})}
+	cfg1, cfg2 := testConfig(st.nodes), testConfig(st.nodes)
+	st.link12, st.link21 = linked(t, &cfg1, st.nodes, 2), linked(t, &cfg2, st.nodes, 1)
+	if tweak != nil {
+		tweak(&cfg2)
+	}
+	st.in1, st.in2 = startInstance(t, cfg1), startInstance(t, cfg2)
+	st.c1, st.c2 = newClient(t, st.in1.Addr(), 2), newClient(t, st.in2.Addr(), 2)
+	warm(t, st.c1, st.c2)
+	raw := redis.NewClient(&redis.Options{Addr: st.nodes[2].Addr()})
+	defer raw.Close()
+	if err := raw.IncrBy(t.Context(), "lockproxy:layout", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -384,16 +384,7 @@ func TestHealRaces(t *testing.T) {
 // is read by the node's reader, which heals from it if it found the key
 // free); only a heal to send gets a goroutine.
 func TestRenewalLeavesNoGoroutineForItsLateAnswer(t *testing.T) {
-	servers := redistest.StartN(t, 3, redistest.Options{})
-	gated := newGate(quorum.OpExtend, "")
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-	}
-	gated.Node = nodes[2]
-	nodes[2] = gated
-	r := quorum.New(nodes, quorum.Config{})
-	t.Cleanup(func() { r.Close() })
+	_, gated, r := extendGated(t)
 	ctx := testCtx(t)
 	g, err := r.Acquire(ctx, "renewed", hold("a", 5*time.Second))
 	if err != nil {
@@ -411,4 +402,21 @@ func TestRenewalLeavesNoGoroutineForItsLateAnswer(t *testing.T) {
 	if rep := <-gated.landed; rep.Err != nil || rep.TTL <= 0 {
 		t.Fatalf("the late renewal: %+v", rep)
 	}
+}
+
+// extendGated is a Redlock over three redis-servers whose node 2 holds
+// every extension at its gate.
+func extendGated(t *testing.T) ([]*redistest.Server, *gatedNode, *quorum.Redlock) {
+	t.Helper()
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	gated := newGate(quorum.OpExtend, "")
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	gated.Node = nodes[2]
+	nodes[2] = gated
+	r := quorum.New(nodes, quorum.Config{})
+	t.Cleanup(func() { r.Close() })
+	return servers, gated, r
 }

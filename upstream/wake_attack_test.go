@@ -222,16 +222,7 @@ func dumpStacks() {
 func TestWakeLateRenewalAnswerHealsAndCloseWaits(t *testing.T) {
 	for _, closeFirst := range []bool{false, true} {
 		t.Run(fmt.Sprint("close=", closeFirst), func(t *testing.T) {
-			servers := redistest.StartN(t, 3, redistest.Options{})
-			gated := newGate(quorum.OpExtend, "")
-			nodes := make([]quorum.Node, len(servers))
-			for i, s := range servers {
-				nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-			}
-			gated.Node = nodes[2]
-			nodes[2] = gated
-			r := quorum.New(nodes, quorum.Config{})
-			t.Cleanup(func() { r.Close() })
+			servers, gated, r := extendGated(t)
 			ctx := testCtx(t)
 			g, err := r.Acquire(ctx, "k", hold("a", 5*time.Second))
 			if err != nil {
