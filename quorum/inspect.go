@@ -76,9 +76,8 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 		// committed, as a retry commits it (claimSummary.fence), which also
 		// raises the holders' records to it, so that no later grant is at
 		// or below a fence LOCKINFO showed, and a retry and LOCKINFO go on
-		// answering it. Where the token no
-		// longer holds the key on a majority, the nodes that answered
-		// were raised all the same.
+		// answering it. Where the token no longer holds the key on a
+		// majority, the nodes that answered were raised all the same.
 		if _, err := r.commit(ctx, key, h.Token, h.Fence, 0); err != nil && !errors.Is(err, engine.ErrNotAcquired) {
 			return engine.Holder{}, false, err
 		}

@@ -59,7 +59,8 @@ const (
 	// OpCommit raises the node's fencing counter for the key to at least Fence, and
 	// records Fence for Token if Token holds the key: exactly where
 	// Attempt was the last to take or refresh the hold, else only raising
-	// the fence recorded. Reply: OK (held).
+	// the fence recorded. Redlock names no Attempt: it only raises (commit
+	// says why). Reply: OK (held).
 	OpCommit
 	// OpExtend resets the TTL of Key to TTL if Token holds it — a zero TTL
 	// reuses the TTL the key was last given — and records Mode unless it is
