@@ -28,15 +28,7 @@ func attackNodes(t *testing.T, lease time.Duration, onLost func(key, token, reas
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
-	gated := newGate(quorum.OpHeal, "")
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-	}
-	gated.Node = nodes[0]
-	nodes[0] = gated
-	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, OnLost: onLost})
-	t.Cleanup(func() { r.Close() })
+	gated, r := gatedRedlock(t, servers, 0, quorum.OpHeal, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, OnLost: onLost})
 	t.Cleanup(func() { close(gated.gate) }) // first: a heal still held lands, so Close returns
 	waitCounted(t, r, 30*time.Second, true, true, true)
 	return servers, clock, gated, r
@@ -391,18 +383,10 @@ func TestAttackJumpSeenByLateReply(t *testing.T) {
 func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	const lease = 1500 * time.Millisecond
-	gated := newGate(quorum.OpHeal, "")
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-	}
-	gated.Node = nodes[0]
-	nodes[0] = gated
 	// A node timeout of the whole lease, not the automatic 250 ms: node
 	// 0's answer to the renewal must count for the heal to be decided, and
 	// a loaded machine (the suite twice at once) made it miss 250 ms once.
-	r := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, NodeTimeout: lease})
-	t.Cleanup(func() { r.Close() })
+	gated, r := gatedRedlock(t, servers, 0, quorum.OpHeal, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, NodeTimeout: lease})
 	t.Cleanup(func() { close(gated.gate) })
 	waitCounted(t, r, 30*time.Second, true, true, true)
 	ctx := healCtx(t)

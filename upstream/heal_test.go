@@ -259,15 +259,7 @@ func (g *gatedNode) Do(ctx context.Context, op *quorum.Op, tag int, done quorum.
 // does not take it again.
 func TestHealRaces(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	gated := newGate(quorum.OpHeal, "")
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-	}
-	gated.Node = nodes[0]
-	nodes[0] = gated
-	r := quorum.New(nodes, quorum.Config{})
-	t.Cleanup(func() { r.Close() })
+	gated, r := gatedRedlock(t, servers, 0, quorum.OpHeal, quorum.Config{})
 	ctx := testCtx(t)
 	raw := rawClient(t, servers[0].Addr())
 	// take grants key to token and leaves node 0 without it.
@@ -404,19 +396,27 @@ func TestRenewalLeavesNoGoroutineForItsLateAnswer(t *testing.T) {
 	}
 }
 
+// gatedRedlock is a Redlock with cfg over servers whose node i holds
+// every op of kind at its gate.
+func gatedRedlock(t *testing.T, servers []*redistest.Server, i int, kind quorum.OpKind, cfg quorum.Config) (*gatedNode, *quorum.Redlock) {
+	t.Helper()
+	gated := newGate(kind, "")
+	nodes := make([]quorum.Node, len(servers))
+	for j, s := range servers {
+		nodes[j] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	gated.Node = nodes[i]
+	nodes[i] = gated
+	r := quorum.New(nodes, cfg)
+	t.Cleanup(func() { r.Close() })
+	return gated, r
+}
+
 // extendGated is a Redlock over three redis-servers whose node 2 holds
 // every extension at its gate.
 func extendGated(t *testing.T) ([]*redistest.Server, *gatedNode, *quorum.Redlock) {
 	t.Helper()
 	servers := redistest.StartN(t, 3, redistest.Options{})
-	gated := newGate(quorum.OpExtend, "")
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
-	}
-	gated.Node = nodes[2]
-	nodes[2] = gated
-	r := quorum.New(nodes, quorum.Config{})
-	t.Cleanup(func() { r.Close() })
+	gated, r := gatedRedlock(t, servers, 2, quorum.OpExtend, quorum.Config{})
 	return servers, gated, r
 }

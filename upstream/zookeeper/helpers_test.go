@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -31,4 +32,18 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// releaseToW releases key held by T through z, in the background, handing
+// it to z's waiter W; the channel gets its error (not held is one too).
+func releaseToW(t *testing.T, z *ZooKeeper, key string) <-chan error {
+	released := make(chan error, 1)
+	go func() {
+		ok, err := z.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
+		if !ok && err == nil {
+			err = errors.New("not released")
+		}
+		released <- err
+	}()
+	return released
 }

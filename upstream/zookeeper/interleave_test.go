@@ -250,14 +250,7 @@ func TestZKHandoffToADepartedWaiter(t *testing.T) {
 	w := waiterFor("W", 30*time.Second)
 	mustBusy(t, a, key, w)
 	link.delay.SetDelay(500 * time.Millisecond)
-	released := make(chan error, 1)
-	go func() {
-		ok, err := a.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
-		if !ok && err == nil {
-			err = errors.New("not released")
-		}
-		released <- err
-	}()
+	released := releaseToW(t, a, key)
 	eventually(t, 10*time.Second, "the handoff on the server", func() bool {
 		kids := parseChildren(lockNodes(t, raw, key))
 		if len(kids) == 0 {

@@ -215,14 +215,7 @@ func TestZKAttackRetryElsewhereDuringHandoff(t *testing.T) {
 			w := waiterFor("W", 30*time.Second)
 			mustBusy(t, a, key, w)
 			link.delay.SetDelay(400 * time.Millisecond)
-			released := make(chan error, 1)
-			go func() {
-				ok, err := a.Release(testCtx(t), key, "T", []engine.Waiter{{ID: "W"}}, nil)
-				if !ok && err == nil {
-					err = errors.New("not released")
-				}
-				released <- err
-			}()
+			released := releaseToW(t, a, key)
 			if when == "after" {
 				eventually(t, 10*time.Second, "the handoff on the server", func() bool {
 					kids := parseChildren(lockNodes(t, raw, key))
