@@ -44,12 +44,7 @@ func TestPassthroughSinkOrderMixedPipelineRESP3(t *testing.T) {
 // whose socket the sink cannot write without blocking: every burst of
 // replies goes through the sink's own goroutine.
 func TestPassthroughSinkOrderMixedPipelineTLS(t *testing.T) {
-	ca := tlstest.NewCA(t, "test")
-	srvFiles := ca.Server(t, "server")
-	p := startPassthroughWith(t, func(cfg *instance.Config) {
-		cfg.TLS = instance.TLSConfig{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key}
-	}, "lock:*")
-	runMixedPipeline(t, 2, func() *rawConn { return dialTLSRaw(t, ca, p.in.Addr()) })
+	runMixedPipeline(t, 2, passthroughTLS(t))
 }
 
 func runMixedPipeline(t *testing.T, proto int, dial func() *rawConn) {
@@ -293,12 +288,18 @@ func TestPassthroughSinkClientGoneWhileWriting(t *testing.T) {
 
 // TestPassthroughSinkClientGoneWhileWritingTLS is the same over TLS.
 func TestPassthroughSinkClientGoneWhileWritingTLS(t *testing.T) {
+	runClientGone(t, passthroughTLS(t))
+}
+
+// passthroughTLS starts a passthrough instance (lock keys lock:*) that
+// clients reach over TLS, and returns how to dial it raw.
+func passthroughTLS(t *testing.T) func() *rawConn {
 	ca := tlstest.NewCA(t, "test")
 	srvFiles := ca.Server(t, "server")
 	p := startPassthroughWith(t, func(cfg *instance.Config) {
 		cfg.TLS = instance.TLSConfig{CertFile: srvFiles.Cert, KeyFile: srvFiles.Key}
 	}, "lock:*")
-	runClientGone(t, func() *rawConn { return dialTLSRaw(t, ca, p.in.Addr()) })
+	return func() *rawConn { return dialTLSRaw(t, ca, p.in.Addr()) }
 }
 
 func dialTLSRaw(t *testing.T, ca *tlstest.CA, addr string) *rawConn {
