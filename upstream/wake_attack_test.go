@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -180,11 +179,15 @@ func TestWakeLateRepliesOnRealReaders(t *testing.T) {
 					fails.Add(1)
 				} else {
 					grants.Add(1)
-					if _, err := r.Extend(ctx, key, g.Token, 2*time.Second, ""); errors.Is(err, context.DeadlineExceeded) {
+					// The caller's own end, as for the acquire: a node's
+					// call timing out (80 ms) inside a no-quorum error is
+					// not one.
+					_, _ = r.Extend(ctx, key, g.Token, 2*time.Second, "")
+					if ctx.Err() != nil {
 						slow <- "extend"
 					}
-
-					if _, err := r.Release(ctx, key, g.Token, nil, nil); errors.Is(err, context.DeadlineExceeded) {
+					_, _ = r.Release(ctx, key, g.Token, nil, nil)
+					if ctx.Err() != nil {
 						slow <- "release"
 					}
 				}
