@@ -25,6 +25,9 @@ type fakeNode struct {
 	undone  map[string]bool // attempts a release marked undone
 	counter map[string]int64
 	commits int // Commit calls served
+	// taken, if set, is called with f.mu held when an acquire takes a key,
+	// as acquire.lua raises the key's release mark (healNode).
+	taken func(key string)
 	// paused: calls are queued unapplied, and their callers get their
 	// context's error when it ends, as with a SIGSTOPped Redis whose
 	// connection the caller dropped; resume applies them.
@@ -177,6 +180,9 @@ func (f *fakeNode) Acquire(ctx context.Context, key string, h engine.Hold, attem
 		c.Counter = f.counter[key]
 		f.entries[key] = &fakeEntry{Entry{Token: h.Token, Fence: c.Counter, Mode: h.Mode, Name: h.Name}, h.TTL, time.Now().Add(h.TTL), attempt, true}
 		c.State, c.Fence = Acquired, c.Counter
+		if f.taken != nil {
+			f.taken(key)
+		}
 	case e.Token == h.Token && !h.Fresh:
 		e.ttl, e.expires, e.attempt, e.took = h.TTL, time.Now().Add(h.TTL), attempt, false
 		c.State, c.Fence = Mine, e.Fence

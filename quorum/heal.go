@@ -44,15 +44,14 @@ import (
 //     after the heal deletes the healed key like any other. A release that
 //     never reaches the node is the case of a release that misses a node
 //     without healing: the node keeps the lock for what is left of the
-//     validity the holder was told, no longer.
-//
-// What it leaves: a heal decided from one round and a second grant of the
-// same token on the node (a retry's acquire, or another instance's heal)
-// deleted by a release before the first heal lands: the release deleted
-// a hold and left no mark, so the heal takes the key for what is left of
-// the validity. Marking every release would cost a write on every node
-// for every release; this needs two renewals or a renewal and a retry of
-// the same lock racing its release.
+//     validity the holder was told, no longer;
+//   - come back after a later grant. Whatever takes the key on the node
+//     after the extension found it free there (an acquire of any token,
+//     or another heal) raises the mark by one (acquire.lua, heal.lua), so
+//     that the heal takes nothing once that hold is gone: a release that
+//     deletes a hold leaves no mark, and a grant of another token, made
+//     and released meanwhile, would otherwise be followed by the heal's
+//     older fence.
 
 // markFor is how long a release marks a key it found free or another's
 // (Op.MarkFor), and the longest validity a heal may carry: with the

@@ -305,7 +305,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpAcquire:
 		line, deadlines := n.lineKeys(op.Key)
 		keys := []string{lock, n.layoutKey(), line, deadlines, n.undoKey(op.Attempt),
-			n.prefix + "fence-floor", n.prefix + "fence-max", meta}
+			n.prefix + "fence-floor", n.prefix + "fence-max", meta, n.releasedKey(op.Key)}
 		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
 	case quorum.OpCommit:
 		return commitScript, []string{lock, n.layoutKey(), n.prefix + "fence-max", meta, n.prefix + "fence-floor"}, []any{op.Token, op.Fence, op.Attempt}

@@ -29,7 +29,8 @@
 -- name, ttl; attempt, the last attempt to take or refresh the key, and
 -- took, '1' when that attempt took it and '0' when it only refreshed it; it
 -- describes the holder only while its token is the lock key's value, and
--- has the key's TTL).
+-- has the key's TTL), KEYS[9] the key's release mark (release.lua,
+-- extend.lua): where there is one, taking the key raises it (taken()).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant, or the node's counter where it is not
 -- known: never below it), 0 refused (n is how long, in ms, the
@@ -55,13 +56,24 @@ local function meta(fence, rest)
   local f = count(fence)
   redis.call('SET', KEYS[8], ARGV[3] .. #f .. ':' .. f .. ARGV[4] .. rest, 'PX', ARGV[2])
 end
+-- taken raises the key's release mark by one where there is one: a
+-- renewal that found the key free here wrote it, and a heal decided from
+-- that renewal (heal.lua), held up on its way, must take nothing once the
+-- hold taken now is gone (released, or ended with its lease): else it
+-- would plant the renewal's old fence after a later grant's.
+local function taken()
+  local mark = tonumber(redis.pcall('GET', KEYS[9])) -- nil unless a number
+  if mark then
+    redis.call('SET', KEYS[9], count(mark + 1), 'KEEPTTL')
+  end
+end
 -- The common case, in five commands: no undo mark, nobody in line, no
--- waiter of this instance to place, and the key free. The counter is
+-- release mark, no waiter of this instance to place, and the key free. The counter is
 -- counted before the key is taken, so that a later layout, which gives
 -- the layout key another type, stops this script before it writes the
 -- lock key (settle); where the key is not free, the count is taken back
 -- in the same atomic step, and nobody saw it.
-local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3]) == 0
+local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[9]) == 0
 local counter
 if quiet then
   local fence = redis.pcall('INCR', KEYS[2]) -- a table (WRONGTYPE) on layout 2's hash
@@ -126,6 +138,7 @@ else
     end
     counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    taken()
     meta(counter, (lined or ARGV[8] ~= '') and TOOK_LINED or TOOK_UNLINED)
     return {1, counter, counter}
   end

@@ -13,6 +13,8 @@
 -- free here, ARGV[8] ARGV[7] plus the validity the holder was told has
 -- left when the heal is sent: no later than the node's clock when that
 -- validity ends
+-- Taking the key raises the mark by one, as an acquire does (acquire.lua):
+-- no other heal decided before this one takes the key once it is gone.
 -- Returns the TTL given to the key in ms, or 0 if it took nothing: the key
 -- is not free (another holder, of any type, or the token itself), a release
 -- of the key (or a later renewal) ran here since the renewal found it free
@@ -37,6 +39,9 @@ end
 -- The counter: no later grant on this node counts at or below the fence.
 raise(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', left)
+if mark then
+  redis.call('SET', KEYS[3], count(mark + 1), 'KEEPTTL')
+end
 -- took '0': no rollback of any attempt deletes the healed hold.
 redis.call('SET', KEYS[2], encode({token = ARGV[1], fence = ARGV[2], mode = ARGV[3], name = ARGV[4],
   ttl = ARGV[5], attempt = ARGV[6], took = '0'}), 'PX', left)
