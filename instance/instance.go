@@ -174,7 +174,7 @@ func (in *Instance) backend(ev engine.Events) (engine.Backend, error) {
 		opts := upstream.RedisOptions{
 			Addr: a, Password: in.secrets.nodes, Prefix: rc.KeyPrefix, TLSConfig: hostTLS(tlsc, a),
 			PoolSize: rc.PoolSize, Pipelines: rc.Pipelines, MaxBatch: rc.MaxBatch,
-			DriftFactor: rc.DriftFactor, DriftFixed: ms(rc.DriftFixedMS),
+			DriftFactor: rc.DriftFactor, DriftFixed: ms(rc.DriftFixedMS), ClockSkew: ms(rc.ClockSkewMS),
 			Observe: w.record,
 		}
 		in.nodes = append(in.nodes, opts)

@@ -130,6 +130,7 @@ func (c Config) intRanges() []intRange {
 	return []intRange{
 		{"redlock.node_timeout_ms", c.Redlock.NodeTimeoutMS, 0, hour},
 		{"redlock.drift_fixed_ms", c.Redlock.DriftFixedMS, 0, hour},
+		{"redlock.clock_skew_ms", c.Redlock.ClockSkewMS, 0, hour},
 		{"redlock.pool_size", c.Redlock.PoolSize, 0, 10000},
 		{"redlock.pipelines", c.Redlock.Pipelines, 1, 1000},
 		{"redlock.max_batch", c.Redlock.MaxBatch, 1, 100000},

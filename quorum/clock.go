@@ -118,6 +118,9 @@ func (r *Redlock) NoteClock(i int, err error) {
 	now := time.Now()
 	c.until[i] = now.Add(hold)
 	why := fmt.Sprintf("node clock jumped %s (more than the drift allowance): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
+	if j.First {
+		why = fmt.Sprintf("node clock is %s off this instance's at first contact (more than redlock.clock_skew_ms: taken as a jump before this instance started; sync the clocks): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
+	}
 	c.why[i] = why
 	lost := r.unvouchLocked(i, now, untrusted)
 	if t := c.timers[i]; t != nil {

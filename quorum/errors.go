@@ -36,9 +36,16 @@ type ClockJumpError struct {
 	// Allowance is the drift allowance and the round trips' uncertainty
 	// it exceeded.
 	Allowance time.Duration
+	// First: the node's first reply to this process, whose clock was
+	// Jump away from this process's own wall clock, more than the skew
+	// allowed (Allowance): a jump before this instance started.
+	First bool
 }
 
 func (e *ClockJumpError) Error() string {
+	if e.First {
+		return fmt.Sprintf("node clock is %s off this instance's at first contact (more than the %v skew allowed, redlock.clock_skew_ms): taken as jumped, its answer does not count", signed(e.Jump), e.Allowance.Round(time.Millisecond))
+	}
 	return fmt.Sprintf("node clock jumped %s (more than the %v drift allowance since its previous reply): its answer does not count", signed(e.Jump), e.Allowance.Round(time.Millisecond))
 }
 

@@ -88,19 +88,19 @@ func TestAttackHealAfterReleaseClockBack(t *testing.T) {
 
 // TestAttackNewInstanceAfterJump: a holds k on nodes 0 and 1 only (node 2
 // missed the grant). Node 0's clock steps forward past the lease, so
-// Redis drops a's key there. An instance started after the step takes the
-// stepped clock as its baseline; it must not grant k to b while a's
-// validity runs.
+// Redis drops a's key there. An instance started after the step has no
+// earlier reply of node 0 to see the jump by; it must not grant k to b
+// while a's validity runs.
 //
-// It does: instance B's first reply from node 0 is its baseline, the
-// restart rule sees nothing (same run id, uptime only grew), so B counts
-// node 0 at once and grants k to b on nodes 0 and 2 about 10 ms into a's
-// 4.95 s validity (a's fence 1, b's 2), while instance A, idle, has not
-// yet seen the jump and has told a nothing. Holding it needs a baseline a
-// new instance does not have (persisted offsets, or holding every node
-// out for MaxLease at start); not a small change.
+// Before its first reply was checked against the instance's own clock
+// (RedisOptions.ClockSkew), it did: instance B took that reply as its
+// baseline, the restart rule saw nothing (same run id, uptime only grew),
+// so B counted node 0 at once and granted k to b on nodes 0 and 2 about
+// 10 ms into a's 4.95 s validity (a's fence 1, b's 2), while instance A,
+// idle, had not yet seen the jump and had told a nothing. Now node 0's
+// first reply, 10 s off B's clock, is a jump: B holds node 0 out for the
+// longest lease, as A does once it sees the jump.
 func TestAttackNewInstanceAfterJump(t *testing.T) {
-	t.Skip("known: an instance started after a node's clock jump takes the jumped clock as its baseline and grants a lock another instance's holder still holds on a bare majority including that node (see the comment)")
 	const lease = 5 * time.Second
 	var mu sync.Mutex
 	var lost []string
@@ -124,11 +124,14 @@ func TestAttackNewInstanceAfterJump(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	nodes := make([]quorum.Node, len(servers))
 	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
 	}
 	rB := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
 	t.Cleanup(func() { rB.Close() })
-	waitCounted(t, rB, 30*time.Second, true, true, true)
+	waitCounted(t, rB, 30*time.Second, false, true, true)
+	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 || c.Last < 9*time.Second {
+		t.Errorf("node 0's clock as B sees it: %v; want the +10s step counted as a jump", c)
+	}
 	gb, err := rB.Acquire(ctx, "k", hold("b", lease))
 	if err == nil && time.Since(start) < g.Validity {
 		mu.Lock()

@@ -35,11 +35,16 @@ import (
 // quiet LAN); a smaller one stays within what the validity subtracts only
 // when it is below the lease's drift allowance.
 //
-// The first reply a node sends this process is the baseline: a new
-// instance assumes the clock it first sees is right, and checks it from
-// the next reply on — within a second for an idle node (the health probe),
-// at the next batch for a busy one. A jump between two replies is seen at
-// the second.
+// The first reply a node sends this process is the baseline, checked
+// against this process's own wall clock: a jump before this instance
+// started, which another instance (one with a baseline) holds the node
+// out for, shows as a node clock far from this one's. Where the two differ
+// by more than the allowed skew (redlock.clock_skew_ms) beyond that
+// reply's round trip, the first reply is answered as a jump too, so this
+// instance holds the node out as the others do. Within it, the clock it
+// first sees is taken as right, and checked from the next reply on —
+// within a second for an idle node (the health probe), at the next batch
+// for a busy one. A jump between two replies is seen at the second.
 
 // monoBase anchors this process's monotonic readings.
 var monoBase = time.Now()
@@ -52,6 +57,7 @@ type nodeClock struct {
 	mu          sync.Mutex
 	factor      float64
 	fixed       time.Duration
+	skew        time.Duration // RedisOptions.ClockSkew
 	known       bool
 	lo, hi      time.Duration // the offset's bounds (node time − monotonic time) at the last reply
 	at          time.Duration // monotonic time the last reply's pipeline was sent
@@ -87,7 +93,22 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	defer c.mu.Unlock()
 	if !c.known {
 		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
-		return nil
+		// The node's offset against this process's wall clock lies within
+		// [lo, hi] − monoBase's wall reading.
+		wall := time.Duration(monoBase.UnixNano())
+		var off time.Duration
+		switch {
+		case lo-wall > c.skew:
+			off = lo - wall
+		case hi-wall < -c.skew:
+			off = hi - wall
+		}
+		if c.skew <= 0 || off == 0 {
+			return nil
+		}
+		c.jumps++
+		c.lastJump, c.lastJumpAge = off, time.Now()
+		return &quorum.ClockJumpError{Jump: off, Allowance: c.skew, First: true}
 	}
 	d := c.drift(got - c.at)
 	wasLo, wasHi := c.lo-d, c.hi+d

@@ -50,3 +50,48 @@ func TestClockNoteDriftIsNoJump(t *testing.T) {
 		t.Fatalf("a 5 ms step: %v", err)
 	}
 }
+
+// TestClockFirstReplyAgainstOwnClock: a node's first reply is checked
+// against this process's wall clock. Within the allowed skew (beyond the
+// round trip) it is the baseline; further off, either way, it is a jump
+// marked First; with no skew allowed set, it is never checked.
+func TestClockFirstReplyAgainstOwnClock(t *testing.T) {
+	const skew = time.Second
+	for _, tc := range []struct {
+		name    string
+		skew    time.Duration
+		off     time.Duration // node clock − ours
+		rtt     time.Duration
+		jumped  bool
+		forward bool
+	}{
+		{"in sync", skew, 0, time.Millisecond, false, false},
+		{"ahead within the skew", skew, 900 * time.Millisecond, time.Millisecond, false, false},
+		{"behind within the skew", skew, -900 * time.Millisecond, time.Millisecond, false, false},
+		{"ahead by more, but within the round trip", skew, 1100 * time.Millisecond, 300 * time.Millisecond, false, false},
+		{"ahead", skew, 10 * time.Second, time.Millisecond, true, true},
+		{"behind", skew, -10 * time.Second, time.Millisecond, true, false},
+		{"not checked", 0, 10 * time.Second, time.Millisecond, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: tc.skew}
+			sent := mono()
+			got := sent + tc.rtt
+			node := monoBase.Add(sent + tc.rtt/2 + tc.off)
+			err := c.note(timeReply(node), sent, got)
+			var j *quorum.ClockJumpError
+			if !tc.jumped {
+				if err != nil {
+					t.Fatalf("first reply %v off with a %v round trip: %v", tc.off, tc.rtt, err)
+				}
+			} else if !errors.As(err, &j) || !j.First || (j.Jump > 0) != tc.forward || j.Jump.Abs() < tc.off.Abs()-tc.rtt {
+				t.Fatalf("first reply %v off: %v (%+v), want a First jump of about %v", tc.off, err, j, tc.off)
+			}
+			// The reply is the baseline either way: the next one, in step, is no jump.
+			sent2 := got + 10*time.Millisecond
+			if err := c.note(timeReply(node.Add(sent2-sent)), sent2, sent2+tc.rtt); err != nil {
+				t.Fatalf("second reply, in step with the first: %v", err)
+			}
+		})
+	}
+}

@@ -60,6 +60,11 @@ type RedisOptions struct {
 	// drift_fixed_ms.
 	DriftFactor float64
 	DriftFixed  time.Duration
+	// ClockSkew is how far the node's wall clock may be from this
+	// process's when its first reply is read (redlock.clock_skew_ms):
+	// beyond it, the node's clock is taken to have jumped before this
+	// instance started (clock.go). Zero: not checked.
+	ClockSkew time.Duration
 	// Observe, when set, is told of every call of Do once it is answered or
 	// fails: how long it took and its error. It runs on the goroutine that
 	// delivers the reply, so it must be quick.
@@ -171,7 +176,7 @@ func NewRedisNode(o RedisOptions) *RedisNode {
 	}
 	n.idle.L = &n.mu
 	n.pruneAt = 2 * n.maxBatch * n.pipelines
-	n.clock.factor, n.clock.fixed = o.DriftFactor, o.DriftFixed
+	n.clock.factor, n.clock.fixed, n.clock.skew = o.DriftFactor, o.DriftFixed, o.ClockSkew
 	copts := o.clientOptions()
 	copts.OnConnect = n.onConnect
 	n.client = redis.NewClient(copts)
