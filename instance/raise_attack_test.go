@@ -128,12 +128,13 @@ func TestAttackRaiseRetryWithAPausedNode(t *testing.T) {
 // release missed, still holds the lock with it: a majority that LOCKINFO
 // and a LOCK … TOKEN answer, below the other grant's fence.
 //
-// Instance A's link to node 2 delays 2 s, B's 1.5 s (its node timeout is
-// 5 s, so its renewal hears node 2's late answer). a is granted through A
-// by nodes 0 and 1 (fence g). a's RENEW through B reaches node 2 before
-// a's acquire does, finds the key free, and B sends the heal once node 2's
-// answer comes back (3 s), to land 1.5 s later. Meanwhile a's acquire
-// lands on node 2, and a is released through C, whose link to node 1 is
+// Instance A's link to node 2 is cut (blackholed: what A sends is held),
+// B's delays 1.5 s (its node timeout is 10 s, so its renewal hears node
+// 2's late answer). a is granted through A by nodes 0 and 1 (fence g). a's
+// RENEW through B reaches node 2, finds the key free, and B sends the heal
+// once node 2's answer comes back (1.5 s), to land 1.5 s later. Once the
+// renewal has reached node 2, A's link comes back and a's acquire lands
+// there; a is released through C, whose link to node 1 is
 // cut for good: nodes 0 and 2 delete it (no mark: they held it). b is
 // granted through C by nodes 0 and 2 (g+1) and released. The heal then
 // lands on node 2, where the key is free, and must take nothing: a's
@@ -143,7 +144,7 @@ func TestAttackRaiseRetryWithAPausedNode(t *testing.T) {
 func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	cfgA, cfgB, cfgC, cfgD := testConfig(nodes), testConfig(nodes), testConfig(nodes), testConfig(nodes)
-	slowA2 := linked(t, &cfgA, nodes, 2)
+	cutA2 := linked(t, &cfgA, nodes, 2)
 	slowB2 := linked(t, &cfgB, nodes, 2)
 	cfgB.Redlock.NodeTimeoutMS = 10000 // the heal's NOSCRIPT and EVAL cross the slow link too
 	cutC1 := linked(t, &cfgC, nodes, 1)
@@ -165,12 +166,14 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	}
 	key, token := uniqueKey(t), "raise-heal-after-another-grant"
 	calls := watchScripts(t, nodes[2], key)
-	slowA2.SetDelay(2 * time.Second)
+	cutA2.SetBlackhole(true)
 	slowB2.SetDelay(1500 * time.Millisecond)
 	g := mustLock(t, cA, key, "PX", 30000, "TOKEN", token)
 	if v, err := cB.Do(t.Context(), "RENEW", key, token, "PX", 30000).Int64(); err != nil || v <= 0 {
 		t.Fatalf("RENEW: %v %v", v, err)
 	}
+	waitCalls(t, "the renewal on node 2", 1, []*scriptCalls{calls}, extends)
+	cutA2.SetBlackhole(false)
 	eventually(t, 10*time.Second, "a's acquire lands on node 2", func() bool { return lockHolder(t, nodes[2], key) == token })
 	cutC1.SetBlackhole(true) // until the test ends
 	if n, err := cC.Do(t.Context(), "UNLOCK", key, token).Int(); n != 1 || err != nil {

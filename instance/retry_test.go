@@ -22,7 +22,7 @@ import (
 // scriptCalls counts the scripts clients run on one key on one node, as
 // MONITOR shows them: acquires (they name the fence floor) and releases
 // and rollbacks (they name the release channel).
-type scriptCalls struct{ acquires, releases, heals atomic.Int64 }
+type scriptCalls struct{ acquires, releases, extends, heals atomic.Int64 }
 
 // watchScripts counts the scripts run on key on node s from now on.
 func watchScripts(t *testing.T, s *redistest.Server, key string) *scriptCalls {
@@ -48,6 +48,8 @@ func watchScripts(t *testing.T, s *redistest.Server, key string) *scriptCalls {
 			case strings.Contains(l, `"lockproxy:released:`) && strings.Contains(l, `"lockproxy:fence-floor"`) &&
 				!strings.Contains(l, `"lockproxy:undone:`):
 				calls.heals.Add(1) // extensions name no counter, acquires an undo mark, commits no release mark
+			case strings.Contains(l, `"lockproxy:released:`) && !strings.Contains(l, `"lockproxy:undone:`):
+				calls.extends.Add(1)
 			case strings.Contains(l, `"lockproxy:fence-floor"`):
 				calls.acquires.Add(1)
 			}
@@ -67,6 +69,7 @@ func waitCalls(t *testing.T, what string, n int64, calls []*scriptCalls, count f
 func acquires(c *scriptCalls) int64 { return c.acquires.Load() }
 func releases(c *scriptCalls) int64 { return c.releases.Load() }
 func heals(c *scriptCalls) int64    { return c.heals.Load() }
+func extends(c *scriptCalls) int64  { return c.extends.Load() }
 
 // heldEverywhere fails unless every node holds key for token.
 func heldEverywhere(t *testing.T, nodes []*redistest.Server, key, token string) {

@@ -52,6 +52,21 @@ import (
 //     deletes a hold leaves no mark, and a grant of another token, made
 //     and released meanwhile, would otherwise be followed by the heal's
 //     older fence.
+//
+// What it leaves: an extension that lands on a node after the holder's
+// release there finds the key free as one that missed the grant would.
+// That takes an extension held up on its way (its answer comes after the
+// renewal was decided, and heal takes late answers too) while the holder
+// releases through another instance, or a renewal and a release sent at
+// once. Its heal then takes the key again for at most the validity the
+// renewal told; with a node that missed the release, the released holder
+// holds a majority for that long (seen once in many runs of the instance
+// test TestAttackRaiseHealAfterAnotherGrant under load before it cut the
+// acquire's link instead of delaying it: the renewal reached node 2 after
+// the release, fence 6 shown after 7). A release that deletes a hold
+// would have to leave a mark for the longest lease (an hour by default)
+// to tell the two apart, which every released key would keep on every
+// node that long.
 
 // markFor is how long a release marks a key it found free or another's
 // (Op.MarkFor), and the longest validity a heal may carry: with the
