@@ -45,13 +45,18 @@ import (
 //     never reaches the node is the case of a release that misses a node
 //     without healing: the node keeps the lock for what is left of the
 //     validity the holder was told, no longer;
-//   - come back after a later grant. Whatever takes the key on the node
-//     after the extension found it free there (an acquire of any token,
-//     or another heal) raises the mark by one (acquire.lua, heal.lua), so
-//     that the heal takes nothing once that hold is gone: a release that
-//     deletes a hold leaves no mark, and a grant of another token, made
-//     and released meanwhile, would otherwise be followed by the heal's
-//     older fence.
+//   - come back after a later grant, or after the holder's release.
+//     Whatever takes the key on the node after the extension found it
+//     free there (an acquire of any token, another heal, a client's
+//     script under its turn, the repair of the node by the majority's
+//     state) raises the mark by one (acquire.lua, heal.lua, upstream's
+//     GuardStated, repair.lua), so that the heal takes nothing once that
+//     hold is gone: a release that deletes a hold leaves no mark, and the
+//     heal would otherwise follow a grant of another token, made and
+//     released meanwhile, with its older fence, or, after the holder's own
+//     late acquire or retry took the node and its release deleted that
+//     hold, give the released holder a majority again with the node the
+//     release missed.
 
 // markFor is how long a release marks a key it found free or another's
 // (Op.MarkFor), and the longest validity a heal may carry: with the

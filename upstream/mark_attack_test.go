@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -107,4 +108,87 @@ func TestAttackMarkRepairRaisesTheMark(t *testing.T) {
 	if r := turnOp(ctx, n, quorum.OpTurnBack, keys, "mine"); r.Err != nil && !errors.Is(r.Err, quorum.ErrTurnLost) {
 		t.Fatal(r.Err)
 	}
+}
+
+// TestAttackMarkAcquireAndHealRaiseTheMark: every path of acquire.lua that
+// takes the key raises its release mark by one and keeps the mark's TTL —
+// a plain take (the quiet path is skipped where a mark exists), the first
+// waiter's take from the line, a take that places this instance's next
+// waiter, a LOCK … TOKEN retry's take of a free key — and heal.lua's take
+// raises it too, so that a second heal from the same renewal's moment
+// takes nothing once the healed hold is gone. What takes nothing raises
+// nothing: a refused acquire, a refresh of the token's own hold, an
+// acquire its undo mark stops. A take where no mark exists writes none.
+func TestAttackMarkAcquireAndHealRaiseTheMark(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		ctx := testCtx(t)
+		n := newNode(t, RedisOptions{Addr: addr})
+		raw := rawClient(t, addr)
+		const markKey = "lockproxy:released:k"
+		setMark := func(v string) { raw.Set(ctx, markKey, v, time.Minute) }
+		mark := func(what, want string) {
+			t.Helper()
+			if v, _ := raw.Get(ctx, markKey).Result(); v != want {
+				t.Errorf("%s: mark %q, want %q", what, v, want)
+			}
+			if p, _ := raw.PTTL(ctx, markKey).Result(); p <= 0 || p > time.Minute {
+				t.Errorf("%s: mark TTL %v, want the minute it had", what, p)
+			}
+		}
+		free := func() { raw.Del(ctx, "k", "lockproxy:meta:k") }
+
+		mustAcquire(t, n, "k", hold("x", time.Minute)) // no mark: none written
+		if v, _ := raw.Exists(ctx, markKey).Result(); v != 0 {
+			t.Fatal("a take wrote a mark where there was none")
+		}
+		free()
+		setMark("1000")
+		mustAcquire(t, n, "k", hold("a", time.Minute))
+		mark("plain take", "1001")
+		if c, err := n.Acquire(ctx, "k", hold("a", time.Minute)); err != nil || c.State != quorum.Mine {
+			t.Fatalf("a's refresh: %+v %v", c, err)
+		}
+		mark("refresh", "1001")
+		if c, _ := n.Acquire(ctx, "k", hold("b", time.Minute)); c.State == quorum.Acquired {
+			t.Fatal("b took a's key")
+		}
+		mark("refused", "1001")
+		w := hold("w", time.Minute)
+		w.Waiter = &engine.Waiter{ID: "w", Since: time.Now(), Keep: time.Minute}
+		mustWait(t, n, "k", w)
+		free()
+		mustAcquire(t, n, "k", w)
+		mark("the first waiter's take", "1002")
+		free()
+		nx := hold("c", time.Minute)
+		nx.Next = &engine.Waiter{ID: "d", Since: time.Now(), Keep: time.Minute}
+		mustAcquire(t, n, "k", nx)
+		mark("a take that places the next waiter", "1003")
+		free()
+		raw.Del(ctx, "lockproxy:line:k", "lockproxy:line-deadline:k")
+		retry := hold("a", time.Minute) // a LOCK … TOKEN retry: not fresh
+		mustAcquire(t, n, "k", retry)
+		mark("a retry's take", "1004")
+		free()
+		r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "u", Undo: "att-u", UndoFor: time.Minute, MarkFor: 0})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if c := n.do(ctx, &quorum.Op{Kind: quorum.OpAcquire, Key: "k", Hold: hold("u", time.Minute), Attempt: "att-u"}); c.Err != nil || c.Claim.State == quorum.Acquired {
+			t.Fatalf("an undone attempt: %+v", c)
+		}
+		mark("an undone attempt", "1004")
+
+		setMark("2000")
+		now := time.Now().UnixMilli()
+		heal := &quorum.Op{Kind: quorum.OpHeal, Key: "k", Hold: hold("h", time.Minute), Fence: 1, Attempt: "x", FreeAt: 2000, HealUntil: now + 60000}
+		if r := n.do(ctx, heal); r.Err != nil || r.TTL <= 0 {
+			t.Fatalf("heal: %+v", r)
+		}
+		mark("a heal's take", "2001")
+		free()
+		if r := n.do(ctx, heal); r.Err != nil || r.TTL > 0 {
+			t.Fatalf("the same heal again, once the healed hold is gone: %+v, want nothing taken", r)
+		}
+	})
 }
