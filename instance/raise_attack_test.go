@@ -146,6 +146,11 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	slowA2 := linked(t, &cfgA, nodes, 2)
 	slowB2 := linked(t, &cfgB, nodes, 2)
 	cfgB.Redlock.NodeTimeoutMS = 10000 // the heal's NOSCRIPT and EVAL cross the slow link too
+	// The renewal's extension goes out at once, not behind a batch (a
+	// health probe) awaiting its reply across the slow link: landing up to
+	// 3 s late, it found node 2 held by a's acquire (no heal), or free
+	// after the releases below (quorum's TestAttackMarkExtensionLandsAfterRelease).
+	cfgB.Redlock.Pipelines = 8
 	cutC1 := linked(t, &cfgC, nodes, 1)
 	slowD0 := linked(t, &cfgD, nodes, 0)
 	inA, inB, inC, inD := startInstance(t, cfgA), startInstance(t, cfgB), startInstance(t, cfgC), startInstance(t, cfgD)
@@ -172,6 +177,12 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 		t.Fatalf("RENEW: %v %v", v, err)
 	}
 	eventually(t, 10*time.Second, "a's acquire lands on node 2", func() bool { return lockHolder(t, nodes[2], key) == token })
+	if got := dialRaw(t, nodes[2].Addr()).do("EXISTS", "lockproxy:released:"+key); got != ":1" {
+		// The renewal's extension had not found node 2 free before a's
+		// acquire took it: landing after the releases below, it would heal
+		// a (quorum's TestAttackMarkExtensionLandsAfterRelease, known).
+		t.Fatalf("the interleaving was not forced: no release mark on node 2 when a's acquire landed (%s; a very slow machine?)", got)
+	}
 	cutC1.SetBlackhole(true) // until the test ends
 	if n, err := cC.Do(t.Context(), "UNLOCK", key, token).Int(); n != 1 || err != nil {
 		t.Fatalf("UNLOCK a: %v %v", n, err)
