@@ -144,6 +144,15 @@ func (n *RedisNode) undoKey(attempt string) string { return n.prefix + "undone:"
 // releasedKey is key's release mark (release.lua, heal.lua).
 func (n *RedisNode) releasedKey(key string) string { return n.prefix + "released:" + key }
 
+// releasedKeys are keys' release marks, in order.
+func (n *RedisNode) releasedKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = n.releasedKey(k)
+	}
+	return out
+}
+
 // healCounters are the keys a heal raises the node's fencing counter
 // with (layout.lua's raise): the layout key, and layout 1's fence-floor
 // and fence-max, read where the node has no counter yet.

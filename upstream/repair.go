@@ -14,11 +14,11 @@ import (
 // PTTL and DUMP to the script's reply in the same atomic step (no command
 // or round trip of its own); an OpRepair runs repair.lua, guarded by the
 // same turn: RESTORE ... REPLACE with the majority's DUMP and remaining
-// time, or DEL.
+// time (raising the key's release mark, as a take does), or DEL.
 
 // repairFor is the script and arguments of an OpRepair.
 func (n *RedisNode) repairFor(op *quorum.Op) (*script, []string, []any) {
-	keys := append(append(make([]string, 0, 2*len(op.Keys)), op.Keys...), n.turnKeys(op.Keys)...)
+	keys := append(append(append(make([]string, 0, 3*len(op.Keys)), op.Keys...), n.turnKeys(op.Keys)...), n.releasedKeys(op.Keys)...)
 	args := make([]any, 0, 1+2*len(op.Fix))
 	args = append(args, op.Turn)
 	for _, f := range op.Fix {

@@ -69,7 +69,9 @@ func Guard(src string) string { return guard(src, false) }
 // or -3 and a null when the node cannot DUMP it. Lua turns a reply nested
 // in an array into RESP as it turns a script's own reply, so the body's
 // reply reads the same. A body that raises an error raises it unchanged,
-// with no states.
+// with no states. It gets the release marks of the turn's keys between the
+// client's KEYS and the turn keys, and raises each that exists by one
+// before the body runs (repair.lua does so on a RESTORE).
 func GuardStated(src string) string { return guard(src, true) }
 
 func guard(src string, stated bool) string {
@@ -82,14 +84,27 @@ func guard(src string, stated bool) string {
 	}
 	b.WriteString(`local __lp_tok = table.remove(ARGV) local __lp_n = tonumber(table.remove(ARGV)) ` +
 		`for __lp_i = 1, __lp_n do if redis.call('GET', table.remove(KEYS)) ~= __lp_tok then ` +
-		`return redis.error_reply('` + turnRefused + `' .. __lp_tok .. ' the turn on the script\'s keys is not this script\'s on this node') end end ` +
-		`local function __lp_body(...) `)
+		`return redis.error_reply('` + turnRefused + `' .. __lp_tok .. ' the turn on the script\'s keys is not this script\'s on this node') end end `)
+	b.WriteString(`local function __lp_body(...) `)
 	b.WriteString(body)
 	if !stated {
 		b.WriteString("\nend return __lp_body()")
 		return b.String()
 	}
-	b.WriteString("\nend local __lp_r = __lp_body() if __lp_r == nil then __lp_r = false end " +
+	// The keys' release marks come off KEYS after the body is defined, so
+	// that it cannot name their table, and each is raised by one, where
+	// there is one, before the body runs (a body that fails keeps what it
+	// wrote): the body may take a lock key on this node, which must void
+	// the heals decided before it (heal.lua), as an acquire's take does
+	// (acquire.lua's taken). tostring writes a mark (a moment in ms)
+	// exactly below 10^14, and the admission check keeps the body from
+	// rebinding it, ipairs, unpack and tonumber.
+	b.WriteString("\nend local __lp_m = {} for __lp_i = 1, __lp_n do __lp_m[__lp_i] = table.remove(KEYS) end " +
+		"for __lp_i = 1, #__lp_m, 100 do local __lp_j = __lp_i + 99 if __lp_j > #__lp_m then __lp_j = #__lp_m end " +
+		"if redis.call('EXISTS', unpack(__lp_m, __lp_i, __lp_j)) > 0 then " +
+		"for _, __lp_k in ipairs(__lp_m) do local __lp_v = tonumber(redis.pcall('GET', __lp_k)) if __lp_v then " +
+		"redis.call('SET', __lp_k, tostring(__lp_v + 1), 'KEEPTTL') end end break end end " +
+		"local __lp_r = __lp_body() if __lp_r == nil then __lp_r = false end " +
 		"local __lp_s = {__lp_r} for __lp_i = 1, #KEYS do local __lp_d = redis.pcall('DUMP', KEYS[__lp_i]) " +
 		"if type(__lp_d) == 'table' then __lp_s[#__lp_s + 1] = -3 __lp_s[#__lp_s + 1] = false " +
 		"else __lp_s[#__lp_s + 1] = redis.call('PTTL', KEYS[__lp_i]) __lp_s[#__lp_s + 1] = __lp_d end end return __lp_s")
@@ -128,12 +143,17 @@ func (n *RedisNode) turnFor(op *quorum.Op) (*script, []string, []any) {
 	case quorum.OpRepair:
 		return n.repairFor(op)
 	}
-	keys := append(append(make([]string, 0, 2*len(op.Keys)), op.Keys...), n.turnKeys(uniqueSorted(op.Keys))...)
+	turns := uniqueSorted(op.Keys)
+	keys := append(make([]string, 0, len(op.Keys)+2*len(turns)), op.Keys...)
+	if op.State {
+		keys = append(keys, n.releasedKeys(turns)...)
+	}
+	keys = append(keys, n.turnKeys(turns)...)
 	args := make([]any, 0, len(op.Args)+2)
 	for _, a := range op.Args {
 		args = append(args, a)
 	}
-	args = append(args, strconv.Itoa(len(keys)-len(op.Keys)), op.Turn)
+	args = append(args, strconv.Itoa(len(turns)), op.Turn)
 	return guardedScript(op.Script, op.State), keys, args
 }
 
