@@ -259,3 +259,56 @@ func loadAll(t *testing.T, raw *redis.Client, srcs ...string) {
 		}
 	}
 }
+
+// TestAttackOpsOOMReplyIsTruthful: a node over maxmemory (noeviction)
+// refuses a script's first write that needs memory, and Redis checks that
+// once per script call: alone, each acquire after a release is refused
+// OOM; in one group, the release's DEL is the group's first write, and
+// the acquires after it are granted past maxmemory (docs/pending-attackb.md).
+// Whichever way, each call's reply says what it did on the node: a grant
+// is held there, an OOM wrote nothing, and no reply is another call's.
+func TestAttackOpsOOMReplyIsTruthful(t *testing.T) {
+	for _, grouped := range []bool{false, true} {
+		s := redistest.Start(t, redistest.Options{})
+		n, raw := newNode(t, RedisOptions{Addr: s.Addr()}), rawClient(t, s.Addr())
+		loadAll(t, raw)
+		mustAcquire(t, n, "k0", hold("t0", time.Minute))
+		if err := raw.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		ops := []*quorum.Op{
+			{Kind: quorum.OpRelease, Key: "k0", Token: "t0"},
+			{Kind: quorum.OpAcquire, Key: "k1", Hold: hold("t1", time.Minute), Attempt: "a1"},
+			{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("t2", time.Minute), Attempt: "a2"},
+		}
+		var got []quorum.Reply
+		if grouped {
+			got = batchOn(t, s, n, ops)
+		} else {
+			for _, op := range ops {
+				got = append(got, doOn(testCtx(t), n, op))
+			}
+		}
+		oom := 0
+		for i, r := range got {
+			held, err := raw.Get(t.Context(), n.lockKey(ops[i].Key)).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			switch {
+			case r.Err != nil && redis.HasErrorPrefix(r.Err, "OOM") && held == "":
+				oom++
+			case r.Err != nil:
+				t.Errorf("grouped %v, %v %s: %v (node: %q)", grouped, ops[i].Kind, ops[i].Key, r.Err, held)
+			case ops[i].Kind == quorum.OpRelease && (!r.OK || held != ""):
+				t.Errorf("grouped %v, release: %+v, the node holds %q", grouped, r, held)
+			case ops[i].Kind == quorum.OpAcquire && (r.Claim.State != quorum.Acquired || held != ops[i].Hold.Token):
+				t.Errorf("grouped %v, acquire %s: %+v, the node holds %q", grouped, ops[i].Key, r.Claim, held)
+			}
+		}
+		if !grouped && oom != 2 {
+			t.Fatalf("alone, %d acquires refused OOM, want 2: the node was not over maxmemory", oom)
+		}
+		t.Logf("grouped %v: %d of 2 acquires refused OOM", grouped, oom)
+	}
+}
