@@ -341,8 +341,16 @@ func (n *RedisNode) appendCalls(cn *nodeConn, b []byte, source bool, calls []*ca
 	clear(keys)
 	clear(args)
 	cn.keys, cn.args = keys[:0], args[:0]
+	if cap(keys) > maxScratch || cap(args) > maxScratch {
+		cn.keys, cn.args = nil, nil // not kept after a big group, as wbuf
+	}
 	return b
 }
+
+// maxScratch bounds the entries of a connection's group scratch (keys,
+// arguments) kept for the next group: 64 KiB of arguments, a group of
+// about 370 acquires (max_batch goes to 100,000).
+const maxScratch = 4096
 
 // spread gives each of calls, sent as one script call (inRow), its part
 // of the node's reply v (or error reply): opsScript's array holds one

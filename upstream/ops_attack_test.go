@@ -148,6 +148,18 @@ func TestAttackOpsLargeGroup(t *testing.T) {
 	if sent := cmdCalls(t, raw, "evalsha") - before; sent != 3 { // batchOn's warm-up and first call, the group
 		t.Errorf("%d script calls, want 3", sent)
 	}
+	// As the write buffer, the group's scratch is not kept after a big
+	// batch: a batch of max_batch (up to 100,000) acquires would hold tens
+	// of MB per connection for good.
+	n.mu.Lock()
+	cn := n.conn
+	n.mu.Unlock()
+	if cn == nil {
+		t.Fatal("no connection")
+	}
+	if k, a := cap(cn.keys), cap(cn.args); k > maxScratch || a > maxScratch {
+		t.Errorf("the group's scratch kept: %d keys, %d arguments", k, a)
+	}
 }
 
 // TestAttackOpsNoScriptAroundClientScript: a batch [group, client script,
