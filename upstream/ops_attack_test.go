@@ -232,8 +232,11 @@ func TestAttackOpsEmbedded(t *testing.T) {
 	before := n.Stats()
 	for i := range calls {
 		op := &quorum.Op{Kind: quorum.OpAcquire, Key: fmt.Sprint("e", i), Hold: hold(fmt.Sprint("t", i), time.Minute), Attempt: fmt.Sprint("a", i)}
-		if i%10 == 5 {
+		switch i % 10 {
+		case 5:
 			op = &quorum.Op{Kind: quorum.OpLeave, Key: "bad", Token: "w"}
+		case 7: // no arguments: a 0 in the group's head
+			op = &quorum.Op{Kind: quorum.OpInspect, Key: "free"}
 		}
 		n.Do(testCtx(t), op, i, done)
 	}
@@ -243,6 +246,12 @@ func TestAttackOpsEmbedded(t *testing.T) {
 			var reply redis.Error
 			if !errors.As(r.Err, &reply) {
 				t.Errorf("leave of a key that is no line: %+v, want the node's error", r)
+			}
+			continue
+		}
+		if r.Tag%10 == 7 {
+			if r.Err != nil || r.OK {
+				t.Errorf("inspect of a free key: %+v", r)
 			}
 			continue
 		}
