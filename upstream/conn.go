@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockproxy/lockproxy/quorum"
 )
 
 // A node's connection for its scripts. Whoever has a batch ready and finds
@@ -38,7 +42,9 @@ type nodeConn struct {
 	rd    respReader
 	runID string // the node process it reached (INFO server when dialled)
 
-	wbuf []byte // the writer's
+	wbuf []byte   // the writer's
+	keys []string // the writer's, for opsScript's calls
+	args []any    // the writer's, for opsScript's calls
 
 	// Under RedisNode.mu:
 	pending   []*batch  // in the order written, awaiting their replies
@@ -140,9 +146,10 @@ func (n *RedisNode) write(cn *nodeConn, inline bool) {
 		buf := cn.wbuf[:0]
 		last := time.Time{}
 		for _, b := range bs {
-			for _, c := range b.calls {
-				s, keys, args := n.scriptFor(c.op)
-				buf = appendScript(buf, s, b.source, keys, args)
+			for i := 0; i < len(b.calls); {
+				k := inRow(b.calls, i)
+				buf = n.appendCalls(cn, buf, b.source, b.calls[i:i+k])
+				i += k
 			}
 			if b.timed {
 				buf = appendCommand(buf, "TIME")
@@ -218,11 +225,14 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 		if b == nil {
 			return fmt.Errorf("%w: a reply that no call awaits", errProtocol)
 		}
-		for _, c := range b.calls {
-			var err error
-			if c.val, c.reply, err = cn.rd.reply(); err != nil {
+		for i := 0; i < len(b.calls); {
+			k := inRow(b.calls, i)
+			v, reply, err := cn.rd.reply()
+			if err != nil {
 				return err
 			}
+			spread(b.calls[i:i+k], v, reply)
+			i += k
 		}
 		var now time.Time
 		if b.timed {
@@ -286,4 +296,89 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// inRow is how many calls from calls[i] go out as one script call: the
+// calls of lockproxy's own scripts in a row (opsScript), or calls[i]
+// alone. The writer and the reader of a batch both count them so.
+func inRow(calls []*call, i int) int {
+	j := i + 1
+	if own(calls[i].op) {
+		for j < len(calls) && own(calls[j].op) {
+			j++
+		}
+	}
+	return j - i
+}
+
+// own reports whether op runs one of the scripts of opsScript.
+func own(op *quorum.Op) bool {
+	switch op.Kind {
+	case quorum.OpAcquire, quorum.OpCommit, quorum.OpExtend, quorum.OpRelease, quorum.OpInspect,
+		quorum.OpLeave, quorum.OpFloor, quorum.OpHeal:
+		return true
+	}
+	return false
+}
+
+// appendCalls appends the script call that runs calls to b: one call's
+// own EVALSHA, or one of opsScript for several (inRow), whose keys and
+// arguments it gathers in cn's scratch (the writer's).
+func (n *RedisNode) appendCalls(cn *nodeConn, b []byte, source bool, calls []*call) []byte {
+	if len(calls) == 1 {
+		s, keys, args := n.scriptFor(calls[0].op)
+		return appendScript(b, s, source, keys, args)
+	}
+	head := make([]byte, 0, 3*len(calls))
+	keys, args := cn.keys[:0], append(cn.args[:0], nil)
+	for _, c := range calls {
+		s, k, a := n.command(c.op)
+		head = append(head, s.op, byte(len(k)), byte(len(a)))
+		keys, args = append(keys, k...), append(args, a...)
+	}
+	args[0] = head
+	b = appendScript(b, opsScript, source, keys, args)
+	clear(keys)
+	clear(args)
+	cn.keys, cn.args = keys[:0], args[:0]
+	if cap(keys) > maxScratch || cap(args) > maxScratch {
+		cn.keys, cn.args = nil, nil // not kept after a big group, as wbuf
+	}
+	return b
+}
+
+// maxScratch bounds the entries of a connection's group scratch (keys,
+// arguments) kept for the next group: 64 KiB of arguments, a group of
+// about 370 acquires (max_batch goes to 100,000).
+const maxScratch = 4096
+
+// spread gives each of calls, sent as one script call (inRow), its part
+// of the node's reply v (or error reply): opsScript's array holds one
+// reply each, a nested error reply or null read as that call's own would
+// be. An error reply to the whole call (NOSCRIPT, BUSY, ...) is each
+// call's, as it would have been to each call sent alone.
+func spread(calls []*call, v any, reply error) {
+	if len(calls) == 1 || reply != nil {
+		for _, c := range calls {
+			c.val, c.reply = v, reply
+		}
+		return
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != len(calls) {
+		for _, c := range calls {
+			c.val, c.reply = nil, badReply(opsScript.name, v)
+		}
+		return
+	}
+	for i, c := range calls {
+		switch e := a[i].(type) {
+		case nil:
+			c.val, c.reply = nil, redis.Nil
+		case replyError:
+			c.val, c.reply = nil, e
+		default:
+			c.val, c.reply = e, nil
+		}
+	}
 }

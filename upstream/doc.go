@@ -7,7 +7,9 @@
 // It owns the wire: key layout on the nodes (keys.go: a lock key is the
 // client's key holding the token, as SET NX PX leaves it on one Redis, with
 // lockproxy's bookkeeping in <prefix>-prefixed keys beside it), the Lua
-// scripts, EVALSHA with its NOSCRIPT fallback, each node's connection
+// scripts, EVALSHA with its NOSCRIPT fallback (the calls of lockproxy's
+// own scripts a batch has in a row go as one call of ops.lua, which runs
+// each under pcall: scripts.go's opsScript), each node's connection
 // (conn.go: batches written by whoever has one ready, replies read by one
 // reader in RESP2, wire.go; go-redis only for status reads, surveys and
 // the blocking list commands), each node's wall clock read with every batch (clock.go:
