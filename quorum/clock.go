@@ -24,7 +24,9 @@ import (
 //     have held has run out on the other nodes' clocks — MaxLease plus its
 //     drift when the restart rule is on; otherwise the longest lease this
 //     instance granted or renewed so far, plus its drift (other instances'
-//     leases cannot be known then);
+//     leases cannot be known then), and for a node found off this
+//     instance's clock at first contact (ClockJumpError.First) at least
+//     that offset: a new instance has granted nothing;
 //   - tells the holders of the locks it granted whose majority included
 //     the node (Config.OnLost, reason LostClockJumped) when the nodes that
 //     still vouch for the lock — those that took or renewed it for the
@@ -113,6 +115,14 @@ func (r *Redlock) NoteClock(i int, err error) {
 	c.noted[i] = j
 	if hold <= 0 {
 		hold = c.longest
+		if j.First {
+			// A new instance has granted nothing yet: the longest lease
+			// is none. A node off this instance's clock by Jump at first
+			// contact has dropped a key at most Jump early (it was in
+			// step before: skew within the allowance), so every lock it
+			// dropped early has run out Jump from now.
+			hold = max(hold, j.Jump.Abs())
+		}
 	}
 	hold += r.drift(hold)
 	now := time.Now()

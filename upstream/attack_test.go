@@ -445,3 +445,47 @@ func TestAttackHealOntoNodeThatRestartsEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackSkewRestartRuleOff: TestAttackNewInstanceAfterJump with the
+// restart rule off on instance B (MaxLease 0). Node 0's first reply to B,
+// 10 s off B's clock, is a First jump; B's hold is then the longest lease
+// B granted so far, which for a new instance is none: the hold is the
+// drift allowance alone (2 ms), and B's next acquire counts node 0 and
+// grants k to b while a's validity runs.
+func TestAttackSkewRestartRuleOff(t *testing.T) {
+	const lease = 5 * time.Second
+	servers, clock, _, rA := attackNodes(t, lease, nil)
+	ctx := testCtx(t)
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rB := quorum.New(nodes, quorum.Config{})
+	t.Cleanup(func() { rB.Close() })
+	for i := 0; i < 3; i++ {
+		gb, err := rB.Acquire(ctx, "k", hold("b", lease))
+		if err == nil && time.Since(start) < g.Validity {
+			t.Fatalf("attempt %d: instance B (restart rule off) granted k to b (fence %d) %v into a's validity %v (a's fence %d); node 0's clock %v",
+				i, gb.Fence, time.Since(start), g.Validity, g.Fence, nodes[0].(*RedisNode).Clock())
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+			t.Fatalf("b: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 {
+		t.Errorf("node 0's clock as B sees it: %v; want the +10s step counted as a jump", c)
+	}
+}

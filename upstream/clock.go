@@ -96,12 +96,14 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 		// The node's offset against this process's wall clock lies within
 		// [lo, hi] − monoBase's wall reading.
 		wall := time.Duration(monoBase.UnixNano())
+		// The jump reported is the far bound: with the restart rule off it
+		// is how long the node is held out (quorum/clock.go NoteClock).
 		var off time.Duration
 		switch {
 		case lo-wall > c.skew:
-			off = lo - wall
-		case hi-wall < -c.skew:
 			off = hi - wall
+		case hi-wall < -c.skew:
+			off = lo - wall
 		}
 		if c.skew <= 0 || off == 0 {
 			return nil
