@@ -52,10 +52,14 @@ type watchedNode struct {
 func (n *watchedNode) record(d time.Duration, err error) {
 	if rl := n.set.clock.Load(); rl != nil && errors.Is(err, quorum.ErrClockJumped) {
 		// A jump shows in one pipeline only, perhaps in answers that come
-		// after their fan-out was decided and that nobody reads. Noted
-		// apart from the node's worker, which is delivering this answer:
-		// telling the holders must not wait on it.
-		go rl.NoteClock(n.index, err)
+		// after their fan-out was decided and that nobody reads. The node
+		// is held out here, before the node's worker, which is delivering
+		// this answer, reads its next pipeline (in step with the jumped
+		// clock: no jump shows there, and its votes must not count);
+		// telling the holders is done apart, as it must not wait on it.
+		if tell := rl.HoldClock(n.index, err); tell != nil {
+			go tell()
+		}
 	}
 	kind := errorKind(err)
 	if kind == "canceled" {

@@ -100,9 +100,22 @@ func (r *Redlock) clockHeldOut(i int, now time.Time) (HeldOut, bool) {
 // their fan-out was decided, which nobody reads: the next pipeline takes
 // the jumped clock as its baseline and shows nothing.
 func (r *Redlock) NoteClock(i int, err error) {
+	if tell := r.HoldClock(i, err); tell != nil {
+		tell()
+	}
+}
+
+// HoldClock is NoteClock in two steps: it holds node i out at once, on
+// the caller's goroutine, and returns the telling (OnClockJump, OnTrust,
+// OnLost) for the caller to run where it may wait; nil when there is
+// nothing to tell. A node's observer, which runs on the goroutine that
+// delivers the node's replies, holds the node out before that goroutine
+// reads the node's next pipeline: that pipeline, in step with the jumped
+// clock, shows no jump, and its votes must not count before the hold.
+func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 	var j *ClockJumpError
 	if i < 0 || i >= len(r.nodes) || !errors.As(err, &j) {
-		return
+		return nil
 	}
 	hold := r.cfg.MaxLease
 	untrusted := r.untrusted() // read before c.mu: Counted takes the two the other way
@@ -110,7 +123,7 @@ func (r *Redlock) NoteClock(i int, err error) {
 	c.mu.Lock()
 	if c.noted[i] == j {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	c.noted[i] = j
 	if hold <= 0 {
@@ -138,15 +151,17 @@ func (r *Redlock) NoteClock(i int, err error) {
 	}
 	c.timers[i] = time.AfterFunc(hold, func() { r.clockHoldOver(i) })
 	c.mu.Unlock()
-	if r.cfg.OnClockJump != nil {
-		r.cfg.OnClockJump(i, j.Jump, hold)
-	}
-	if r.cfg.OnTrust != nil {
-		r.cfg.OnTrust(i, false, why)
-	}
-	if r.cfg.OnLost != nil {
-		for _, id := range lost {
-			r.cfg.OnLost(id.key, id.token, LostClockJumped)
+	return func() {
+		if r.cfg.OnClockJump != nil {
+			r.cfg.OnClockJump(i, j.Jump, hold)
+		}
+		if r.cfg.OnTrust != nil {
+			r.cfg.OnTrust(i, false, why)
+		}
+		if r.cfg.OnLost != nil {
+			for _, id := range lost {
+				r.cfg.OnLost(id.key, id.token, LostClockJumped)
+			}
 		}
 	}
 }
