@@ -141,7 +141,9 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 	now := time.Now()
 	c.until[i] = now.Add(hold)
 	why := fmt.Sprintf("node clock jumped %s (more than the drift allowance): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
-	if j.First {
+	if j.First && j.Silence > 0 {
+		why = fmt.Sprintf("node clock is %s off this instance's after %v without a reply (more than redlock.clock_skew_ms: taken as a jump while it was silent; sync the clocks): not counted for %v, until every lease it may have held has run out", signed(j.Jump), j.Silence.Round(time.Second), hold.Round(time.Millisecond))
+	} else if j.First {
 		why = fmt.Sprintf("node clock is %s off this instance's at first contact (more than redlock.clock_skew_ms: taken as a jump before this instance started; sync the clocks): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
 	}
 	c.why[i] = why

@@ -40,9 +40,17 @@ type ClockJumpError struct {
 	// Jump away from this process's own wall clock, more than the skew
 	// allowed (Allowance): a jump before this instance started.
 	First bool
+	// Silence, with First, is the time since the node's previous reply:
+	// a node in step with this process then, off it now, after a silence
+	// in which the drift allowance hides a jump of the allowed skew. Zero:
+	// its first reply.
+	Silence time.Duration
 }
 
 func (e *ClockJumpError) Error() string {
+	if e.First && e.Silence > 0 {
+		return fmt.Sprintf("node clock is %s off this instance's after %v without a reply (more than the %v skew allowed, redlock.clock_skew_ms): taken as jumped, its answer does not count", signed(e.Jump), e.Silence.Round(time.Second), e.Allowance.Round(time.Millisecond))
+	}
 	if e.First {
 		return fmt.Sprintf("node clock is %s off this instance's at first contact (more than the %v skew allowed, redlock.clock_skew_ms): taken as jumped, its answer does not count", signed(e.Jump), e.Allowance.Round(time.Millisecond))
 	}

@@ -45,6 +45,11 @@ import (
 // first sees is taken as right, and checked from the next reply on —
 // within a second for an idle node (the health probe), at the next batch
 // for a busy one. A jump between two replies is seen at the second.
+// After a silence long enough that the drift allowance since the last
+// reply reaches the allowed skew (100 s at drift_factor 1%: a node down
+// or cut off that long), a jump of that size no longer shows between
+// the two replies; a node that was in step with this process's clock
+// and comes back beyond the skew is then answered as at a first reply.
 
 // monoBase anchors this process's monotonic readings.
 var monoBase = time.Now()
@@ -93,26 +98,16 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	defer c.mu.Unlock()
 	if !c.known {
 		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
-		// The node's offset against this process's wall clock lies within
-		// [lo, hi] − monoBase's wall reading.
-		wall := time.Duration(monoBase.UnixNano())
-		// The jump reported is the far bound: with the restart rule off it
-		// is how long the node is held out (quorum/clock.go NoteClock).
-		var off time.Duration
-		switch {
-		case lo-wall > c.skew:
-			off = hi - wall
-		case hi-wall < -c.skew:
-			off = lo - wall
-		}
-		if c.skew <= 0 || off == 0 {
+		off := c.skewed(lo, hi)
+		if off == 0 {
 			return nil
 		}
 		c.jumps++
 		c.lastJump, c.lastJumpAge = off, time.Now()
 		return &quorum.ClockJumpError{Jump: off, Allowance: c.skew, First: true}
 	}
-	d := c.drift(got - c.at)
+	silence := got - c.at
+	d := c.drift(silence)
 	wasLo, wasHi := c.lo-d, c.hi+d
 	var jump time.Duration
 	switch {
@@ -120,6 +115,15 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 		jump = lo - wasHi // at least this far forward
 	case hi < wasLo-c.fixed:
 		jump = hi - wasLo // at least this far back
+	case d+c.fixed >= c.skew && c.skewed(c.lo, c.hi) == 0 && c.skewed(lo, hi) != 0:
+		// After a silence long enough that the drift allowance hides a
+		// jump of the allowed skew, a node that was in step with this
+		// process and no longer is is checked as at a first reply.
+		off := c.skewed(lo, hi)
+		c.lo, c.hi, c.at = lo, hi, sent // the new baseline
+		c.jumps++
+		c.lastJump, c.lastJumpAge = off, time.Now()
+		return &quorum.ClockJumpError{Jump: off, Allowance: c.skew, First: true, Silence: silence}
 	default:
 		c.lo, c.hi, c.at = max(lo, wasLo), min(hi, wasHi), sent
 		return nil
@@ -129,6 +133,25 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	c.jumps++
 	c.lastJump, c.lastJumpAge = jump, time.Now()
 	return &quorum.ClockJumpError{Jump: jump, Allowance: allow}
+}
+
+// skewed is the node's offset against this process's wall clock when a
+// reply whose offset bounds are [lo, hi] puts it more than the allowed
+// skew away, and 0 otherwise (also when no skew is set). The offset
+// reported is the far bound: with the restart rule off it is how long the
+// node is held out (quorum/clock.go NoteClock).
+func (c *nodeClock) skewed(lo, hi time.Duration) time.Duration {
+	if c.skew <= 0 {
+		return 0
+	}
+	wall := time.Duration(monoBase.UnixNano()) // [lo, hi] − wall: the offset against this process's wall clock
+	switch {
+	case lo-wall > c.skew:
+		return hi - wall
+	case hi-wall < -c.skew:
+		return lo - wall
+	}
+	return 0
 }
 
 // ClockStats is what a node's replies said of its clock.

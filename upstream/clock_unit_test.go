@@ -95,3 +95,35 @@ func TestClockFirstReplyAgainstOwnClock(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackSkewAfterSilence: a node in step with this process answers,
+// then nothing comes from it for 1000 s (down, or unreachable), and its
+// next reply shows its clock 5 s ahead. The drift allowance since the last
+// reply (1% of 1000 s) hides the step from the check between replies; the
+// node is then 5 s off this process's clock, as a new instance's first
+// reply would show it, and must be taken as jumped as there.
+func TestAttackSkewAfterSilence(t *testing.T) {
+	c := &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second}
+	sent := mono()
+	if err := c.note(timeReply(monoBase.Add(sent)), sent, sent+time.Millisecond); err != nil {
+		t.Fatalf("first reply, in step: %v", err)
+	}
+	sent2 := sent + 1000*time.Second
+	err := c.note(timeReply(monoBase.Add(sent2+5*time.Second)), sent2, sent2+time.Millisecond)
+	var j *quorum.ClockJumpError
+	if !errors.As(err, &j) || j.Jump < 4*time.Second {
+		t.Fatalf("a reply 5 s off this process's clock after 1000 s of silence: %v; want a jump", err)
+	}
+	// The next reply, in step with the stepped clock, is no jump again.
+	sent3 := sent2 + 10*time.Millisecond
+	if err := c.note(timeReply(monoBase.Add(sent3+5*time.Second)), sent3, sent3+time.Millisecond); err != nil {
+		t.Fatalf("next reply, in step with the stepped clock: %v", err)
+	}
+	// A node off this process's clock from the start (its first reply was
+	// taken as a jump already) is not taken as jumping again at each reply.
+	c = &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second}
+	_ = c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond)
+	if err := c.note(timeReply(monoBase.Add(sent2+5*time.Second)), sent2, sent2+time.Millisecond); err != nil {
+		t.Fatalf("a node 5 s off since its first reply, after a silence: %v", err)
+	}
+}
