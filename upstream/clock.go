@@ -62,7 +62,8 @@ type nodeClock struct {
 	mu          sync.Mutex
 	factor      float64
 	fixed       time.Duration
-	skew        time.Duration // RedisOptions.ClockSkew
+	skew        time.Duration        // RedisOptions.ClockSkew
+	anchor      func() time.Duration // this process's wall time − monotonic time, now; nil: wallAnchor (a test sets it)
 	known       bool
 	lo, hi      time.Duration // the offset's bounds (node time − monotonic time) at the last reply
 	at          time.Duration // monotonic time the last reply's pipeline was sent
@@ -144,7 +145,11 @@ func (c *nodeClock) skewed(lo, hi time.Duration) time.Duration {
 	if c.skew <= 0 {
 		return 0
 	}
-	wall := time.Duration(monoBase.UnixNano()) // [lo, hi] − wall: the offset against this process's wall clock
+	anchor := wallAnchor
+	if c.anchor != nil {
+		anchor = c.anchor
+	}
+	wall := anchor() // [lo, hi] − wall: the offset against this process's wall clock now
 	switch {
 	case lo-wall > c.skew:
 		return hi - wall
@@ -152,6 +157,15 @@ func (c *nodeClock) skewed(lo, hi time.Duration) time.Duration {
 		return lo - wall
 	}
 	return 0
+}
+
+// wallAnchor is this process's wall time now less its monotonic time
+// (mono): the wall clock as it reads now, not as it read when the process
+// started (monoBase), which it may have been stepped from since (an
+// instance started before NTP set its clock).
+func wallAnchor() time.Duration {
+	m := mono()
+	return time.Duration(time.Now().Round(0).UnixNano()) - m
 }
 
 // ClockStats is what a node's replies said of its clock.
@@ -171,7 +185,7 @@ func (n *RedisNode) Clock() ClockStats {
 	s := ClockStats{Known: c.known, Jumps: c.jumps, Last: c.lastJump, LastAt: c.lastJumpAge}
 	if c.known {
 		mid := (c.lo + c.hi) / 2
-		s.Offset = mid - time.Duration(monoBase.UnixNano())
+		s.Offset = mid - wallAnchor()
 	}
 	return s
 }

@@ -127,3 +127,23 @@ func TestAttackSkewAfterSilence(t *testing.T) {
 		t.Fatalf("a node 5 s off since its first reply, after a silence: %v", err)
 	}
 }
+
+// TestAttackSkewOwnClockStepped: this process's wall clock was stepped
+// 30 s forward after it started (an instance started before NTP set its
+// clock, as at boot), and a node in step with its wall clock now answers
+// for the first time. It is in step with this instance's clock: no jump.
+// A node 30 s off the wall clock now is one.
+func TestAttackSkewOwnClockStepped(t *testing.T) {
+	const step = 30 * time.Second
+	anchor := func() time.Duration { return time.Duration(monoBase.UnixNano()) + step }
+	c := &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second, anchor: anchor}
+	sent := mono()
+	if err := c.note(timeReply(monoBase.Add(sent+step)), sent, sent+time.Millisecond); err != nil {
+		t.Fatalf("first reply of a node in step with this process's wall clock, stepped %v since start: %v", step, err)
+	}
+	c = &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second, anchor: anchor}
+	var j *quorum.ClockJumpError
+	if err := c.note(timeReply(monoBase.Add(sent)), sent, sent+time.Millisecond); !errors.As(err, &j) || !j.First || j.Jump > -29*time.Second {
+		t.Fatalf("first reply of a node %v behind this process's wall clock: %v; want a First jump", step, err)
+	}
+}
