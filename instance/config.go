@@ -74,7 +74,7 @@ type RedlockConfig struct {
 	NodeTimeoutMS int      `toml:"node_timeout_ms"` // bound of one call to one node; 0: TTL/20 within [250ms, 2s]
 	DriftFactor   float64  `toml:"drift_factor"`    // clock drift per unit of TTL
 	DriftFixedMS  int      `toml:"drift_fixed_ms"`  // added to the drift allowance
-	ClockSkewMS   int      `toml:"clock_skew_ms"`   // a node's clock this far from ours at first contact jumped; 0: not checked
+	ClockSkewMS   int      `toml:"clock_skew_ms"`   // a node's clock this far from ours at first contact, or after a long silence, jumped; 0: not checked
 	KeyPrefix     string   `toml:"key_prefix"`      // prefix of lockproxy's keys on the nodes
 	PoolSize      int      `toml:"pool_size"`       // connections per node for status reads and surveys; 0 = pipelines
 	Pipelines     int      `toml:"pipelines"`       // batches awaiting replies at once on a node's script connection
