@@ -157,31 +157,5 @@ func TestAttackMarkExtensionLandsAfterRelease(t *testing.T) {
 	if _, err := rB.Extend(ctx, "k", "a", 10*time.Second, ""); err != nil {
 		t.Fatalf("a's RENEW: %v", err)
 	}
-	c1.setCut(true)
-	if ok, err := rC.Release(ctx, "k", "a", nil, nil); !ok || err != nil {
-		t.Fatalf("release a: %v %v", ok, err)
-	}
-	gb, err := rC.Acquire(ctx, "k", hold("b"))
-	if err != nil || gb.Fence != 11 {
-		t.Fatalf("b: %+v %v, want 11", gb, err)
-	}
-	if ok, err := rC.Release(ctx, "k", "b", nil, nil); !ok || err != nil {
-		t.Fatalf("release b: %v %v", ok, err)
-	}
-	waitFor(t, "b's release", func() bool { return holders(fs, "k", "b") == 0 })
-	b2.let()
-	waitFor(t, "the heal lands on node 2", func() bool { return hs[2].healsApplied() == 1 })
-	if tok, f, _ := entryOf(fs[2], "k"); tok == "a" {
-		t.Errorf("the heal took node 2 for a, released, with fence %d after b's grant (fence %d)", f, gb.Fence)
-	}
-	if h, ok, err := rD.Inspect(ctx, "k"); err == nil && ok && h.Token == "a" {
-		t.Errorf("LOCKINFO after a's release and b's grant (fence %d): a holds it with fence %d", gb.Fence, h.Fence)
-	}
-	g, err := rD.Acquire(ctx, "k", hold("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Fence <= gb.Fence {
-		t.Fatalf("a's LOCK after b's grant (fence %d) answered fence %d", gb.Fence, g.Fence)
-	}
+	releaseGrantThenHeal(t, fs, hs, c1, b2, rC, rD)
 }

@@ -110,22 +110,7 @@ func TestAttackNewInstanceAfterJump(t *testing.T) {
 		lost = append(lost, key+" "+token+" "+reason)
 	})
 	ctx := testCtx(t)
-	start := time.Now()
-	g, err := rA.Acquire(ctx, "k", hold("a", lease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := clock.Step(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond)
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
+	nodes, g, start := jumpedAfterGrant(t, servers, clock, rA, lease)
 	rB := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
 	t.Cleanup(func() { rB.Close() })
 	waitCounted(t, rB, 30*time.Second, false, true, true)
@@ -456,22 +441,7 @@ func TestAttackSkewRestartRuleOff(t *testing.T) {
 	const lease = 5 * time.Second
 	servers, clock, _, rA := attackNodes(t, lease, nil)
 	ctx := testCtx(t)
-	start := time.Now()
-	g, err := rA.Acquire(ctx, "k", hold("a", lease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := clock.Step(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond)
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
+	nodes, g, start := jumpedAfterGrant(t, servers, clock, rA, lease)
 	rB := quorum.New(nodes, quorum.Config{})
 	t.Cleanup(func() { rB.Close() })
 	for i := 0; i < 3; i++ {
@@ -488,4 +458,30 @@ func TestAttackSkewRestartRuleOff(t *testing.T) {
 	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 {
 		t.Errorf("node 0's clock as B sees it: %v; want the +10s step counted as a jump", c)
 	}
+}
+
+// jumpedAfterGrant grants k to a through rA on nodes 0 and 1 only (node 2's
+// copy deleted), steps node 0's clock 10 s forward (Redis drops a's key
+// there) and returns a new instance's nodes over servers, which meet node
+// 0's stepped clock first (ClockSkew 1 s), with a's grant and when it began.
+func jumpedAfterGrant(t *testing.T, servers []*redistest.Server, clock *clockshim.Clock, rA *quorum.Redlock, lease time.Duration) ([]quorum.Node, engine.Grant, time.Time) {
+	t.Helper()
+	ctx := testCtx(t)
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	return nodes, g, start
 }
