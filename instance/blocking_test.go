@@ -267,7 +267,7 @@ func TestBlockingNodePaused(t *testing.T) {
 
 // TestBlockingDisconnectLeaksNothing: a client that disconnects while
 // blocked leaves no blocked client on any node, and repeated cycles do not
-// add connections on the nodes (CLIENT LIST).
+// add a connection on the nodes for each cycle (CLIENT LIST).
 func TestBlockingDisconnectLeaksNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -285,7 +285,8 @@ func TestBlockingDisconnectLeaksNothing(t *testing.T) {
 		return strings.Count(list, " cmd=blpop ")
 	}
 	var after []int
-	for cycle := range 5 {
+	const cycles = 10
+	for cycle := range cycles {
 		raw := dialRaw(t, in.Addr())
 		raw.send(multibulk([]string{"BLPOP", key, "0"}))
 		waitBlocked(ctx, t, direct, 1)
@@ -298,9 +299,14 @@ func TestBlockingDisconnectLeaksNothing(t *testing.T) {
 		}
 	}
 	t.Logf("blocking connections after the first cycle: %v", after)
+	// A cycle's BLPOP may come before the last one's connection is back in
+	// the idle pool (the node unblocks it before lockproxy puts it back),
+	// and then dials one more, which is kept too (seen once on a loaded
+	// machine: 2 after 5 cycles, 1 after the first). A leak adds one a
+	// cycle.
 	for i, n := range direct {
-		if got := conns(n); got > after[i] {
-			t.Errorf("node %d: %d connections after 5 cycles, %d after the first", i, got, after[i])
+		if got := conns(n); got > after[i]+1 {
+			t.Errorf("node %d: %d connections after %d cycles, %d after the first", i, got, cycles, after[i])
 		}
 	}
 	// The list works as before: nothing was left behind.

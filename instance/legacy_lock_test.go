@@ -134,34 +134,47 @@ func TestDelFromOtherConnectionsCanBeRefused(t *testing.T) {
 }
 
 // TestSameValueFromManyClientsGrantsOnce: legacy code often locks with a
-// constant ("SETNX lock 1"); of 20 clients racing with the same value, one
-// gets the lock.
+// constant ("SETNX lock 1"); of 20 clients racing with the same value, at
+// most one gets the lock. On redlock the nodes may see the racers in
+// different orders and split their votes, so that none gets it (seen on a
+// loaded machine, before and after 2026-11-28's changes, about 1 race in
+// 40): a round that grants nobody is raced again on a fresh key, up to 5.
 func TestSameValueFromManyClientsGrantsOnce(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		in := startInstance(t, cfg)
-		key := uniqueKey(t)
-		var wg sync.WaitGroup
-		results := make(chan int64, 20)
-		for range 20 {
-			c := redis.NewClient(&redis.Options{Addr: in.Addr(), Protocol: 2})
-			t.Cleanup(func() { c.Close() })
-			wg.Go(func() {
-				n, err := c.SetNX(context.Background(), key, "1", 30*time.Second).Result()
-				if err != nil {
-					t.Errorf("SET NX: %v", err)
-				}
-				results <- map[bool]int64{true: 1}[n]
-			})
+		clients := make([]*redis.Client, 20)
+		for i := range clients {
+			clients[i] = redis.NewClient(&redis.Options{Addr: in.Addr(), Protocol: 2})
+			t.Cleanup(func() { clients[i].Close() })
 		}
-		wg.Wait()
-		close(results)
-		granted := int64(0)
-		for n := range results {
-			granted += n
+		for round := range 5 {
+			key := uniqueKey(t)
+			var wg sync.WaitGroup
+			results := make(chan int64, len(clients))
+			for _, c := range clients {
+				wg.Go(func() {
+					n, err := c.SetNX(context.Background(), key, "1", 30*time.Second).Result()
+					if err != nil {
+						t.Errorf("SET NX: %v", err)
+					}
+					results <- map[bool]int64{true: 1}[n]
+				})
+			}
+			wg.Wait()
+			close(results)
+			granted := int64(0)
+			for n := range results {
+				granted += n
+			}
+			switch {
+			case granted > 1:
+				t.Fatalf("round %d: %d grants of one key with the same value, want at most 1", round, granted)
+			case granted == 1:
+				return
+			}
+			t.Logf("round %d: the racers split the nodes' votes, nobody got the lock", round)
 		}
-		if granted != 1 {
-			t.Fatalf("%d grants of one key with the same value, want 1", granted)
-		}
+		t.Fatal("5 rounds of 20 racers with the same value: nobody ever got the lock")
 	})
 }
 
