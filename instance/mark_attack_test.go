@@ -64,18 +64,7 @@ func scriptTakesAfterRenewal(t *testing.T, extend string, want int64) {
 	inA, inB, inC, inD := startInstance(t, cfgA), startInstance(t, cfgB), startInstance(t, cfgC), startInstance(t, cfgD)
 	cA, cB, cC, cD := newClient(t, inA.Addr(), 2), newClient(t, inB.Addr(), 2), newClient(t, inC.Addr(), 2), newClient(t, inD.Addr(), 2)
 	warm(t, cA, cB, cC, cD)
-	wk := uniqueKey(t) // B's renewal and heal scripts, loaded on every node
-	w := mustLock(t, cB, wk, "PX", 30000)
-	if got := dialRaw(t, nodes[2].Addr()).do("DEL", wk); got != ":1" {
-		t.Fatalf("DEL on node 2: %q", got)
-	}
-	if v, err := cB.Do(t.Context(), "RENEW", wk, w.token, "PX", 30000).Int64(); err != nil || v <= 0 {
-		t.Fatalf("RENEW: %v %v", v, err)
-	}
-	eventually(t, 10*time.Second, "the heal of node 2", func() bool { return lockHolder(t, nodes[2], wk) == w.token })
-	if n, err := cB.Do(t.Context(), "UNLOCK", wk, w.token).Int(); n != 1 || err != nil {
-		t.Fatalf("UNLOCK: %v %v", n, err)
-	}
+	wk := warmHeal(t, cB, nodes)
 	if err := cC.Do(t.Context(), "EVAL", extend, 1, wk, "nobody", 1000).Err(); err != nil {
 		t.Fatalf("EVAL: %v", err) // the script's turn and guard, loaded on every node
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockproxy/lockproxy/instance"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 )
@@ -155,18 +157,7 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	inA, inB, inC, inD := startInstance(t, cfgA), startInstance(t, cfgB), startInstance(t, cfgC), startInstance(t, cfgD)
 	cA, cB, cC, cD := newClient(t, inA.Addr(), 2), newClient(t, inB.Addr(), 2), newClient(t, inC.Addr(), 2), newClient(t, inD.Addr(), 2)
 	warm(t, cA, cB, cC, cD)
-	wk := uniqueKey(t) // B's renewal and heal scripts, loaded on every node and node 2
-	w := mustLock(t, cB, wk, "PX", 30000)
-	if got := dialRaw(t, nodes[2].Addr()).do("DEL", wk); got != ":1" {
-		t.Fatalf("DEL on node 2: %q", got)
-	}
-	if v, err := cB.Do(t.Context(), "RENEW", wk, w.token, "PX", 30000).Int64(); err != nil || v <= 0 {
-		t.Fatalf("RENEW: %v %v", v, err)
-	}
-	eventually(t, 10*time.Second, "the heal of node 2", func() bool { return lockHolder(t, nodes[2], wk) == w.token })
-	if n, err := cB.Do(t.Context(), "UNLOCK", wk, w.token).Int(); n != 1 || err != nil {
-		t.Fatalf("UNLOCK: %v %v", n, err)
-	}
+	warmHeal(t, cB, nodes)
 	key, token := uniqueKey(t), "raise-heal-after-another-grant"
 	calls := watchScripts(t, nodes[2], key)
 	cutA2.SetBlackhole(true)
@@ -198,4 +189,24 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	if again.fence <= b.fence {
 		t.Fatalf("a's LOCK after b's grant (fence %d) answered fence %d (a's first grant: %d)", b.fence, again.fence, g.fence)
 	}
+}
+
+// warmHeal loads c's instance's renewal and heal scripts on the nodes: it
+// locks a fresh key, deletes it on node 2, renews it (which heals node 2)
+// and unlocks it. It returns the key.
+func warmHeal(t *testing.T, c *redis.Client, nodes []*redistest.Server) string {
+	t.Helper()
+	wk := uniqueKey(t)
+	w := mustLock(t, c, wk, "PX", 30000)
+	if got := dialRaw(t, nodes[2].Addr()).do("DEL", wk); got != ":1" {
+		t.Fatalf("DEL on node 2: %q", got)
+	}
+	if v, err := c.Do(t.Context(), "RENEW", wk, w.token, "PX", 30000).Int64(); err != nil || v <= 0 {
+		t.Fatalf("RENEW: %v %v", v, err)
+	}
+	eventually(t, 10*time.Second, "the heal of node 2", func() bool { return lockHolder(t, nodes[2], wk) == w.token })
+	if n, err := c.Do(t.Context(), "UNLOCK", wk, w.token).Int(); n != 1 || err != nil {
+		t.Fatalf("UNLOCK: %v %v", n, err)
+	}
+	return wk
 }

@@ -16,9 +16,9 @@ import (
 // markStage: three heal nodes; a is granted through A by nodes 0 and 1,
 // its acquire to node 2 held on A's link; a's RENEW through B finds node 2
 // free and marks it, and its heal of node 2 is held on B's link. It
-// returns the links A→2 (acquires held) and B→2 (heals held), and C, whose
-// link to node 1 is cut: its release of a is decided by nodes 0 and 2.
-func markStage(t *testing.T) (fs []*fakeNode, hs []*healNode, a2, b2 *link, rA, rB, rC *Redlock) {
+// returns the links A→2 (acquires held), B→2 (heals held) and C→1 (cut),
+// and C, whose release of a is decided by nodes 0 and 2.
+func markStage(t *testing.T) (fs []*fakeNode, hs []*healNode, a2, b2, c1 *link, rC *Redlock) {
 	t.Helper()
 	ctx := context.Background()
 	fs, hs = newHealNodes(3)
@@ -27,10 +27,10 @@ func markStage(t *testing.T) (fs []*fakeNode, hs []*healNode, a2, b2 *link, rA, 
 	}
 	cfg := Config{NodeTimeout: 10 * time.Second}
 	a2, b2 = newLink(hs[2]), newLink(hs[2])
-	c1 := newLink(hs[1])
+	c1 = newLink(hs[1])
 	c1.setCut(true)
-	rA = New([]Node{hs[0], hs[1], a2}, cfg)
-	rB = New([]Node{hs[0], hs[1], b2}, cfg)
+	rA := New([]Node{hs[0], hs[1], a2}, cfg)
+	rB := New([]Node{hs[0], hs[1], b2}, cfg)
 	rC = New([]Node{hs[0], c1, hs[2]}, Config{NodeTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() {
 		a2.let()
@@ -49,7 +49,7 @@ func markStage(t *testing.T) (fs []*fakeNode, hs []*healNode, a2, b2 *link, rA, 
 		t.Fatalf("a's RENEW: %v", err)
 	}
 	waitFor(t, "the renewal's heal of node 2, held", func() bool { return b2.heldCalls() == 1 })
-	return fs, hs, a2, b2, rA, rB, rC
+	return fs, hs, a2, b2, c1, rC
 }
 
 // releasedStaysReleased releases a through C, lets the held heal land on
@@ -82,7 +82,7 @@ func releasedStaysReleased(t *testing.T, fs []*fakeNode, hs []*healNode, b2 *lin
 // raised the mark; without that raise, the heal took node 2 and a,
 // released, held nodes 1 and 2 again.
 func TestAttackMarkLateAcquireThenRelease(t *testing.T) {
-	fs, hs, a2, b2, _, _, rC := markStage(t)
+	fs, hs, a2, b2, _, rC := markStage(t)
 	a2.let()
 	waitFor(t, "a's acquire lands on node 2", func() bool { tok, f, _ := entryOf(fs[2], "k"); return tok == "a" && f == 10 })
 	releasedStaysReleased(t, fs, hs, b2, rC)
@@ -97,7 +97,7 @@ func TestAttackMarkLateAcquireThenRelease(t *testing.T) {
 // documented case of a late acquire no undo mark reaches.)
 func TestAttackMarkRetryTakesThenRelease(t *testing.T) {
 	ctx := context.Background()
-	fs, hs, _, b2, _, _, rC := markStage(t)
+	fs, hs, _, b2, _, rC := markStage(t)
 	rD := New(asNodes(fs), Config{NodeTimeout: time.Second})
 	defer rD.Close()
 	g, err := rD.Acquire(ctx, "k", hold("a"))

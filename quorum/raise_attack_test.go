@@ -240,34 +240,9 @@ func (l *link) Do(ctx context.Context, op *Op, tag int, done Sink) {
 // LOCKINFO showed a, released, as the holder with 10, and a's LOCK … TOKEN
 // through D (node 0 slow), a new grant after b's 11, answered 10.
 func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
-	ctx := context.Background()
-	fs, hs := newHealNodes(3)
-	for _, f := range fs {
-		f.counter["k"] = 9
-	}
-	cfg := Config{NodeTimeout: 10 * time.Second}
-	a2, b2, c1, d0 := newLink(hs[2]), newLink(hs[2]), newLink(hs[1]), newLink(hs[0])
-	rA := New([]Node{hs[0], hs[1], a2}, cfg)
-	rB := New([]Node{hs[0], hs[1], b2}, cfg)
-	rC := New([]Node{hs[0], c1, hs[2]}, Config{NodeTimeout: 300 * time.Millisecond})
-	rD := New([]Node{d0, hs[1], hs[2]}, cfg)
-	defer func() {
-		a2.let()
-		b2.let()
-		for _, r := range []*Redlock{rA, rB, rC, rD} {
-			r.Close()
-		}
-	}()
-	a2.hold(OpAcquire)
-	ga, err := rA.Acquire(ctx, "k", hold("a"))
-	if err != nil || ga.Fence != 10 {
-		t.Fatalf("a: %+v %v, want 10", ga, err)
-	}
-	b2.hold(OpHeal)
-	if _, err := rB.Extend(ctx, "k", "a", 10*time.Second, ""); err != nil {
-		t.Fatalf("a's RENEW: %v", err)
-	}
-	waitFor(t, "the renewal's heal of node 2, held", func() bool { return b2.heldCalls() == 1 })
+	fs, hs, a2, b2, c1, rC := markStage(t)
+	rD := New([]Node{hs[0], hs[1], hs[2]}, Config{NodeTimeout: 10 * time.Second})
+	defer rD.Close()
 	a2.let()
 	waitFor(t, "a's acquire lands on node 2", func() bool { tok, f, _ := entryOf(fs[2], "k"); return tok == "a" && f == 10 })
 	releaseGrantThenHeal(t, fs, hs, c1, b2, rC, rD)

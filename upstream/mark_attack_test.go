@@ -1,9 +1,12 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
@@ -46,12 +49,7 @@ func TestAttackMarkScriptRaisesTheMark(t *testing.T) {
 		if r := run("t2", "tok", "fail"); r.Err != nil || r.Value.Str == "" {
 			t.Fatalf("failing script: %+v, want its error as the reply", r)
 		}
-		if v, _ := raw.Get(ctx, "lockproxy:released:a").Result(); v != "1002" {
-			t.Errorf("a's mark after two scripts: %q, want 1002", v)
-		}
-		if p, _ := raw.PTTL(ctx, "lockproxy:released:a").Result(); p <= 0 || p > time.Minute {
-			t.Errorf("a's mark TTL: %v, want the minute it had", p)
-		}
+		wantMark(t, raw, "a", "1002")
 		if v, _ := raw.Exists(ctx, "lockproxy:released:b").Result(); v != 0 {
 			t.Error("a script wrote a mark where there was none")
 		}
@@ -93,12 +91,7 @@ func TestAttackMarkRepairRaisesTheMark(t *testing.T) {
 	if v, _ := raw.Get(ctx, "a").Result(); v != "tok" {
 		t.Fatalf("a after the repair: %q", v)
 	}
-	if v, _ := raw.Get(ctx, "lockproxy:released:a").Result(); v != "1001" {
-		t.Errorf("a's mark after a RESTORE: %q, want 1001", v)
-	}
-	if p, _ := raw.PTTL(ctx, "lockproxy:released:a").Result(); p <= 0 || p > time.Minute {
-		t.Errorf("a's mark TTL: %v, want the minute it had", p)
-	}
+	wantMark(t, raw, "a", "1001")
 	if v, _ := raw.Exists(ctx, "lockproxy:released:b").Result(); v != 0 {
 		t.Error("the repair wrote a mark where there was none")
 	}
@@ -191,4 +184,17 @@ func TestAttackMarkAcquireAndHealRaiseTheMark(t *testing.T) {
 			t.Fatalf("the same heal again, once the healed hold is gone: %+v, want nothing taken", r)
 		}
 	})
+}
+
+// wantMark checks key's release mark on the node: want, and still the TTL
+// of about a minute it was written with.
+func wantMark(t *testing.T, raw *redis.Client, key, want string) {
+	t.Helper()
+	ctx := context.Background()
+	if v, _ := raw.Get(ctx, "lockproxy:released:"+key).Result(); v != want {
+		t.Errorf("%s's mark: %q, want %s", key, v, want)
+	}
+	if p, _ := raw.PTTL(ctx, "lockproxy:released:"+key).Result(); p <= 0 || p > time.Minute {
+		t.Errorf("%s's mark TTL: %v, want the minute it had", key, p)
+	}
 }
