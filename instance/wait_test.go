@@ -245,11 +245,21 @@ func TestWaitWithoutNotifications(t *testing.T) {
 // TestWaitOrderAcrossInstances: waiters arrive in turn at two instances;
 // each release goes to the waiter that arrived first, whichever instance it
 // waits in.
+//
+// Arrival across instances is what the servers record. The first waiter
+// of each instance takes a place in the key's line after it is queued
+// there (LOCKINFO's waiters), on its first try, and ZooKeeper orders the
+// places by when it creates them: a loaded instance can make its place
+// later than the next waiter's, sent to the other instance once the first
+// was queued. So the next waiter asks only once the place of the one
+// before is recorded. A later waiter of an instance gets its place from
+// the grant before its own.
 func TestWaitOrderAcrossInstances(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg instance.Config) {
 		ins := []string{startInstance(t, cfg).Addr(), startInstance(t, cfg).Addr()}
 		key := uniqueKey(t)
 		probe := []*redis.Client{newClient(t, ins[0], 2), newClient(t, ins[1], 2)}
+		line := lineReader(t, cfg)
 		g := mustLock(t, probe[0], key, "PX", 60000)
 		const n = 10
 		order := make(chan int, n)
@@ -258,6 +268,9 @@ func TestWaitOrderAcrossInstances(t *testing.T) {
 			c := newClient(t, ins[i%2], 2)
 			wg.Go(func() { waitInTurn(t, c, key, i, order) })
 			eventually(t, 5*time.Second, "waiter queued", func() bool { return waiters(t, probe[i%2], key) == int64(i/2+1) })
+			if i < len(ins) { // the first in its instance
+				eventually(t, 10*time.Second, "its place in line recorded", func() bool { return line(key) == int64(i+1) })
+			}
 		}
 		probe[0].Do(context.Background(), "UNLOCK", key, g.token)
 		wg.Wait()
