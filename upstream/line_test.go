@@ -1,10 +1,13 @@
 package upstream
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
@@ -77,7 +80,7 @@ func TestLinePlaceExpires(t *testing.T) {
 // the key, and a waiter first in line takes it whatever is behind it.
 func TestGonePlaceIsSkipped(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		n, ctx := newNode(t, RedisOptions{Addr: addr}), testCtx(t)
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
 		t0 := time.Now()
 		mustAcquire(t, n, "k", hold("holder", time.Minute))
 		gone := waiting("gone", "g", t0)
@@ -94,17 +97,23 @@ func TestGonePlaceIsSkipped(t *testing.T) {
 		})
 		mustRelease(t, n, "k", "live", true)
 
-		// First in line, with a gone place behind it.
+		// First in line, with a gone place behind it. The place behind is
+		// made gone by its deadline: a short keep would also cut the
+		// line's own TTL, and the whole line would be gone.
 		mustAcquire(t, n, "j", hold("holder", time.Minute))
-		behind := waiting("behind", "b", t0.Add(time.Second))
-		behind.Waiter.Keep = time.Millisecond
-		for _, w := range []engine.Hold{waiting("first", "f", t0), behind} {
+		for _, w := range []engine.Hold{waiting("first", "f", t0), waiting("behind", "b", t0.Add(time.Second))} {
 			if c, err := n.Acquire(ctx, "j", w); err != nil || c.State != quorum.Taken {
 				t.Fatal(c, err)
 			}
 		}
 		mustRelease(t, n, "j", "holder", true)
-		time.Sleep(10 * time.Millisecond)
+		line, deadlines := n.lineKeys("j")
+		if err := raw.ZAddXX(ctx, deadlines, redis.Z{Score: 1, Member: "b"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := raw.ZRange(ctx, line, 0, -1).Val(); fmt.Sprint(got) != "[f b]" {
+			t.Fatalf("line %v, want [f b]", got)
+		}
 		if c, err := n.Acquire(ctx, "j", waiting("first", "f", t0)); err != nil || c.State != quorum.Acquired {
 			t.Fatalf("the first waiter: %+v %v", c, err)
 		}
