@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"sort"
 	"strings"
 	"testing"
@@ -195,6 +196,92 @@ func TestAttackReleaseWithOneWaiterTwice(t *testing.T) {
 		}
 		if m.Payload != "1:ak" {
 			t.Errorf("message %q, want the release (1:ak): o waits on another instance", m.Payload)
+		}
+	})
+}
+
+// TestAttackFencesRiseAcrossLinesAndLayouts: random acquires (waiting or
+// not, fresh or not, placing a next waiter or not), releases, places run
+// out, leases ended and the node's counter put back into layout 2's hash
+// or layout 1's fence-max: every grant's fence is above every earlier one,
+// a refresh answers its grant's fence, and no reply's counter is below the
+// last fence. A take counts before it writes, a quiet take that finds the
+// key held counts back: neither may hand out a fence twice.
+func TestAttackFencesRiseAcrossLinesAndLayouts(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		rng := rand.New(rand.NewSource(7))
+		toks := []string{"a", "b", "c", "d"}
+		t0 := time.Now()
+		since := map[string]time.Time{}
+		for i, tk := range toks {
+			since[tk] = t0.Add(time.Duration(i) * time.Millisecond)
+		}
+		var last int64
+		fenceOf := map[string]int64{}
+		line, deadlines := n.lineKeys("k")
+		grants := 0
+		for i := range 2000 {
+			tk := toks[rng.Intn(len(toks))]
+			switch rng.Intn(6) {
+			case 0, 1, 2:
+				h := hold(tk, time.Minute)
+				if rng.Intn(2) == 0 {
+					h = waiting(tk, tk, since[tk])
+				}
+				if rng.Intn(3) == 0 {
+					nx := toks[rng.Intn(len(toks))]
+					h.Next = &engine.Waiter{ID: nx, Since: since[nx], Keep: time.Minute}
+				}
+				h.Fresh = rng.Intn(4) == 0
+				c, err := n.Acquire(ctx, "k", h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch c.State {
+				case quorum.Acquired:
+					if c.Fence <= last {
+						t.Fatalf("step %d: fence %d after %d", i, c.Fence, last)
+					}
+					last, fenceOf[tk] = c.Fence, c.Fence
+					grants++
+				case quorum.Mine:
+					if c.Fence != fenceOf[tk] {
+						t.Fatalf("step %d: a refresh answers fence %d, its grant's was %d", i, c.Fence, fenceOf[tk])
+					}
+				}
+				if c.Counter < last {
+					t.Fatalf("step %d: counter %d below the last fence %d (%+v)", i, c.Counter, last, c)
+				}
+			case 3:
+				if _, err := n.Release(ctx, "k", tk); err != nil {
+					t.Fatal(err)
+				}
+			case 4: // a place runs out
+				if m := raw.ZRange(ctx, line, 0, -1).Val(); len(m) > 0 {
+					raw.ZAddXX(ctx, deadlines, redis.Z{Score: 1, Member: m[rng.Intn(len(m))]})
+				}
+			case 5:
+				if rng.Intn(10) == 0 {
+					raw.Del(ctx, "k") // the lease ended
+				}
+				cur := raw.Get(ctx, n.layoutKey()).Val()
+				if cur == "" {
+					break
+				}
+				switch rng.Intn(8) {
+				case 0: // layout 2's hash
+					raw.Del(ctx, n.layoutKey())
+					raw.HSet(ctx, n.layoutKey(), "fence", cur, "version", "2")
+				case 1: // layout 1: no counter, fence-max at least every fence
+					raw.Del(ctx, n.layoutKey(), n.prefix+"fence-floor", n.prefix+"fence-max")
+					raw.Set(ctx, n.prefix+"fence-max", cur, 0)
+					raw.Set(ctx, n.prefix+"fence-floor", "1", 0)
+				}
+			}
+		}
+		if grants < 50 {
+			t.Fatalf("only %d grants in the run", grants)
 		}
 	})
 }
