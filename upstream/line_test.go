@@ -1,11 +1,16 @@
 package upstream
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -67,6 +72,51 @@ func TestLinePlaceExpires(t *testing.T) {
 			c, err := n.Acquire(ctx, "k", hold("other", time.Minute))
 			return err == nil && c.State == quorum.Acquired
 		})
+	})
+}
+
+// TestGonePlaceIsSkipped: a waiter whose place ran out is passed over
+// while the line lasts for the waiters behind it: the next waiter takes
+// the key, and a waiter first in line takes it whatever is behind it.
+func TestGonePlaceIsSkipped(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		t0 := time.Now()
+		mustAcquire(t, n, "k", hold("holder", time.Minute))
+		gone := waiting("gone", "g", t0)
+		gone.Waiter.Keep = 100 * time.Millisecond
+		for _, w := range []engine.Hold{gone, waiting("live", "l", t0.Add(time.Second))} {
+			if c, err := n.Acquire(ctx, "k", w); err != nil || c.State != quorum.Taken {
+				t.Fatal(c, err)
+			}
+		}
+		mustRelease(t, n, "k", "holder", true)
+		eventually(t, 5*time.Second, "the gone waiter's place is passed over", func() bool {
+			c, err := n.Acquire(ctx, "k", waiting("live", "l", t0.Add(time.Second)))
+			return err == nil && c.State == quorum.Acquired
+		})
+		mustRelease(t, n, "k", "live", true)
+
+		// First in line, with a gone place behind it. The place behind is
+		// made gone by its deadline: a short keep would also cut the
+		// line's own TTL, and the whole line would be gone.
+		mustAcquire(t, n, "j", hold("holder", time.Minute))
+		for _, w := range []engine.Hold{waiting("first", "f", t0), waiting("behind", "b", t0.Add(time.Second))} {
+			if c, err := n.Acquire(ctx, "j", w); err != nil || c.State != quorum.Taken {
+				t.Fatal(c, err)
+			}
+		}
+		mustRelease(t, n, "j", "holder", true)
+		line, deadlines := n.lineKeys("j")
+		if err := raw.ZAddXX(ctx, deadlines, redis.Z{Score: 1, Member: "b"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := raw.ZRange(ctx, line, 0, -1).Val(); fmt.Sprint(got) != "[f b]" {
+			t.Fatalf("line %v, want [f b]", got)
+		}
+		if c, err := n.Acquire(ctx, "j", waiting("first", "f", t0)); err != nil || c.State != quorum.Acquired {
+			t.Fatalf("the first waiter: %+v %v", c, err)
+		}
 	})
 }
 
@@ -195,4 +245,54 @@ func TestReleaseLooksAtTheLineWhenItMust(t *testing.T) {
 			t.Errorf("EXISTS calls over an uncontended cycle, want 1 (the acquire's):\n%s", stats)
 		}
 	})
+}
+
+// TestContendedGrantCommands: a grant handed down a line (the holder's
+// release, then its instance's first waiter's acquire, which places the
+// next waiter) runs 4 and 13 commands in its scripts on a node, besides
+// the two EVALSHA: the line is read once in each script, and the node's
+// counter only by the take's INCR. The replies are those of
+// TestLineOrdersWaiters and TestReleasePublishes; this holds the count.
+func TestContendedGrantCommands(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	n, ctx, raw := newNode(t, RedisOptions{Addr: s.Addr()}), testCtx(t), rawClient(t, s.Addr())
+	t0 := time.Now()
+	mustAcquire(t, n, "k", hold("a", time.Minute))
+	w1 := waiting("w1", "w1", t0)
+	if c, err := n.Acquire(ctx, "k", w1); err != nil || c.State != quorum.Taken {
+		t.Fatal(c, err)
+	}
+	if err := raw.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mine := []engine.Waiter{{ID: "w1"}, {ID: "w2"}}
+	if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "a", Line: mine}); r.Err != nil || !r.OK {
+		t.Fatalf("release: %+v", r)
+	}
+	w1.Next = &engine.Waiter{ID: "w2", Since: t0.Add(time.Millisecond), Keep: time.Minute}
+	if c, err := n.Acquire(ctx, "k", w1); err != nil || c.State != quorum.Acquired {
+		t.Fatalf("w1: %+v %v", c, err)
+	}
+	info := raw.Info(ctx, "commandstats").Val()
+	var inner, scripts int64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, v, ok := strings.Cut(line, ":calls=")
+		if !ok || strings.HasSuffix(name, "|resetstat") {
+			continue
+		}
+		calls, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_eval":
+			scripts += calls
+		case "cmdstat_time":
+		default:
+			inner += calls
+		}
+	}
+	if scripts < 1 || inner != 4+12 {
+		t.Errorf("a contended grant ran %d commands besides TIME in %d script calls, want 16 (4 + 12):\n%s", inner, scripts, info)
+	}
+	if c, err := n.Acquire(ctx, "k", waiting("w2", "w2", t0.Add(time.Millisecond))); err != nil || c.State != quorum.Taken {
+		t.Fatalf("w2 while w1 holds: %+v %v", c, err)
+	}
 }

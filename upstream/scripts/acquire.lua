@@ -56,26 +56,22 @@ local function meta(fence, rest)
   local f = count(fence)
   redis.call('SET', KEYS[8], ARGV[3] .. #f .. ':' .. f .. ARGV[4] .. rest, 'PX', ARGV[2])
 end
--- taken raises the key's release mark by one where there is one: a
--- renewal that found the key free here wrote it, and a heal decided from
--- that renewal (heal.lua), held up on its way, must take nothing once the
--- hold taken now is gone (released, or ended with its lease): else it
--- would plant the renewal's old fence after a later grant's.
+-- taken raises the key's release mark by one where there is one (mark,
+-- read below): a renewal that found the key free here wrote it, and a heal
+-- decided from that renewal (heal.lua), held up on its way, must take
+-- nothing once the hold taken now is gone (released, or ended with its
+-- lease): else it would plant the renewal's old fence after a later grant's.
+local mark
 local function taken()
-  local mark = tonumber(redis.pcall('GET', KEYS[9])) -- nil unless a number
   if mark then
     redis.call('SET', KEYS[9], count(mark + 1), 'KEEPTTL')
   end
 end
--- The common case, in five commands: no undo mark, nobody in line, no
--- release mark, no waiter of this instance to place, and the key free. The counter is
--- counted before the key is taken, so that a later layout, which gives
--- the layout key another type, stops this script before it writes the
--- lock key (settle); where the key is not free, the count is taken back
--- in the same atomic step, and nobody saw it.
-local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[9]) == 0
-local counter
-if quiet then
+-- raised is the node's counter raised by one, the new hold's fence. It is
+-- counted before the script writes anything of the take, so that a later
+-- layout, which gives the layout key another type, stops the script before
+-- it writes (settle).
+local function raised()
   local fence = redis.pcall('INCR', KEYS[2]) -- a table (WRONGTYPE) on layout 2's hash
   if type(fence) ~= 'number' then
     fence = nodecounter(KEYS[2], KEYS[6], KEYS[7]) + 1
@@ -84,20 +80,41 @@ if quiet then
     fence = settle(KEYS[2], KEYS[6], KEYS[7]) + 1
     redis.call('SET', KEYS[2], count(fence))
   end
+  return fence
+end
+-- The common case, in five commands: no undo mark, nobody in line, no
+-- release mark, no waiter of this instance to place, and the key free.
+-- Where the key is not free, the count is taken back in the same atomic
+-- step, and nobody saw it.
+local quiet = ARGV[8] == '' and redis.call('EXISTS', KEYS[5], KEYS[3], KEYS[9]) == 0
+-- counter is the node's counter, read where a reply needs it (counted).
+local counter
+local function counted()
+  if not counter then
+    counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
+  end
+  return counter
+end
+if quiet then
+  local fence = raised()
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     meta(fence, TOOK_UNLINED)
     return {1, fence, fence}
   end
   counter = redis.call('DECR', KEYS[2])
 else
-  counter = nodecounter(KEYS[2], KEYS[6], KEYS[7])
-  if redis.call('EXISTS', KEYS[5]) == 1 then -- undone before it got here
-    return {0, counter, 0}
+  -- The undo mark and the release mark in one read (MGET: nil for a key
+  -- that is not there; the mark is a number, else no mark).
+  local marks = redis.call('MGET', KEYS[5], KEYS[9])
+  if marks[1] then -- undone before it got here
+    return {0, counted(), 0}
   end
+  mark = tonumber(marks[2])
 end
 local holder = redis.pcall('GET', KEYS[1])
 local waiter = ARGV[5]
 if holder == ARGV[1] and ARGV[11] ~= '1' then
+  counted() -- before anything is written (raised)
   local m = decode(redis.call('MGET', KEYS[8])[1])
   -- Where the hold's fence is unknown (its meta expired before the key, or
   -- is layout 2's hash), the node's counter stands for it: never below the
@@ -114,17 +131,22 @@ local wait
 if holder then
   wait = redis.call('PTTL', KEYS[1])
 else
-  local first
-  local lined = redis.call('EXISTS', KEYS[3]) == 1
-  if lined then -- nobody waits: the common case costs one look
+  -- The line's first place, where anybody waits. Places whose waiters
+  -- are gone (their deadline passed) are purged first, unless the first
+  -- is the waiter asking, which takes the key whoever is behind it.
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local lined = first ~= nil
+  if first and first ~= waiter then
+    counted() -- before anything is written (raised)
     local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now())
     if #gone > 0 then
       redis.call('ZREM', KEYS[3], unpack(gone))
       redis.call('ZREM', KEYS[4], unpack(gone))
+      first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     end
-    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   end
   if not first or first == waiter then
+    local fence = raised()
     if first then
       redis.call('ZREM', KEYS[3], waiter)
       redis.call('ZREM', KEYS[4], waiter)
@@ -136,14 +158,14 @@ else
       redis.call('PEXPIRE', KEYS[3], keep)
       redis.call('PEXPIRE', KEYS[4], keep)
     end
-    counter = redis.call('INCR', KEYS[2])
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     taken()
-    meta(counter, (lined or ARGV[8] ~= '') and TOOK_LINED or TOOK_UNLINED)
-    return {1, counter, counter}
+    meta(fence, (lined or ARGV[8] ~= '') and TOOK_LINED or TOOK_UNLINED)
+    return {1, fence, fence}
   end
   wait = math.floor((tonumber(redis.call('ZSCORE', KEYS[4], first)) - now()) / 1000)
 end
+counted() -- before anything is written (raised)
 if waiter ~= '' then
   local keep = math.ceil(tonumber(ARGV[7]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', ARGV[6], waiter)

@@ -70,16 +70,15 @@ elseif holder then
     known, attempt, took, flag = true, m.attempt, m.took, m.lined
   end
 end
--- The line exists only while somebody waits: one look in the common case,
--- and none where the token holds the key and its meta says that nobody has
--- taken a place in line since its acquire found none (meta.lua's lined):
--- then nobody waits, and the token itself has no place (it could have one
--- only from an acquire refused while it held the key, which flags the meta).
-local lined = false
-if not (holder == ARGV[1] and known and flag == '0') then
-  lined = redis.call('EXISTS', KEYS[2]) == 1
-end
-if lined and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+-- The line exists only while somebody waits. The release looks at it
+-- unless the token holds the key and its meta says that nobody has taken
+-- a place in line since its acquire found none (meta.lua's lined): then
+-- nobody waits, and the token itself has no place (it could have one only
+-- from an acquire refused while it held the key, which flags the meta).
+-- Leaving the line is its own look: ZREM of a line that is not there
+-- removes nothing.
+local look = not (holder == ARGV[1] and known and flag == '0')
+if look and ARGV[4] == '1' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ARGV[7] ~= '' and attempt ~= ARGV[7] then
@@ -106,10 +105,14 @@ if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') the
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[5])
-local others = lined and redis.call('ZCARD', KEYS[2]) or 0
-for _, mine in ipairs({ARGV[6], ARGV[9]}) do
-  if others > 0 and mine ~= '' and redis.call('ZSCORE', KEYS[2], mine) then
-    others = others - 1
+-- Somebody other than ARGV[6] and ARGV[9] waits where the line's first
+-- three places are not all theirs (two waiters fill at most two).
+local others = 0
+if look then
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, 2)) do
+    if w ~= ARGV[6] and w ~= ARGV[9] then
+      others = others + 1
+    end
   end
 end
 if others > 0 then
