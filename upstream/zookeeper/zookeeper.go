@@ -203,6 +203,7 @@ type ZooKeeper struct {
 	seen      map[string]sighting // lock nodes' versions as first read, by path (expiry.go)
 	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
 	departed  map[zkLock]struct{} // waiters that left their line, until they wait again (dropHanded)
+	trying    map[zkLock]int      // calls of waiters under way here, by key and waiter: their places do not run out meanwhile (arrive)
 	orphans   map[string]zkLock   // bound lock nodes moved into the session that nobody here holds (disown), by path
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
@@ -236,6 +237,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		seen:     map[string]sighting{},
 		served:   map[zkLock]struct{}{},
 		departed: map[zkLock]struct{}{},
+		trying:   map[zkLock]int{},
 		orphans:  map[string]zkLock{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
