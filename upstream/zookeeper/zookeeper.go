@@ -156,7 +156,10 @@ func (o Options) validate() error {
 //     negotiated session timeout after the server last heard from this
 //     instance: it is never reported valid for longer (guaranteed).
 //   - Waiting: a waiter keeps one place across its calls and watches only
-//     the node just before it, so a release wakes one waiter, not all.
+//     the node just before it, so a release wakes one waiter, not all. The
+//     place lasts the waiter's Keep after its last call ended, and never
+//     ends while a call of it is under way here, however slow ZooKeeper
+//     is: the waiter keeps ZooKeeper's order across instances.
 //
 // Cost: a free key takes two requests, the create (which says whether the
 // node is the only one) and the delete; the creates and deletes of many
