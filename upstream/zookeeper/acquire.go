@@ -29,6 +29,10 @@ var errTooLate = errors.New("zookeeper: answered after the lease ran out")
 // key gets it again with the same fence, its node's data rewritten (an
 // idempotent retry), unless h.Fresh.
 //
+// The place lasts Waiter.Keep after the waiter's last call ended, and does
+// not end while a call of the waiter is under way here (arrive, tried): a
+// call slowed by ZooKeeper does not cost the waiter its place in line.
+//
 // ZooKeeper's sequence orders the line, so Waiter.Since is not used, and
 // h.Next, this instance's next waiter, needs no place in the same step: it
 // gets one in the background once the grant is made, unless it has one
@@ -49,6 +53,7 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, h engine.Hold) (eng
 	}
 	if h.Waiter != nil {
 		z.arrive(key, h.Waiter.ID)
+		defer z.tried(key, h.Waiter.ID, h.Waiter.Keep)
 	}
 	a := &acquisition{z: z, key: key, dir: z.dir(key), h: h, start: time.Now()}
 	g, err := a.run(ctx)

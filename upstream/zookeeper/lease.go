@@ -19,7 +19,7 @@ type ownNode struct {
 	key, token string
 	held       bool      // a lock; false: a waiter's place
 	persistent bool      // a lease's node, which outlives the session
-	until      time.Time // a place's end, unless its waiter calls again
+	until      time.Time // a place's end, unless its waiter calls again (or is calling: endPlace)
 	// wrote is a lock's data as this instance last wrote it, or read it
 	// (then its at is zero): its version ends by this instance's clock
 	// (expiry.go).
@@ -238,7 +238,7 @@ func (z *ZooKeeper) rearm(p string, n *ownNode, d time.Duration) {
 // expire runs on n's timer: it ends p's lease or place if its time is up.
 func (z *ZooKeeper) expire(p string, n *ownNode) {
 	z.mu.Lock()
-	current, held, until := z.own[p] == n, n.held, n.until
+	current, held := z.own[p] == n, n.held
 	z.mu.Unlock()
 	switch {
 	case !current:
@@ -247,7 +247,7 @@ func (z *ZooKeeper) expire(p string, n *ownNode) {
 	case held:
 		z.endLease(p, n)
 	default:
-		z.endPlace(p, n, until)
+		z.endPlace(p, n)
 	}
 }
 
@@ -292,14 +292,23 @@ func (z *ZooKeeper) endLease(p string, n *ownNode) {
 	}
 }
 
-// endPlace deletes waiter place p once its keep has run out. The delete
-// expects version 0, the place as created: a place that became a lock
-// (written since) stays, and its lease timer takes over — armed here if
-// this instance did not know of the write (a claim whose caller's ctx
-// ended while it was on its way).
-func (z *ZooKeeper) endPlace(p string, n *ownNode, until time.Time) {
-	if wait := time.Until(until); wait > 0 {
+// endPlace deletes waiter place p once its keep has run out, unless a call
+// of its waiter is under way here (arrive): the call keeps the place, or
+// the keep counts from its end (tried), however long ZooKeeper made it
+// take. The delete expects version 0, the place as created: a place that
+// became a lock (written since) stays, and its lease timer takes over —
+// armed here if this instance did not know of the write (a claim whose
+// caller's ctx ended while it was on its way).
+func (z *ZooKeeper) endPlace(p string, n *ownNode) {
+	z.mu.Lock()
+	wait, trying := time.Until(n.until), z.trying[zkLock{n.key, n.token}] > 0
+	z.mu.Unlock()
+	switch {
+	case wait > 0:
 		z.rearm(p, n, wait)
+		return
+	case trying: // looked at again after the call
+		z.rearm(p, n, z.retryDelay())
 		return
 	}
 	ctx, cancel := z.cleanupCtx(context.Background())

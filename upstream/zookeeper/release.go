@@ -307,11 +307,40 @@ func (z *ZooKeeper) departLocked(key, id string) {
 	z.departed[zkLock{key, id}] = struct{}{}
 }
 
-// arrive clears the mark of waiter id of key as gone: it waits again.
+// arrive begins a call of waiter id of key: it clears the mark of the
+// waiter as gone (it waits again), and counts the call as under way, so
+// that its place does not run out meanwhile (endPlace) until tried.
 func (z *ZooKeeper) arrive(key, id string) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	delete(z.departed, zkLock{key, id})
+	z.trying[zkLock{key, id}]++
+}
+
+// tried ends a call of waiter id of key that arrive began. When no other
+// call of the waiter is under way here, its place lasts keep from now
+// (zero keep: no limit), whether the call kept the place or failed
+// before it could (a slow ZooKeeper): the keep counts from the waiter's
+// last call.
+func (z *ZooKeeper) tried(key, id string, keep time.Duration) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	w := zkLock{key, id}
+	if z.trying[w]--; z.trying[w] > 0 {
+		return
+	}
+	delete(z.trying, w)
+	if n := z.own[z.places[w]]; n != nil && !n.held && keep > 0 {
+		n.until = later(n.until, time.Now().Add(keep))
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // release deletes key's lock node if token holds it (version-checked), and

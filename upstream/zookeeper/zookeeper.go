@@ -156,7 +156,10 @@ func (o Options) validate() error {
 //     negotiated session timeout after the server last heard from this
 //     instance: it is never reported valid for longer (guaranteed).
 //   - Waiting: a waiter keeps one place across its calls and watches only
-//     the node just before it, so a release wakes one waiter, not all.
+//     the node just before it, so a release wakes one waiter, not all. The
+//     place lasts the waiter's Keep after its last call ended, and never
+//     ends while a call of it is under way here, however slow ZooKeeper
+//     is: the waiter keeps ZooKeeper's order across instances.
 //
 // Cost: a free key takes two requests, the create (which says whether the
 // node is the only one) and the delete; the creates and deletes of many
@@ -203,6 +206,7 @@ type ZooKeeper struct {
 	seen      map[string]sighting // lock nodes' versions as first read, by path (expiry.go)
 	served    map[zkLock]struct{} // waiters whose token got the key through this instance (servedLocked)
 	departed  map[zkLock]struct{} // waiters that left their line, until they wait again (dropHanded)
+	trying    map[zkLock]int      // calls of waiters under way here, by key and waiter: their places do not run out meanwhile (arrive)
 	orphans   map[string]zkLock   // bound lock nodes moved into the session that nobody here holds (disown), by path
 	bg        sync.WaitGroup      // background work: cleanups, timers, watch listeners
 	closeOnce sync.Once
@@ -236,6 +240,7 @@ func New(opts Options, log *zap.Logger) (*ZooKeeper, error) {
 		seen:     map[string]sighting{},
 		served:   map[zkLock]struct{}{},
 		departed: map[zkLock]struct{}{},
+		trying:   map[zkLock]int{},
 		orphans:  map[string]zkLock{},
 	}
 	dial := zk.Dialer(net.DialTimeout) // go-zookeeper's own default
