@@ -26,7 +26,9 @@ import (
 //     instance granted or renewed so far, plus its drift (other instances'
 //     leases cannot be known then), and for a node found off this
 //     instance's clock at first contact (ClockJumpError.First) at least
-//     that offset: a new instance has granted nothing;
+//     that offset: a new instance has granted nothing. A hold only
+//     grows: a second jump while held out (the clock set right again)
+//     does not end the first hold early;
 //   - tells the holders of the locks it granted whose majority included
 //     the node (Config.OnLost, reason LostClockJumped) when the nodes that
 //     still vouch for the lock — those that took or renewed it for the
@@ -139,6 +141,10 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 	}
 	hold += r.drift(hold)
 	now := time.Now()
+	// A hold only grows: a later jump (the clock set right again, as NTP
+	// does once it notices) does not end the one before it early, with
+	// the restart rule off, where the hold is this jump's own.
+	hold = max(hold, c.until[i].Sub(now))
 	c.until[i] = now.Add(hold)
 	why := fmt.Sprintf("node clock jumped %s (more than the drift allowance): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
 	if j.First && j.Silence > 0 {
