@@ -29,7 +29,11 @@ import (
 // those bounds widened by DriftFixed more (redlock.drift_fixed_ms), the
 // clock jumped, forward or back: every call of that pipeline is answered
 // with a *quorum.ClockJumpError, so that its votes count toward nothing,
-// and the quorum layer holds the node out (quorum/clock.go). The smallest
+// and the quorum layer holds the node out (quorum/clock.go), in the
+// observer of the first call delivered with it. Until then every reading
+// of the node's clock carries the same jump: the next reply, in step
+// with the jumped clock, shows nothing, and may be read on another
+// goroutine (a status read and the pipeline's reader) first. The smallest
 // jump seen is thus DriftFixed plus the drift since the fastest recent
 // reply plus that reply's round trip (well under a millisecond on a
 // quiet LAN); a smaller one stays within what the validity subtracts only
@@ -70,6 +74,12 @@ type nodeClock struct {
 	jumps       uint64
 	lastJump    time.Duration
 	lastJumpAge time.Time
+	// unheld is the last jump returned until a call carrying it has been
+	// delivered (delivered): its observer holds the node out. Every
+	// reading meanwhile returns it too, as the readings after it, in step
+	// with the jumped clock, show nothing: a status read (on go-redis's
+	// pool) and the pipeline's reader note the clock on two goroutines.
+	unheld error
 }
 
 // drift is the drift a clock that does not jump may show over elapsed.
@@ -88,15 +98,39 @@ func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
 	return c.noteAt(cmd.Val(), sent, got)
 }
 
-// noteAt is note of the node time now; a zero now is no reading.
+// noteAt is note of the node time now; a zero now is no reading. A jump
+// not yet delivered (unheld) is returned again.
 func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	if now.IsZero() {
 		return nil
 	}
-	t := time.Duration(now.UnixNano())
-	lo, hi := t-got, t-sent
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.compare(now, sent, got); err != nil {
+		c.unheld = err
+		return err
+	}
+	return c.unheld
+}
+
+// delivered notes that a call answered with err, noteAt's, was delivered
+// to its observer: a jump is no longer returned for readings after it.
+func (c *nodeClock) delivered(err error) {
+	if err == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unheld == err {
+		c.unheld = nil
+	}
+}
+
+// compare checks the node time now, read between sent and got, against
+// what earlier replies said (with c.mu held): noteAt.
+func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
+	t := time.Duration(now.UnixNano())
+	lo, hi := t-got, t-sent
 	if !c.known {
 		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
 		off := c.skewed(lo, hi)

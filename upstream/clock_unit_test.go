@@ -87,8 +87,16 @@ func TestClockFirstReplyAgainstOwnClock(t *testing.T) {
 			} else if !errors.As(err, &j) || !j.First || (j.Jump > 0) != tc.forward || j.Jump.Abs() < tc.off.Abs()-tc.rtt {
 				t.Fatalf("first reply %v off: %v (%+v), want a First jump of about %v", tc.off, err, j, tc.off)
 			}
-			// The reply is the baseline either way: the next one, in step, is no jump.
+			// The reply is the baseline either way: the next one, in step, is
+			// no jump once the first reply was delivered (its observer held
+			// the node out); before, it carries the jump again.
 			sent2 := got + 10*time.Millisecond
+			if err != nil {
+				if again := c.note(timeReply(node.Add(sent2-sent)), sent2, sent2+tc.rtt); again != err {
+					t.Fatalf("a reply read before the jump's was delivered: %v; want the jump %v again", again, err)
+				}
+				c.delivered(err)
+			}
 			if err := c.note(timeReply(node.Add(sent2-sent)), sent2, sent2+tc.rtt); err != nil {
 				t.Fatalf("second reply, in step with the first: %v", err)
 			}
@@ -114,6 +122,7 @@ func TestAttackSkewAfterSilence(t *testing.T) {
 	if !errors.As(err, &j) || j.Jump < 4*time.Second {
 		t.Fatalf("a reply 5 s off this process's clock after 1000 s of silence: %v; want a jump", err)
 	}
+	c.delivered(err)
 	// The next reply, in step with the stepped clock, is no jump again.
 	sent3 := sent2 + 10*time.Millisecond
 	if err := c.note(timeReply(monoBase.Add(sent3+5*time.Second)), sent3, sent3+time.Millisecond); err != nil {
@@ -122,7 +131,7 @@ func TestAttackSkewAfterSilence(t *testing.T) {
 	// A node off this process's clock from the start (its first reply was
 	// taken as a jump already) is not taken as jumping again at each reply.
 	c = &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second}
-	_ = c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond)
+	c.delivered(c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond))
 	if err := c.note(timeReply(monoBase.Add(sent2+5*time.Second)), sent2, sent2+time.Millisecond); err != nil {
 		t.Fatalf("a node 5 s off since its first reply, after a silence: %v", err)
 	}

@@ -2,10 +2,13 @@ package upstream
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockproxy/lockproxy/engine"
+	"github.com/lockproxy/lockproxy/internal/clockshim"
+	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -53,5 +56,66 @@ func TestAttackSkewHoldShortenedBySecondJump(t *testing.T) {
 	}
 	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 2 {
 		t.Errorf("node 0's clock as B sees it: %v; want the first contact and the step back as jumps", c)
+	}
+}
+
+// TestAttackJumpSeenByStatusHeldBeforeNextVote: the restart rule's status
+// read goes through go-redis's pool, on a goroutine of its own, not the
+// node's reader. It reads node 0's clock after a +10 s step first: that
+// is the jump, and its reply's observer holds the node out (the
+// instance's record). Until that observer runs, the node's reader goes on:
+// an acquire read meanwhile, in step with the stepped clock, showed
+// nothing and was answered as a vote, counted before the hold landed. Here
+// the status's observer is held up (a goroutine descheduled between the
+// two); the acquire read meanwhile must carry the jump too.
+func TestAttackJumpSeenByStatusHeldBeforeNextVote(t *testing.T) {
+	s, clock := clockshim.StartRedis(t, redistest.Options{})
+	seen, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	observe := func(_ time.Duration, err error) {
+		if errors.Is(err, quorum.ErrClockJumped) {
+			blocked := false
+			once.Do(func() { blocked = true })
+			if blocked { // the first call to carry the jump: its observer is late
+				close(seen)
+				<-release
+			}
+		}
+	}
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Observe: observe})
+	ctx := testCtx(t)
+	status := func() quorum.Reply {
+		done := make(quorum.Replies, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpStatus}, 0, done)
+		return <-done
+	}
+	if r := status(); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, err := n.Acquire(ctx, "warm", hold("a", time.Minute)); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the shim reads its file at most once a millisecond
+	late := make(chan quorum.Reply, 1)
+	go func() { late <- status() }()
+	select {
+	case <-seen:
+	case <-time.After(testTimeout):
+		close(release)
+		t.Fatal("the status read after the step did not carry the jump")
+	}
+	c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+	close(release)
+	if r := <-late; !errors.Is(r.Err, quorum.ErrClockJumped) {
+		t.Errorf("status read after the step: %v; want the jump", r.Err)
+	}
+	if !errors.Is(err, quorum.ErrClockJumped) {
+		t.Fatalf("acquire read after the status read saw the jump, before its observer held the node out: %+v %v; want the jump, not a vote", c, err)
+	}
+	if _, err := n.Acquire(ctx, "k2", hold("b", time.Minute)); err != nil {
+		t.Fatalf("acquire once the status read's observer ran: %v", err)
 	}
 }

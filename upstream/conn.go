@@ -246,6 +246,7 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 		}
 		jumped := n.clock.noteAt(now, b.sent, mono())
 		n.answer(cn, b, jumped)
+		n.clock.delivered(jumped)
 	}
 }
 
