@@ -119,3 +119,65 @@ func TestAttackJumpSeenByStatusHeldBeforeNextVote(t *testing.T) {
 		t.Fatalf("acquire once the status read's observer ran: %v", err)
 	}
 }
+
+// TestAttackJumpForwardAndBackBetweenReadings: a holds k on nodes 0 and 1
+// only (node 2 missed the grant). Between two readings of node 0's clock,
+// it steps 10 s forward, Redis drops a's key there (expired by the
+// stepped clock), and it steps back again: net zero. No reply ever reads
+// the stepped clock, so no instance sees a jump, neither the one that
+// granted a's lock nor one with a baseline from before (B); B's next
+// acquire finds k free on nodes 0 and 2 and grants it while a's validity
+// runs.
+//
+// Known: a clock is read only with the replies (TIME at the end of a
+// pipeline); an excursion between two of them leaves nothing to read. In
+// an instance the health probe reads every node once a second, so an
+// excursion seen by no instance is one shorter than that, or one while
+// the node was cut off from every instance. Seeing it would take a
+// witness on the node that outlives the excursion (a canary key whose
+// early expiry shows the step), a write per node per batch.
+func TestAttackJumpForwardAndBackBetweenReadings(t *testing.T) {
+	t.Skip("known: a clock excursion between two readings of a node's clock (stepped forward, keys dropped, stepped back) leaves no reading that shows it; see the comment")
+	const lease = 5 * time.Second
+	servers, clock, _, rA := attackNodes(t, lease, nil)
+	ctx := testCtx(t)
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rB := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	t.Cleanup(func() { rB.Close() })
+	waitCounted(t, rB, 30*time.Second, true, true, true)
+	if _, err := rB.Acquire(ctx, "warm", hold("w", lease)); err != nil { // a baseline and the scripts on every node
+		t.Fatal(err)
+	}
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, servers[0].Addr())
+	eventually(t, testTimeout, "node 0 drops k by its stepped clock", func() bool {
+		n, err := raw.Exists(ctx, "k").Result()
+		return err == nil && n == 0
+	})
+	if _, err := clock.Step(-10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	gb, err := rB.Acquire(ctx, "k", hold("b", lease))
+	if err == nil && time.Since(start) < g.Validity {
+		t.Fatalf("instance B granted k to b (fence %d) %v into a's validity %v (a's fence %d); node 0's clock as B sees it: %v",
+			gb.Fence, time.Since(start), g.Validity, g.Fence, nodes[0].(*RedisNode).Clock())
+	}
+	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("b: %v", err)
+	}
+}
