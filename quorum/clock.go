@@ -23,12 +23,14 @@ import (
 //     without fsync: its answers are not counted until every lease it may
 //     have held has run out on the other nodes' clocks — MaxLease plus its
 //     drift when the restart rule is on; otherwise the longest lease this
-//     instance granted or renewed so far, plus its drift (other instances'
-//     leases cannot be known then), and for a node found off this
+//     instance granted or renewed so far (other instances' leases cannot
+//     be known then), at least the step for a step forward
+//     (ClockJumpError.Most: the node dropped each key at most that much
+//     early, whoever granted it), and for a node found off this
 //     instance's clock at first contact (ClockJumpError.First) at least
-//     that offset: a new instance has granted nothing. A hold only
-//     grows: a second jump while held out (the clock set right again)
-//     does not end the first hold early;
+//     that offset (a new instance has granted nothing), plus its drift. A
+//     hold only grows: a second jump while held out (the clock set right
+//     again) does not end the first hold early;
 //   - tells the holders of the locks it granted whose majority included
 //     the node (Config.OnLost, reason LostClockJumped) when the nodes that
 //     still vouch for the lock — those that took or renewed it for the
@@ -138,6 +140,10 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 			// dropped early has run out Jump from now.
 			hold = max(hold, j.Jump.Abs())
 		}
+		// A node that stepped forward by at most Most dropped each key at
+		// most that much early: every lock it dropped, whichever instance
+		// granted it, has run out Most after the step.
+		hold = max(hold, j.Most)
 	}
 	hold += r.drift(hold)
 	now := time.Now()

@@ -144,10 +144,10 @@ func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
 	silence := got - c.at
 	d := c.drift(silence)
 	wasLo, wasHi := c.lo-d, c.hi+d
-	var jump time.Duration
+	var jump, most time.Duration
 	switch {
 	case lo > wasHi+c.fixed:
-		jump = lo - wasHi // at least this far forward
+		jump, most = lo-wasHi, hi-wasLo // at least this far forward, at most that far
 	case hi < wasLo-c.fixed:
 		jump = hi - wasLo // at least this far back
 	case d+c.fixed >= c.skew && c.skewed(c.lo, c.hi) == 0 && c.skewed(lo, hi) != 0:
@@ -167,7 +167,7 @@ func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
 	c.lo, c.hi, c.at = lo, hi, sent // the new baseline
 	c.jumps++
 	c.lastJump, c.lastJumpAge = jump, time.Now()
-	return &quorum.ClockJumpError{Jump: jump, Allowance: allow}
+	return &quorum.ClockJumpError{Jump: jump, Most: most, Allowance: allow}
 }
 
 // skewed is the node's offset against this process's wall clock when a

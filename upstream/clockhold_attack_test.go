@@ -181,3 +181,54 @@ func TestAttackJumpForwardAndBackBetweenReadings(t *testing.T) {
 		t.Fatalf("b: %v", err)
 	}
 }
+
+// TestAttackSkewRestartRuleOffRunningInstance: TestAttackSkewRestartRuleOff
+// for an instance B that was running before the step (restart rule off:
+// MaxLease 0), and had granted a 100 ms lease only. It sees node 0's +10 s
+// step between two replies, not at first contact, and held the node out
+// for the longest lease it granted, 100 ms: then it counted node 0, where
+// the step dropped a's key, and granted k to b while a's 5 s validity ran.
+// A node whose clock stepped forward by J drops each key at most J early,
+// so every lock it dropped has run out J after the step, whoever granted
+// it: the hold is at least the step, as at first contact.
+func TestAttackSkewRestartRuleOffRunningInstance(t *testing.T) {
+	const lease = 5 * time.Second
+	servers, clock, _, rA := attackNodes(t, lease, nil)
+	ctx := testCtx(t)
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rB := quorum.New(nodes, quorum.Config{})
+	t.Cleanup(func() { rB.Close() })
+	if _, err := rB.Acquire(ctx, "warm", hold("w", 100*time.Millisecond)); err != nil { // a baseline on every node
+		t.Fatal(err)
+	}
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	for i := 0; i < 5; i++ {
+		gb, err := rB.Acquire(ctx, "k", hold("b", lease))
+		if err == nil && time.Since(start) < g.Validity {
+			t.Fatalf("attempt %d: instance B (restart rule off, running before the step) granted k to b (fence %d) %v into a's validity %v (a's fence %d); node 0's clock %v",
+				i, gb.Fence, time.Since(start), g.Validity, g.Fence, nodes[0].(*RedisNode).Clock())
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+			t.Fatalf("b: %v", err)
+		}
+		time.Sleep(60 * time.Millisecond)
+	}
+	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 {
+		t.Errorf("node 0's clock as B sees it: %v; want the +10s step counted as a jump", c)
+	}
+}
