@@ -28,7 +28,9 @@ import (
 //     (ClockJumpError.Most: the node dropped each key at most that much
 //     early, whoever granted it), and for a node found off this
 //     instance's clock at first contact (ClockJumpError.First) at least
-//     that offset (a new instance has granted nothing), plus its drift. A
+//     that offset, plus the skew allowed when ahead (it may have been that
+//     far behind before; a new instance has granted nothing), plus its
+//     drift. A
 //     hold only grows: a second jump while held out (the clock set right
 //     again) does not end the first hold early;
 //   - tells the holders of the locks it granted whose majority included
@@ -134,11 +136,16 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 		hold = c.longest
 		if j.First {
 			// A new instance has granted nothing yet: the longest lease
-			// is none. A node off this instance's clock by Jump at first
-			// contact has dropped a key at most Jump early (it was in
-			// step before: skew within the allowance), so every lock it
-			// dropped early has run out Jump from now.
-			hold = max(hold, j.Jump.Abs())
+			// is none. A node Jump ahead of this instance's clock at
+			// first contact was in step before, but for the skew allowed
+			// (Allowance) the other way: it dropped a key at most Jump +
+			// Allowance early, so every lock it dropped early has run out
+			// that long from now. One behind keeps keys late.
+			off := j.Jump.Abs()
+			if j.Jump > 0 {
+				off += j.Allowance
+			}
+			hold = max(hold, off)
 		}
 		// A node that stepped forward by at most Most dropped each key at
 		// most that much early: every lock it dropped, whichever instance

@@ -232,3 +232,68 @@ func TestAttackSkewRestartRuleOffRunningInstance(t *testing.T) {
 		t.Errorf("node 0's clock as B sees it: %v; want the +10s step counted as a jump", c)
 	}
 }
+
+// TestAttackSkewRestartRuleOffBehindBefore: node 0's clock runs 0.9 s
+// behind (within the 1 s skew allowed), a holds k on nodes 0 and 1 with a
+// 2 s lease, and node 0 steps 2.4 s forward: 1.5 s ahead now, and a's key
+// dropped there. Instance B (restart rule off), started after the step,
+// finds node 0 1.5 s off its clock at first contact and held it out for
+// that offset, 1.5 s: but the node may have been up to the skew behind
+// before, so it dropped keys up to 2.5 s early; B counted it again and
+// granted k to b while a's validity ran. The hold is the offset plus the
+// skew.
+func TestAttackSkewRestartRuleOffBehindBefore(t *testing.T) {
+	const lease = 2 * time.Second
+	durable := redistest.Options{AppendFsyncAlways: true}
+	jumper, clock := clockshim.StartRedis(t, durable)
+	others := redistest.StartN(t, 2, durable)
+	servers := []*redistest.Server{jumper, others[0], others[1]}
+	if err := clock.Set(-900 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	nodesA := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodesA[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rA := quorum.New(nodesA, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	t.Cleanup(func() { rA.Close() })
+	waitCounted(t, rA, 30*time.Second, true, true, true)
+	ctx := testCtx(t)
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	if err := rawClient(t, servers[2].Addr()).Del(ctx, "k", DefaultPrefix+"meta:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(2400 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rB := quorum.New(nodes, quorum.Config{})
+	t.Cleanup(func() { rB.Close() })
+	for i := 0; time.Since(start) < g.Validity && i < 100; i++ {
+		gb, err := rB.Acquire(ctx, "k", hold("b", lease))
+		if err == nil && time.Since(start) < g.Validity {
+			t.Fatalf("attempt %d: instance B (restart rule off) granted k to b (fence %d) %v into a's validity %v (a's fence %d); node 0's clock %v",
+				i, gb.Fence, time.Since(start), g.Validity, g.Fence, nodes[0].(*RedisNode).Clock())
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+			t.Fatalf("b: %v", err)
+		}
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 {
+		t.Errorf("node 0's clock as B sees it: %v; want its first reply taken as a jump", c)
+	}
+}
