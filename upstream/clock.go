@@ -54,6 +54,9 @@ import (
 // or cut off that long), a jump of that size no longer shows between
 // the two replies; a node that was in step with this process's clock
 // and comes back beyond the skew is then answered as at a first reply.
+// The allowance stops growing there: a step of more than the skew still
+// shows between the two replies, also for a node off this process's
+// clock from its first reply.
 
 // monoBase anchors this process's monotonic readings.
 var monoBase = time.Now()
@@ -143,13 +146,15 @@ func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
 	}
 	silence := got - c.at
 	d := c.drift(silence)
+	if c.skew > 0 {
+		// Clocks synced within the skew do not move further apart, however
+		// long the silence: a node off from its first reply (which the
+		// check below leaves alone) is still seen stepping by more.
+		d = min(d, c.skew)
+	}
 	wasLo, wasHi := c.lo-d, c.hi+d
 	var jump, most time.Duration
 	switch {
-	case lo > wasHi+c.fixed:
-		jump, most = lo-wasHi, hi-wasLo // at least this far forward, at most that far
-	case hi < wasLo-c.fixed:
-		jump = hi - wasLo // at least this far back
 	case d+c.fixed >= c.skew && c.skewed(c.lo, c.hi) == 0 && c.skewed(lo, hi) != 0:
 		// After a silence long enough that the drift allowance hides a
 		// jump of the allowed skew, a node that was in step with this
@@ -159,6 +164,10 @@ func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
 		c.jumps++
 		c.lastJump, c.lastJumpAge = off, time.Now()
 		return &quorum.ClockJumpError{Jump: off, Allowance: c.skew, First: true, Silence: silence}
+	case lo > wasHi+c.fixed:
+		jump, most = lo-wasHi, hi-wasLo // at least this far forward, at most that far
+	case hi < wasLo-c.fixed:
+		jump = hi - wasLo // at least this far back
 	default:
 		c.lo, c.hi, c.at = max(lo, wasLo), min(hi, wasHi), sent
 		return nil
