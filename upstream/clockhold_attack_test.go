@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -295,5 +296,31 @@ func TestAttackSkewRestartRuleOffBehindBefore(t *testing.T) {
 	}
 	if c := nodes[0].(*RedisNode).Clock(); c.Jumps != 1 {
 		t.Errorf("node 0's clock as B sees it: %v; want its first reply taken as a jump", c)
+	}
+}
+
+// TestAttackTimeDeniedIsNoVote: a node whose TIME fails (an ACL without
+// +time, a renamed command) while the scripts run: every batch's clock
+// reading is an error. Taken as no reading, the clock check was off for
+// that node with nothing said, and its votes counted however its clock
+// stepped. A batch that must show the node's clock and cannot is answered
+// with the error: its votes do not count.
+func TestAttackTimeDeniedIsNoVote(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	ctx := testCtx(t)
+	if err := rawClient(t, s.Addr()).Do(ctx, "ACL", "SETUSER", "default", "-time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	c, err := n.Acquire(ctx, "k", hold("a", time.Minute))
+	if err == nil {
+		t.Fatalf("acquire on a node whose TIME is denied: %+v, a vote; want an error", c)
+	}
+	if !errors.Is(err, ErrNoClock) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("acquire on a node whose TIME is denied: %v; want ErrNoClock with the node's reply", err)
+	}
+	// Releases read no clock (clockless): they still work.
+	if _, err := n.Release(ctx, "k", "a"); err != nil {
+		t.Fatalf("release on a node whose TIME is denied: %v", err)
 	}
 }
