@@ -324,3 +324,65 @@ func TestAttackTimeDeniedIsNoVote(t *testing.T) {
 		t.Fatalf("release on a node whose TIME is denied: %v", err)
 	}
 }
+
+// TestAttackSkewOwnClockSteppedWithMajority: one time source steps the
+// clocks of nodes 0 and 1 and of the host of a new instance B by +10 s
+// (node 2 and the instance that granted a's lock are elsewhere). a holds
+// k on all three nodes; nodes 0 and 1 drop it. B's first contact finds
+// nodes 0 and 1 in step with its own (stepped) clock and node 2 10 s off:
+// it holds node 2 out and counts 0 and 1, a majority, and grants k to b
+// while a's validity runs.
+//
+// Known: the first-contact check has this instance's wall clock as its
+// only reference; it cannot tell "nodes 0 and 1 and I stepped" from "node
+// 2 stepped back" (which drops nothing). Holding out every node when the
+// nodes disagree by more than the skew would cost every instance started
+// while one node is off (out of the deployment's sync) the whole quorum
+// for max_lease_ms.
+func TestAttackSkewOwnClockSteppedWithMajority(t *testing.T) {
+	t.Skip("known: the first-contact check trusts the new instance's own wall clock; a step shared by its host and a majority of the nodes is not seen; see the comment")
+	const lease = 5 * time.Second
+	durable := redistest.Options{AppendFsyncAlways: true}
+	j0, c0 := clockshim.StartRedis(t, durable)
+	j1, c1 := clockshim.StartRedis(t, durable)
+	servers := []*redistest.Server{j0, j1, redistest.Start(t, durable)}
+	nodesA := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodesA[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	rA := quorum.New(nodesA, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	t.Cleanup(func() { rA.Close() })
+	waitCounted(t, rA, 30*time.Second, true, true, true)
+	ctx := testCtx(t)
+	start := time.Now()
+	g, err := rA.Acquire(ctx, "k", hold("a", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	for _, c := range []interface {
+		Step(time.Duration) (time.Duration, error)
+	}{c0, c1} {
+		if _, err := c.Step(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	stepped := func() time.Duration { return wallAnchor() + 10*time.Second } // B's host clock, stepped
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		n := newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+		n.clock.anchor = stepped
+		nodes[i] = n
+	}
+	rB := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
+	t.Cleanup(func() { rB.Close() })
+	waitCounted(t, rB, 30*time.Second, true, true, false)
+	gb, err := rB.Acquire(ctx, "k", hold("b", lease))
+	if err == nil && time.Since(start) < g.Validity {
+		t.Fatalf("instance B granted k to b (fence %d) %v into a's validity %v (a's fence %d)", gb.Fence, time.Since(start), g.Validity, g.Fence)
+	}
+	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("b: %v", err)
+	}
+}
