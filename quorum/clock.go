@@ -30,9 +30,8 @@ import (
 //     instance's clock at first contact (ClockJumpError.First) at least
 //     that offset, plus the skew allowed when ahead (it may have been that
 //     far behind before; a new instance has granted nothing), plus its
-//     drift. A
-//     hold only grows: a second jump while held out (the clock set right
-//     again) does not end the first hold early;
+//     drift. A hold only grows: a second jump while held out (the clock
+//     set right again) does not end the first hold early;
 //   - tells the holders of the locks it granted whose majority included
 //     the node (Config.OnLost, reason LostClockJumped) when the nodes that
 //     still vouch for the lock — those that took or renewed it for the
