@@ -23,10 +23,15 @@ import (
 //     without fsync: its answers are not counted until every lease it may
 //     have held has run out on the other nodes' clocks — MaxLease plus its
 //     drift when the restart rule is on; otherwise the longest lease this
-//     instance granted or renewed so far, plus its drift (other instances'
-//     leases cannot be known then), and for a node found off this
+//     instance granted or renewed so far (other instances' leases cannot
+//     be known then), at least the step for a step forward
+//     (ClockJumpError.Most: the node dropped each key at most that much
+//     early, whoever granted it), and for a node found off this
 //     instance's clock at first contact (ClockJumpError.First) at least
-//     that offset: a new instance has granted nothing;
+//     that offset, plus the skew allowed when ahead (it may have been that
+//     far behind before; a new instance has granted nothing), plus its
+//     drift. A hold only grows: a second jump while held out (the clock
+//     set right again) does not end the first hold early;
 //   - tells the holders of the locks it granted whose majority included
 //     the node (Config.OnLost, reason LostClockJumped) when the nodes that
 //     still vouch for the lock — those that took or renewed it for the
@@ -130,15 +135,28 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 		hold = c.longest
 		if j.First {
 			// A new instance has granted nothing yet: the longest lease
-			// is none. A node off this instance's clock by Jump at first
-			// contact has dropped a key at most Jump early (it was in
-			// step before: skew within the allowance), so every lock it
-			// dropped early has run out Jump from now.
-			hold = max(hold, j.Jump.Abs())
+			// is none. A node Jump ahead of this instance's clock at
+			// first contact was in step before, but for the skew allowed
+			// (Allowance) the other way: it dropped a key at most Jump +
+			// Allowance early, so every lock it dropped early has run out
+			// that long from now. One behind keeps keys late.
+			off := j.Jump.Abs()
+			if j.Jump > 0 {
+				off += j.Allowance
+			}
+			hold = max(hold, off)
 		}
+		// A node that stepped forward by at most Most dropped each key at
+		// most that much early: every lock it dropped, whichever instance
+		// granted it, has run out Most after the step.
+		hold = max(hold, j.Most)
 	}
 	hold += r.drift(hold)
 	now := time.Now()
+	// A hold only grows: a later jump (the clock set right again, as NTP
+	// does once it notices) does not end the one before it early, with
+	// the restart rule off, where the hold is this jump's own.
+	hold = max(hold, c.until[i].Sub(now))
 	c.until[i] = now.Add(hold)
 	why := fmt.Sprintf("node clock jumped %s (more than the drift allowance): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
 	if j.First && j.Silence > 0 {

@@ -33,6 +33,11 @@ type ClockJumpError struct {
 	// Jump is how far the clock moved beyond its last reading at least:
 	// positive forward, negative back.
 	Jump time.Duration
+	// Most, for a step forward seen between two replies, is how far the
+	// clock may have moved at most (the far bound of the two replies'
+	// intervals): the node dropped each key at most that much early. Zero
+	// otherwise (a First jump's Jump is its far bound already).
+	Most time.Duration
 	// Allowance is the drift allowance and the round trips' uncertainty
 	// it exceeded.
 	Allowance time.Duration

@@ -29,7 +29,11 @@ import (
 // those bounds widened by DriftFixed more (redlock.drift_fixed_ms), the
 // clock jumped, forward or back: every call of that pipeline is answered
 // with a *quorum.ClockJumpError, so that its votes count toward nothing,
-// and the quorum layer holds the node out (quorum/clock.go). The smallest
+// and the quorum layer holds the node out (quorum/clock.go), in the
+// observer of the first call delivered with it. Until then every reading
+// of the node's clock carries the same jump: the next reply, in step
+// with the jumped clock, shows nothing, and may be read on another
+// goroutine (a status read and the pipeline's reader) first. The smallest
 // jump seen is thus DriftFixed plus the drift since the fastest recent
 // reply plus that reply's round trip (well under a millisecond on a
 // quiet LAN); a smaller one stays within what the validity subtracts only
@@ -50,6 +54,9 @@ import (
 // or cut off that long), a jump of that size no longer shows between
 // the two replies; a node that was in step with this process's clock
 // and comes back beyond the skew is then answered as at a first reply.
+// The allowance stops growing there: a step of more than the skew still
+// shows between the two replies, also for a node off this process's
+// clock from its first reply.
 
 // monoBase anchors this process's monotonic readings.
 var monoBase = time.Now()
@@ -70,6 +77,12 @@ type nodeClock struct {
 	jumps       uint64
 	lastJump    time.Duration
 	lastJumpAge time.Time
+	// unheld is the last jump returned until a call carrying it has been
+	// delivered (delivered): its observer holds the node out. Every
+	// reading meanwhile returns it too, as the readings after it, in step
+	// with the jumped clock, show nothing: a status read (on go-redis's
+	// pool) and the pipeline's reader note the clock on two goroutines.
+	unheld error
 }
 
 // drift is the drift a clock that does not jump may show over elapsed.
@@ -88,15 +101,39 @@ func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
 	return c.noteAt(cmd.Val(), sent, got)
 }
 
-// noteAt is note of the node time now; a zero now is no reading.
+// noteAt is note of the node time now; a zero now is no reading. A jump
+// not yet delivered (unheld) is returned again.
 func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	if now.IsZero() {
 		return nil
 	}
-	t := time.Duration(now.UnixNano())
-	lo, hi := t-got, t-sent
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.compare(now, sent, got); err != nil {
+		c.unheld = err
+		return err
+	}
+	return c.unheld
+}
+
+// delivered notes that a call answered with err, noteAt's, was delivered
+// to its observer: a jump is no longer returned for readings after it.
+func (c *nodeClock) delivered(err error) {
+	if err == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unheld == err {
+		c.unheld = nil
+	}
+}
+
+// compare checks the node time now, read between sent and got, against
+// what earlier replies said (with c.mu held): noteAt.
+func (c *nodeClock) compare(now time.Time, sent, got time.Duration) error {
+	t := time.Duration(now.UnixNano())
+	lo, hi := t-got, t-sent
 	if !c.known {
 		c.known, c.lo, c.hi, c.at = true, lo, hi, sent // the baseline
 		off := c.skewed(lo, hi)
@@ -109,13 +146,15 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	}
 	silence := got - c.at
 	d := c.drift(silence)
+	if c.skew > 0 {
+		// Clocks synced within the skew do not move further apart, however
+		// long the silence: a node off from its first reply (which the
+		// check below leaves alone) is still seen stepping by more.
+		d = min(d, c.skew)
+	}
 	wasLo, wasHi := c.lo-d, c.hi+d
-	var jump time.Duration
+	var jump, most time.Duration
 	switch {
-	case lo > wasHi+c.fixed:
-		jump = lo - wasHi // at least this far forward
-	case hi < wasLo-c.fixed:
-		jump = hi - wasLo // at least this far back
 	case d+c.fixed >= c.skew && c.skewed(c.lo, c.hi) == 0 && c.skewed(lo, hi) != 0:
 		// After a silence long enough that the drift allowance hides a
 		// jump of the allowed skew, a node that was in step with this
@@ -125,6 +164,10 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 		c.jumps++
 		c.lastJump, c.lastJumpAge = off, time.Now()
 		return &quorum.ClockJumpError{Jump: off, Allowance: c.skew, First: true, Silence: silence}
+	case lo > wasHi+c.fixed:
+		jump, most = lo-wasHi, hi-wasLo // at least this far forward, at most that far
+	case hi < wasLo-c.fixed:
+		jump = hi - wasLo // at least this far back
 	default:
 		c.lo, c.hi, c.at = max(lo, wasLo), min(hi, wasHi), sent
 		return nil
@@ -133,7 +176,7 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	c.lo, c.hi, c.at = lo, hi, sent // the new baseline
 	c.jumps++
 	c.lastJump, c.lastJumpAge = jump, time.Now()
-	return &quorum.ClockJumpError{Jump: jump, Allowance: allow}
+	return &quorum.ClockJumpError{Jump: jump, Most: most, Allowance: allow}
 }
 
 // skewed is the node's offset against this process's wall clock when a

@@ -87,8 +87,16 @@ func TestClockFirstReplyAgainstOwnClock(t *testing.T) {
 			} else if !errors.As(err, &j) || !j.First || (j.Jump > 0) != tc.forward || j.Jump.Abs() < tc.off.Abs()-tc.rtt {
 				t.Fatalf("first reply %v off: %v (%+v), want a First jump of about %v", tc.off, err, j, tc.off)
 			}
-			// The reply is the baseline either way: the next one, in step, is no jump.
+			// The reply is the baseline either way: the next one, in step, is
+			// no jump once the first reply was delivered (its observer held
+			// the node out); before, it carries the jump again.
 			sent2 := got + 10*time.Millisecond
+			if err != nil {
+				if again := c.note(timeReply(node.Add(sent2-sent)), sent2, sent2+tc.rtt); again != err {
+					t.Fatalf("a reply read before the jump's was delivered: %v; want the jump %v again", again, err)
+				}
+				c.delivered(err)
+			}
 			if err := c.note(timeReply(node.Add(sent2-sent)), sent2, sent2+tc.rtt); err != nil {
 				t.Fatalf("second reply, in step with the first: %v", err)
 			}
@@ -114,6 +122,7 @@ func TestAttackSkewAfterSilence(t *testing.T) {
 	if !errors.As(err, &j) || j.Jump < 4*time.Second {
 		t.Fatalf("a reply 5 s off this process's clock after 1000 s of silence: %v; want a jump", err)
 	}
+	c.delivered(err)
 	// The next reply, in step with the stepped clock, is no jump again.
 	sent3 := sent2 + 10*time.Millisecond
 	if err := c.note(timeReply(monoBase.Add(sent3+5*time.Second)), sent3, sent3+time.Millisecond); err != nil {
@@ -122,7 +131,7 @@ func TestAttackSkewAfterSilence(t *testing.T) {
 	// A node off this process's clock from the start (its first reply was
 	// taken as a jump already) is not taken as jumping again at each reply.
 	c = &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second}
-	_ = c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond)
+	c.delivered(c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond))
 	if err := c.note(timeReply(monoBase.Add(sent2+5*time.Second)), sent2, sent2+time.Millisecond); err != nil {
 		t.Fatalf("a node 5 s off since its first reply, after a silence: %v", err)
 	}
@@ -145,5 +154,35 @@ func TestAttackSkewOwnClockStepped(t *testing.T) {
 	var j *quorum.ClockJumpError
 	if err := c.note(timeReply(monoBase.Add(sent)), sent, sent+time.Millisecond); !errors.As(err, &j) || !j.First || j.Jump > -29*time.Second {
 		t.Fatalf("first reply of a node %v behind this process's wall clock: %v; want a First jump", step, err)
+	}
+}
+
+// TestAttackSkewAfterSilenceNodeOffBefore: a node found 5 s off this
+// process's clock at first contact (held out for it, then counted) is
+// silent for 1000 s and comes back 14 s off: its clock stepped 9 s. The
+// check after a silence compared it with this process's clock only for a
+// node that was in step, and the check between replies allowed 1% of the
+// silence, 10 s: the step went unseen. With the skew check on, the drift
+// allowed between two replies is at most the skew: clocks synced within
+// it do not move further apart, however long the silence.
+func TestAttackSkewAfterSilenceNodeOffBefore(t *testing.T) {
+	c := &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed, skew: time.Second}
+	sent := mono()
+	first := c.note(timeReply(monoBase.Add(sent+5*time.Second)), sent, sent+time.Millisecond)
+	var j *quorum.ClockJumpError
+	if !errors.As(first, &j) || !j.First {
+		t.Fatalf("first reply 5 s off: %v; want a First jump", first)
+	}
+	c.delivered(first)
+	sent2 := sent + 1000*time.Second
+	err := c.note(timeReply(monoBase.Add(sent2+14*time.Second)), sent2, sent2+time.Millisecond)
+	if !errors.As(err, &j) || j.First || j.Jump < 7*time.Second || j.Most < 9*time.Second {
+		t.Fatalf("a 9 s step after 1000 s of silence, of a node 5 s off since its first reply: %v (%+v); want a jump of 9 s at most, 7 s at least (less the skew)", err, j)
+	}
+	c.delivered(err)
+	// Unchanged after the silence, it is no jump (TestAttackSkewAfterSilence).
+	sent3 := sent2 + 1000*time.Second
+	if err := c.note(timeReply(monoBase.Add(sent3+14*time.Second)), sent3, sent3+time.Millisecond); err != nil {
+		t.Fatalf("the same offset after another 1000 s: %v", err)
 	}
 }

@@ -235,17 +235,25 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 			i += k
 		}
 		var now time.Time
+		var unread error // a TIME not answered with the time: no vote of the batch counts
 		if b.timed {
 			v, reply, err := cn.rd.reply()
 			if err != nil {
 				return err
 			}
 			if reply == nil {
-				now, _ = nodeTime(v) // a TIME it cannot read is no reading, as an error reply is
+				now, reply = nodeTime(v)
+			}
+			if reply != nil {
+				unread = fmt.Errorf("%w: %w", ErrNoClock, reply)
 			}
 		}
 		jumped := n.clock.noteAt(now, b.sent, mono())
+		if jumped == nil {
+			jumped = unread
+		}
 		n.answer(cn, b, jumped)
+		n.clock.delivered(jumped)
 	}
 }
 

@@ -17,6 +17,10 @@ var (
 	ErrNoScript = errors.New("upstream: script is not loaded on the node")
 	// ErrBadReply means a node answered with a reply of an unexpected shape.
 	ErrBadReply = errors.New("upstream: unexpected reply from node")
+	// ErrNoClock answers the calls of a pipeline whose TIME the node did
+	// not answer with its time (an ACL without +time, a renamed command):
+	// their votes cannot be checked against a clock jump (clock.go).
+	ErrNoClock = errors.New("upstream: the node's TIME cannot be read, so its clock cannot be checked for jumps: its answer does not count (allow TIME to lockproxy's user)")
 )
 
 // NodeError is an error from one node, carrying the node's address.

@@ -462,7 +462,7 @@ func (n *RedisNode) status(c *call) {
 	_, _ = pipe.Exec(ctx)
 	jumped := n.clock.note(now, sent, mono())
 	r := quorum.Reply{Tag: c.tag, Incarnation: n.Incarnation()}
-	defer func() { c.deliver(r) }()
+	defer func() { c.deliver(r); n.clock.delivered(jumped) }()
 	if jumped != nil {
 		r.Err = jumped
 		return
