@@ -34,7 +34,9 @@ import (
 // a new one instead of failing on it. A connection that broke, or whose
 // replies did not all come by the deadline of the batch they answer, is
 // closed and never used again: every call it carried that got no reply
-// fails, and the next batch dials.
+// fails, and the next batch dials. A batch whose deadline passed while one
+// behind it still has time does not end it: its calls fail then, and its
+// replies, read in their turn, are dropped (rearm).
 
 // nodeConn is one connection to a node.
 type nodeConn struct {
@@ -200,6 +202,9 @@ func (n *RedisNode) read(cn *nodeConn) {
 	}
 	n.dispatch(nil) // dials again if calls are queued
 	for _, b := range lost {
+		if b.expired {
+			continue // its calls failed when it expired (rearm)
+		}
 		for _, c := range b.calls {
 			c.fail(err)
 		}
@@ -248,9 +253,12 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 				unread = fmt.Errorf("%w: %w", ErrNoClock, reply)
 			}
 		}
-		jumped := n.clock.noteAt(now, b.sent, mono())
-		if jumped == nil {
-			jumped = unread
+		var jumped error
+		if !b.expired { // else no reading: its calls, failed already, could tell no jump (one shows at the next batch)
+			jumped = n.clock.noteAt(now, b.sent, mono())
+			if jumped == nil {
+				jumped = unread
+			}
 		}
 		n.answer(cn, b, jumped)
 		n.clock.delivered(jumped)
@@ -258,20 +266,53 @@ func (n *RedisNode) readReplies(cn *nodeConn) error {
 }
 
 // rearm, once the read deadline passed with no reply begun, reports
-// whether no batch awaited is late: the deadline was one left set while
-// the connection was idle (arm). It then sets the awaited batch's, or
-// none.
+// whether the connection is still of use. Every batch whose deadline
+// passed expires: its calls fail now (unknown outcome, as a reply read
+// after its deadline), and its replies, should they come, are read and
+// dropped. The connection stays as long as a batch on it still has time:
+// a batch with a short deadline (a health probe's) does not end it under
+// one behind it with a later deadline (a renewal's heal, across a link
+// slower than the probe's deadline). Once none has time, it ends (read),
+// and is at once no longer the node's: a batch that comes meanwhile (a
+// heal, sent on the answer just read) goes out on a new one.
+// Else rearm sets the read deadline of the oldest batch still awaited, or
+// none: the deadline that passed was one left set while the connection
+// was idle (arm).
 func (n *RedisNode) rearm(cn *nodeConn) bool {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	var d time.Time
-	if len(cn.pending) > 0 {
-		if d = cn.pending[0].deadline; !time.Now().Before(d) {
-			return false
+	now := time.Now()
+	var passed []*batch
+	live := false
+	for _, b := range cn.pending {
+		switch {
+		case b.expired:
+		case now.Before(b.deadline):
+			live = true
+		default:
+			passed = append(passed, b)
 		}
 	}
+	if len(cn.pending) > 0 && !live {
+		// It ends: from now on calls queue for a new connection rather
+		// than go out on this one and fail with it (read).
+		if n.conn == cn {
+			n.conn = nil
+		}
+		n.mu.Unlock()
+		return false
+	}
+	for _, b := range passed {
+		b.expired = true
+	}
+	d := cn.due()
 	cn.armed = d
 	_ = cn.nc.SetReadDeadline(d)
+	n.mu.Unlock()
+	for _, b := range passed {
+		for _, c := range b.calls {
+			c.fail(context.DeadlineExceeded)
+		}
+	}
 	return true
 }
 

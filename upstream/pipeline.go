@@ -97,6 +97,11 @@ type batch struct {
 	timed    bool          // ends with TIME
 	deadline time.Time     // by when every reply must have come (batchDeadline)
 	sent     time.Duration // monotonic time it was written (clock.go)
+	// expired: its deadline passed with its replies unread while a batch
+	// behind it still had time; its calls failed then (rearm), and its
+	// replies are read and dropped. Set by the connection's reader, under
+	// RedisNode.mu.
+	expired bool
 }
 
 // dispatch, called with n.mu held, releases it after starting what the
@@ -199,18 +204,41 @@ func (n *RedisNode) push(cn *nodeConn, b *batch) {
 }
 
 // arm bounds the connection's reads (under RedisNode.mu) by the deadline
-// of the batch whose replies come next: a reply that does not come by then
-// breaks the connection. Once none is awaited the deadline set stays, so
+// of the oldest batch still awaited (due): when it passes with no reply,
+// the reader expires that batch, or ends the connection if no batch on it
+// has time left (rearm). Once none is awaited the deadline set stays, so
 // that a batch costs one change of it, not two: if it passes while the
 // connection is idle, the reader passes over it (rearm).
 func (cn *nodeConn) arm() {
 	if len(cn.pending) == 0 {
 		return
 	}
-	if d := cn.pending[0].deadline; !d.Equal(cn.armed) {
+	if d := cn.due(); !d.Equal(cn.armed) {
 		cn.armed = d
 		_ = cn.nc.SetReadDeadline(d) // fails only once closed, which the reader sees
 	}
+}
+
+// due is the deadline cn's reads are bounded by (under RedisNode.mu): the
+// oldest awaited batch's, the first not expired (nearly always the
+// oldest); with every batch expired, the latest of theirs, which has
+// passed; with none, zero.
+func (cn *nodeConn) due() time.Time {
+	var last time.Time
+	for _, b := range cn.pending {
+		if !b.expired {
+			return b.deadline
+		}
+		last = later(last, b.deadline)
+	}
+	return last
+}
+
+// shift takes the oldest batch off cn's pending (under RedisNode.mu).
+func (cn *nodeConn) shift() {
+	m := copy(cn.pending, cn.pending[1:])
+	cn.pending[m] = nil
+	cn.pending = cn.pending[:m]
 }
 
 // answer delivers the replies of b, cn's oldest batch, once its reader
@@ -223,6 +251,12 @@ func (cn *nodeConn) arm() {
 // goes out, before the replies are delivered, so that the node works
 // while they are.
 func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
+	if b.expired { // its calls failed at its deadline (rearm): its replies are dropped
+		n.mu.Lock()
+		cn.shift()
+		n.dispatch(nil)
+		return
+	}
 	now := time.Now()
 	var missing []*call
 	if jumped == nil && !b.source {
@@ -238,9 +272,7 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 		again = &batch{calls: missing, source: true, timed: !clockless(missing), deadline: b.deadline}
 	}
 	n.mu.Lock()
-	m := copy(cn.pending, cn.pending[1:])
-	cn.pending[m] = nil
-	cn.pending = cn.pending[:m]
+	cn.shift()
 	n.dispatch(again)
 	for _, c := range b.calls {
 		switch err := typed(c.reply); {

@@ -71,6 +71,111 @@ func TestLateReplyBehindAnEarlierDeadline(t *testing.T) {
 	}
 }
 
+// TestEarlierDeadlineAheadOfALaterOne: two batches in flight (Pipelines
+// 2), the first with a short deadline, the second with a long one; the
+// node stops, and runs again after the first's deadline but well before
+// the second's. The first fails once its deadline passed, while the node
+// is still stopped; the second, which still had time, must be answered,
+// on the same connection: the first's deadline does not end the
+// connection under the batch behind it. (A health probe's 1 s deadline,
+// pipelined ahead of a renewal's heal across a link slower than that,
+// ended the connection under the heal, which was lost.)
+func TestEarlierDeadlineAheadOfALaterOne(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Pipelines: 2})
+	mustAcquire(t, n, "warm", hold("a", time.Minute))
+	old := n.current()
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Resume() // if the test ends before it resumes the node (SIGCONT to a running one does nothing)
+	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	long, cancel2 := context.WithTimeout(t.Context(), time.Minute) // the node's Timeout (5 s) bounds it
+	defer cancel2()
+	done := make(quorum.Replies, 2)
+	n.Do(short, &quorum.Op{Kind: quorum.OpAcquire, Key: "k1", Hold: hold("a", time.Minute)}, 1, done)
+	n.Do(long, &quorum.Op{Kind: quorum.OpAcquire, Key: "k2", Hold: hold("b", time.Minute)}, 2, done)
+	select {
+	case r := <-done:
+		if r.Tag != 1 || r.Err == nil {
+			t.Fatalf("first reply while the node is stopped: call %d, %+v, %v; want call 1's error", r.Tag, r.Claim, r.Err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the call whose deadline passed got no reply while the node was stopped")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.Err != nil || r.Claim.State != quorum.Acquired {
+			t.Fatalf("the call with time left behind it: %+v, %v; want acquired", r.Claim, r.Err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the call with time left got no reply")
+	}
+	if cn := n.current(); cn != old {
+		t.Errorf("the connection was replaced (now %p, was %p)", cn, old)
+	}
+	// The connection stays in step: the first call's late reply reaches
+	// nobody, later calls get their own replies.
+	ctx := testCtx(t)
+	if e, held, err := n.Inspect(ctx, "k2"); err != nil || !held || e.Token != "b" {
+		t.Fatalf("Inspect(k2) = %+v, %v, %v; want held by b", e, held, err)
+	}
+	for i := range 10 {
+		if _, held, err := n.Inspect(ctx, fmt.Sprint("free", i)); err != nil || held {
+			t.Fatalf("Inspect(free%d) = %v, %v", i, held, err)
+		}
+	}
+}
+
+// TestCallAsItsConnectionEnds: a call made the moment the only batch in
+// flight on the node's connection passes its deadline, as the reader ends
+// the connection for it, must not go out on that connection and fail with
+// it: it goes out on the connection after it, or on a new one, and is
+// answered. (A renewal's heal, sent on the renewal's answer just read,
+// while a health probe behind that answer had passed its 1 s deadline
+// across a slower link, was lost so.) The moment is raced over rounds.
+func TestCallAsItsConnectionEnds(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Pipelines: 2})
+	mustAcquire(t, n, "warm", hold("a", time.Minute))
+	defer s.Resume() // if the test ends with the node stopped (SIGCONT to a running one does nothing)
+	for i := range 40 {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+		done := make(quorum.Replies, 2)
+		n.Do(short, &quorum.Op{Kind: quorum.OpInspect, Key: "k1"}, 1, done)
+		end, _ := short.Deadline()
+		time.Sleep(time.Until(end) + time.Duration(i%8)*25*time.Microsecond)
+		n.Do(testCtx(t), &quorum.Op{Kind: quorum.OpInspect, Key: "k2"}, 2, done)
+		select {
+		case r := <-done:
+			if r.Tag != 1 || r.Err == nil {
+				t.Fatalf("round %d: first reply while the node is stopped: call %d, %v; want call 1's error", i, r.Tag, r.Err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatalf("round %d: the call whose deadline passed got no reply", i)
+		}
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			if r.Err != nil {
+				t.Fatalf("round %d: the call made as the connection ended: %v", i, r.Err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatalf("round %d: the call made as the connection ended got no reply", i)
+		}
+		cancel()
+	}
+}
+
 // TestWriteCutMidway: a batch larger than the socket's buffers is being
 // written (by a goroutine of its own) to a stopped node, a small batch
 // queued behind it on the same connection, when the node is killed: the
