@@ -1,0 +1,100 @@
+package upstream
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/internal/clockshim"
+	"github.com/lockproxy/lockproxy/internal/redistest"
+	"github.com/lockproxy/lockproxy/quorum"
+)
+
+// TestAttackSecondJumpDropsCarriedJump: TestAttackJumpSeenByStatusHeldBeforeNextVote,
+// and then node 0's clock is stepped back (set right again) before the
+// status read's observer has run. The status read saw the +10 s step
+// (the jump that must hold the node out); the next acquire reads the step
+// back, a jump of its own. Each reading must carry every jump not yet
+// delivered: when the step back replaced the step forward as the one
+// carried, the step forward was carried by no call but the status read's,
+// still on its way, and the acquire after the step back's (in step with
+// the clock set right) was a plain vote, counted before the +10 s hold.
+func TestAttackSecondJumpDropsCarriedJump(t *testing.T) {
+	s, clock := clockshim.StartRedis(t, redistest.Options{})
+	seen, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var forward error // the jump the status read saw: its observer is late
+	observe := func(_ time.Duration, err error) {
+		if errors.Is(err, quorum.ErrClockJumped) {
+			blocked := false
+			once.Do(func() { blocked, forward = true, err })
+			if blocked {
+				close(seen)
+				<-release
+			}
+		}
+	}
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Observe: observe})
+	ctx := testCtx(t)
+	status := func() quorum.Reply {
+		done := make(quorum.Replies, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpStatus}, 0, done)
+		return <-done
+	}
+	if r := status(); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, err := n.Acquire(ctx, "warm", hold("a", time.Minute)); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the shim reads its file at most once a millisecond
+	late := make(chan quorum.Reply, 1)
+	go func() { late <- status() }()
+	select {
+	case <-seen:
+	case <-time.After(testTimeout):
+		close(release)
+		t.Fatal("the status read after the step did not carry the jump")
+	}
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	if _, err := clock.Step(-10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	// Acquires until one is a vote: one of them before it must carry the
+	// step forward, whose hold has not landed yet.
+	carried := false
+	for i := range 5 {
+		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		var j *quorum.ClockJumpError
+		if errors.As(err, &j) && error(j) == forward {
+			carried = true
+		}
+		if err == nil {
+			if !carried {
+				t.Fatalf("acquire %d after the step back, before the status read's observer held the node out for the +10 s step: a vote (%+v), and no acquire before it carried that step", i, c)
+			}
+			break
+		}
+		if !errors.Is(err, quorum.ErrClockJumped) {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+	}
+	if !carried {
+		t.Fatal("no acquire carried the step forward")
+	}
+	close(release)
+	if r := <-late; !errors.Is(r.Err, quorum.ErrClockJumped) {
+		t.Errorf("status read after the step: %v; want the jump", r.Err)
+	}
+}
