@@ -98,3 +98,56 @@ func TestAttackSecondJumpDropsCarriedJump(t *testing.T) {
 		t.Errorf("status read after the step: %v; want the jump", r.Err)
 	}
 }
+
+// TestAttackTimeDeniedReleaseBatchedWithAcquire: TestAttackTimeDeniedIsNoVote
+// says releases still work on a node whose TIME is denied, as they read
+// no clock. A release batched with an acquire (the two queued while the
+// node was busy, as under load) rides in a pipeline that ends with TIME:
+// the TIME error answered it too, though the release ran and its outcome
+// depends on no clock.
+func TestAttackTimeDeniedReleaseBatchedWithAcquire(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	ctx := testCtx(t)
+	n := newNode(t, RedisOptions{Addr: s.Addr(), Pipelines: 1})
+	if _, err := n.Acquire(ctx, "k", hold("a", time.Minute)); err != nil { // before TIME is denied
+		t.Fatal(err)
+	}
+	if err := rawClient(t, s.Addr()).Do(ctx, "ACL", "SETUSER", "default", "-time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			_ = s.Resume()
+		}
+	}()
+	before := n.Stats().Calls
+	first := make(chan error, 1)
+	go func() { _, err := n.Acquire(ctx, "x", hold("b", time.Minute)); first <- err }() // the one pipeline, stuck
+	eventually(t, 5*time.Second, "the first acquire sent", func() bool { return n.Stats().Calls-before == 1 })
+	released := make(chan error, 1)
+	go func() {
+		ok, err := n.Release(ctx, "k", "a")
+		if err == nil && !ok {
+			err = errors.New("not released")
+		}
+		released <- err
+	}()
+	batched := make(chan error, 1)
+	go func() { _, err := n.Acquire(ctx, "y", hold("b", time.Minute)); batched <- err }()
+	eventually(t, 5*time.Second, "the release and the acquire queued", func() bool { return n.queued() == 2 })
+	paused = false
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	if err := <-batched; !errors.Is(err, ErrNoClock) {
+		t.Errorf("acquire batched with the release: %v; want ErrNoClock", err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("release batched with an acquire on a node whose TIME is denied: %v; want released", err)
+	}
+}
