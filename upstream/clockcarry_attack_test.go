@@ -151,3 +151,41 @@ func TestAttackTimeDeniedReleaseBatchedWithAcquire(t *testing.T) {
 		t.Fatalf("release batched with an acquire on a node whose TIME is denied: %v; want released", err)
 	}
 }
+
+// TestCarriedJumpsEachUntilDelivered: nodeClock alone. A status read
+// sees a +10 s step, its delivery late; the pipeline's next reading shows
+// the step back (the clock set right). That reading carries the step
+// forward, the older; the one after it the step back, which nothing
+// delivered yet; only then does a reading show nothing.
+func TestCarriedJumpsEachUntilDelivered(t *testing.T) {
+	c := &nodeClock{factor: quorum.DefaultDriftFactor, fixed: quorum.DefaultDriftFixed}
+	at := func(sent, off time.Duration) error {
+		return c.note(timeReply(monoBase.Add(sent+off)), sent, sent+time.Millisecond)
+	}
+	sent := mono()
+	if err := at(sent, 0); err != nil {
+		t.Fatal(err)
+	}
+	step := 10 * time.Millisecond
+	forward := at(sent+step, 10*time.Second) // the status read's: its delivery is late
+	if !errors.Is(forward, quorum.ErrClockJumped) {
+		t.Fatalf("+10 s: %v; want a jump", forward)
+	}
+	if err := at(sent+2*step, 0); err != forward { // the step back
+		t.Fatalf("the reading of the step back, the step forward not delivered: %v; want the step forward %v", err, forward)
+	}
+	c.delivered(forward) // the pipeline's calls delivered with it
+	back := at(sent+3*step, 0)
+	var j *quorum.ClockJumpError
+	if !errors.As(back, &j) || back == forward || j.Jump > -9*time.Second {
+		t.Fatalf("the reading after: %v; want the step back, carried", back)
+	}
+	c.delivered(forward) // the status read's, late: changes nothing
+	if err := at(sent+4*step, 0); err != back {
+		t.Fatalf("a reading before the step back was delivered: %v; want it %v", err, back)
+	}
+	c.delivered(back)
+	if err := at(sent+5*step, 0); err != nil {
+		t.Fatalf("a reading once both were delivered: %v", err)
+	}
+}
