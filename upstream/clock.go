@@ -31,9 +31,10 @@ import (
 // with a *quorum.ClockJumpError, so that its votes count toward nothing,
 // and the quorum layer holds the node out (quorum/clock.go), in the
 // observer of the first call delivered with it. Until then every reading
-// of the node's clock carries the same jump: the next reply, in step
-// with the jumped clock, shows nothing, and may be read on another
-// goroutine (a status read and the pipeline's reader) first. The smallest
+// of the node's clock carries that jump (the oldest not yet delivered,
+// when a second one came meanwhile): the next reply, in step with the
+// jumped clock, shows nothing, and may be read on another goroutine (a
+// status read and the pipeline's reader) first. The smallest
 // jump seen is thus DriftFixed plus the drift since the fastest recent
 // reply plus that reply's round trip (well under a millisecond on a
 // quiet LAN); a smaller one stays within what the validity subtracts only
