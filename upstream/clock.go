@@ -31,9 +31,10 @@ import (
 // with a *quorum.ClockJumpError, so that its votes count toward nothing,
 // and the quorum layer holds the node out (quorum/clock.go), in the
 // observer of the first call delivered with it. Until then every reading
-// of the node's clock carries the same jump: the next reply, in step
-// with the jumped clock, shows nothing, and may be read on another
-// goroutine (a status read and the pipeline's reader) first. The smallest
+// of the node's clock carries that jump (the oldest not yet delivered,
+// when a second one came meanwhile): the next reply, in step with the
+// jumped clock, shows nothing, and may be read on another goroutine (a
+// status read and the pipeline's reader) first. The smallest
 // jump seen is thus DriftFixed plus the drift since the fastest recent
 // reply plus that reply's round trip (well under a millisecond on a
 // quiet LAN); a smaller one stays within what the validity subtracts only
@@ -77,12 +78,14 @@ type nodeClock struct {
 	jumps       uint64
 	lastJump    time.Duration
 	lastJumpAge time.Time
-	// unheld is the last jump returned until a call carrying it has been
-	// delivered (delivered): its observer holds the node out. Every
-	// reading meanwhile returns it too, as the readings after it, in step
-	// with the jumped clock, show nothing: a status read (on go-redis's
-	// pool) and the pipeline's reader note the clock on two goroutines.
-	unheld error
+	// unheld is the jumps returned and not yet delivered (delivered) with
+	// a call, oldest first: its observer holds the node out. Every reading
+	// meanwhile returns the oldest of them, as the readings after a jump,
+	// in step with the jumped clock, show nothing: a status read (on
+	// go-redis's pool) and the pipeline's reader note the clock on two
+	// goroutines. A second jump (the clock set right again) does not
+	// replace the first: that one's hold may be the longer.
+	unheld []error
 }
 
 // drift is the drift a clock that does not jump may show over elapsed.
@@ -101,8 +104,8 @@ func (c *nodeClock) note(cmd *redis.TimeCmd, sent, got time.Duration) error {
 	return c.noteAt(cmd.Val(), sent, got)
 }
 
-// noteAt is note of the node time now; a zero now is no reading. A jump
-// not yet delivered (unheld) is returned again.
+// noteAt is note of the node time now; a zero now is no reading. While a
+// jump is not yet delivered (unheld), the oldest such is returned.
 func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	if now.IsZero() {
 		return nil
@@ -110,21 +113,29 @@ func (c *nodeClock) noteAt(now time.Time, sent, got time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.compare(now, sent, got); err != nil {
-		c.unheld = err
-		return err
+		c.unheld = append(c.unheld, err)
 	}
-	return c.unheld
+	if len(c.unheld) > 0 {
+		return c.unheld[0]
+	}
+	return nil
 }
 
 // delivered notes that a call answered with err, noteAt's, was delivered
-// to its observer: a jump is no longer returned for readings after it.
+// to its observer: that jump is no longer returned for readings after it.
 func (c *nodeClock) delivered(err error) {
 	if err == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.unheld == err {
+	for i, e := range c.unheld {
+		if e == err {
+			c.unheld = append(c.unheld[:i], c.unheld[i+1:]...)
+			break
+		}
+	}
+	if len(c.unheld) == 0 {
 		c.unheld = nil
 	}
 }

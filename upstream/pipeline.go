@@ -242,8 +242,9 @@ func (cn *nodeConn) shift() {
 }
 
 // answer delivers the replies of b, cn's oldest batch, once its reader
-// read them all. A clock jump fails every call of the batch (clock.go).
-// A reply read once its call's deadline passed fails too (unknown
+// read them all. A clock jump fails every call of the batch (clock.go);
+// a TIME not answered with the time (ErrNoClock) fails every call but
+// those that only give back (clockless), which read no clock. A reply read once its call's deadline passed fails too (unknown
 // outcome), as it would had it come alone: a batch behind one with a
 // later deadline is read by that one's, and its replies may wait in the
 // reader's buffer past its own. The calls the node had no script for are
@@ -258,10 +259,14 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 		return
 	}
 	now := time.Now()
+	noClock := errors.Is(jumped, ErrNoClock)
+	failed := func(c *call) bool {
+		return jumped != nil && !(noClock && clockless([]*call{c}))
+	}
 	var missing []*call
-	if jumped == nil && !b.source {
+	if !b.source {
 		for _, c := range b.calls {
-			if errors.Is(typed(c.reply), ErrNoScript) {
+			if !failed(c) && errors.Is(typed(c.reply), ErrNoScript) {
 				missing = append(missing, c)
 			}
 		}
@@ -276,7 +281,7 @@ func (n *RedisNode) answer(cn *nodeConn, b *batch, jumped error) {
 	n.dispatch(again)
 	for _, c := range b.calls {
 		switch err := typed(c.reply); {
-		case jumped != nil:
+		case failed(c):
 			c.fail(jumped) // its vote counts toward nothing: see clock.go
 		case errors.Is(err, ErrNoScript) && late:
 			c.fail(context.DeadlineExceeded)
