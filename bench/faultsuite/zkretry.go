@@ -129,7 +129,8 @@ func (c *client) changeOrRenew(g *grant, bound bool) (held, nowBound bool) {
 // other mode with LOCK … TOKEN through a random instance; it reports
 // whether g is still held and its mode now.
 func (c *client) change(g *grant, bound bool) (held, nowBound bool) {
-	if !time.Now().Before(c.h.end(g)) { // ran out: a LOCK now is a new grant
+	end := c.h.end(g)
+	if !time.Now().Before(end) { // ran out: a LOCK now is a new grant
 		return false, bound
 	}
 	r := c.conns[c.rng.IntN(len(c.conns))]
@@ -144,7 +145,13 @@ func (c *client) change(g *grant, bound bool) (held, nowBound bool) {
 		next, ok = c.grantOf(g.Key, sent, v)
 	}
 	if ok && next.Fence != g.Fence {
-		c.s.fail(fmt.Errorf("mode change of %s: fence %d, then %d", g.Key, g.Fence, next.Fence))
+		// A reply within g's validity: g cannot have run out, so a new
+		// fence is an anomaly. After it, the LOCK may have been held up
+		// (an instance cut off) while g ran out and was deleted: it is
+		// then a new grant, rightly with a new fence, and g is lost.
+		if next.Recv.Before(end) {
+			c.s.fail(fmt.Errorf("mode change of %s: fence %d, then %d", g.Key, g.Fence, next.Fence))
+		}
 		ok = false
 	}
 	if !ok {
