@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,133 @@ func TestVettedProcessCountedAtOnce(t *testing.T) {
 	}
 	if h := r.HeldOut(); len(h) != 1 || h[0].Left < 59*time.Minute {
 		t.Fatalf("held out %+v, want node 2 for about an hour", h)
+	}
+}
+
+// lateAcquires is a fake node whose acquires, once armed, run at once but
+// whose replies are held until released: a reply that sits in a queue (a
+// loaded host's goroutines, a connection's buffer) while the node's state
+// changes.
+type lateAcquires struct {
+	*fakeNode
+	mu      sync.Mutex
+	gate    chan struct{} // nil: not armed
+	applied chan struct{} // closed once the held acquire ran on the node
+}
+
+func (l *lateAcquires) arm() (applied, gate chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gate, l.applied = make(chan struct{}), make(chan struct{})
+	return l.applied, l.gate
+}
+
+func (l *lateAcquires) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	l.mu.Lock()
+	gate, applied := l.gate, l.applied
+	if op.Kind == OpAcquire {
+		l.gate = nil // one acquire only
+	}
+	l.mu.Unlock()
+	if op.Kind != OpAcquire || gate == nil {
+		l.fakeNode.Do(ctx, op, tag, done)
+		return
+	}
+	own := make(Replies, 1)
+	l.fakeNode.Do(ctx, op, tag, own)
+	go func() {
+		rep := <-own
+		close(applied)
+		<-gate
+		done.Put(rep)
+	}()
+}
+
+// TestStaleReplyOfARaisedNode: nodes 0 and 1 alone record fences up to 6
+// and restart empty. An acquire sent while they are held out runs on node
+// 0 with the counter it has after the restart (1), before its fence floor
+// is raised; its reply is read only once node 0 counts again. Counted,
+// with node 2's (2), it made a grant with fence 2, below 6 (seen under
+// load in TestFenceFloorWhenTheLastFenceIsLost: 28 after restarts that
+// should have given a fence from the time floor). A reply counts only if
+// its call was sent after the node was counted again.
+func TestStaleReplyOfARaisedNode(t *testing.T) {
+	ctx := context.Background()
+	fakes := oldNodes(3)
+	late := &lateAcquires{fakeNode: fakes[0]}
+	nodes := asNodes(fakes)
+	nodes[0] = late
+	const lease = time.Second
+	r := New(nodes, Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grant := func(tok string) engine.Grant {
+		t.Helper()
+		h := hold(tok)
+		h.TTL = lease
+		g, err := r.Acquire(ctx, "k", h)
+		if err != nil {
+			t.Fatal(tok, err)
+		}
+		if ok, err := r.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		waitCount(t, fakes, "k", tok, 0)
+		return g
+	}
+	grant("a")
+	fakes[2].setDown(true)
+	var top int64
+	for i := range 5 {
+		top = grant(fmt.Sprintf("c%d", i)).Fence // on nodes 0 and 1 only
+	}
+	fakes[2].setDown(false)
+	for _, f := range fakes[:2] {
+		f.setDown(true)
+	}
+	fakes[0].restartEmpty("run0-b")
+	fakes[1].restartEmpty("run1-b")
+	for _, f := range fakes[:2] {
+		f.setDown(false)
+	}
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	// Sent near the end of the hold-out, so that the grant's validity
+	// outlasts the wait for node 0's floor.
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/4
+	})
+	applied, gate := late.arm()
+	h := hold("b")
+	h.TTL = lease
+	type result struct {
+		g   engine.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := r.Acquire(ctx, "k", h)
+		res <- result{g, err}
+	}()
+	<-applied // on node 0 before its floor is raised
+	if c, _ := fakes[0].raised(); c != 0 {
+		t.Fatalf("node 0's floor raised to %d before the acquire ran there", c)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	close(gate)
+	got := <-res
+	t.Logf("acquire sent while node 0 was held out: %+v %v", got.g, got.err)
+	if got.err == nil && got.g.Fence <= top {
+		t.Fatalf("grant from a reply made before node 0's floor was raised: fence %d, after %d", got.g.Fence, top)
+	}
+	if got.err == nil {
+		if ok, err := r.Release(ctx, "k", "b", nil, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	waitCount(t, fakes, "k", "b", 0) // released, or rolled back in the background
+	if g := grant("d"); g.Fence <= top {
+		t.Fatalf("next grant's fence %d, after %d", g.Fence, top)
 	}
 }
