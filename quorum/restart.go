@@ -135,6 +135,11 @@ type nodeTrust struct {
 	why     string        // what was seen when it stopped counting
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
+	// raised is the node's counter when it was counted again after a
+	// restart without verified fsync (its floor, or its largest counter
+	// when another instance vetted it): a hold it records with a fence up
+	// to it may have been taken before the floor was raised (staleHold).
+	raised int64
 }
 
 // trust is the restart rule's state over every node.
@@ -158,8 +163,23 @@ func (r *Redlock) sentEpoch() uint64 {
 
 // countAgain counts node n's answers from process runID again, with t.mu
 // held.
-func (t *trust) countAgain(n *nodeTrust, runID string) {
-	n.counted, n.since = runID, t.epoch.Add(1)
+func (t *trust) countAgain(n *nodeTrust, runID string, raised int64) {
+	n.counted, n.since, n.raised = runID, t.epoch.Add(1), raised
+}
+
+// staleHold reports whether a hold that node i records with fence may
+// have been taken before its fence floor was raised, while it was held
+// out after a restart: an attempt refused then (NOQUORUM) whose rollback
+// a retry of the same token overtook leaves such holds, with fences from
+// the counter the node had after the restart. The fence is not the
+// token's: its retry commits a new one (claim).
+func (r *Redlock) staleHold(i int, fence int64) bool {
+	if r.trust == nil {
+		return false
+	}
+	r.trust.mu.RLock()
+	defer r.trust.mu.RUnlock()
+	return fence <= r.trust.nodes[i].raised
 }
 
 // startTrust reads every node's status once, so that durable and old nodes
@@ -250,6 +270,7 @@ func (r *Redlock) checkNodes() {
 		i     int
 		runID string
 		floor int64 // 0: vetted already, no floor to raise
+		top   int64 // its largest counter at the read
 	}
 	var dues []due
 	t := r.trust
@@ -269,7 +290,7 @@ func (r *Redlock) checkNodes() {
 			marks = append(marks, i)
 		}
 		if isDue {
-			d := due{i: i, runID: s.RunID}
+			d := due{i: i, runID: s.RunID, top: s.FenceMax}
 			if s.Vetted != s.RunID {
 				d.floor = r.floor(i, st, now)
 			}
@@ -287,7 +308,7 @@ func (r *Redlock) checkNodes() {
 		t.mu.Lock()
 		n := &t.nodes[d.i]
 		if n.runID == d.runID && n.counted == "" {
-			t.countAgain(n, d.runID)
+			t.countAgain(n, d.runID, max(d.floor, d.top))
 			why := "every lease it may have held has expired"
 			if d.floor > 0 {
 				why += fmt.Sprintf("; fence floor raised to %d", d.floor)
@@ -323,7 +344,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		// An instance vetted this very process: it has kept every write
 		// since (its probation was over, or --new-nodes found it new).
 		events = append(events, trustEvent{i, true, what + "; vetted for this process by a lockproxy instance (its hold-out was over, or --new-nodes found it new)"})
-		r.trust.countAgain(n, s.RunID)
+		r.trust.countAgain(n, s.RunID, s.FenceMax)
 		n.until, n.why = time.Time{}, ""
 		return events, false
 	}
@@ -334,7 +355,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
-			r.trust.countAgain(n, s.RunID)
+			r.trust.countAgain(n, s.RunID, 0) // it lost nothing: its holds are as granted
 			n.until = time.Time{}
 			return events, false
 		default:

@@ -375,3 +375,85 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 		t.Fatalf("next grant's fence %d, after %d", g.Fence, top)
 	}
 }
+
+// TestStaleHoldOfARaisedNode: nodes 0 and 1 alone record fences up to 6
+// and restart empty. While they are held out, token b's attempt leaves a
+// hold on both with fence 1 (their counters after the restart): refused,
+// its rollback overtaken by b's retry, which refreshed the hold instead
+// (a retry keeps a hold it finds). Once both count again, b's next retry
+// found them Mine with fence 1, a majority, and kept that fence: 1 after
+// 6 (seen under load in TestFenceFloorWhenTheLastFenceIsLost, fence 1 and
+// fence 2 again). A hold recorded before the node's floor was raised does
+// not give the grant its fence.
+func TestStaleHoldOfARaisedNode(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 500 * time.Millisecond
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := func(tok string) engine.Hold {
+		h := hold(tok)
+		h.TTL = lease
+		return h
+	}
+	grant := func(tok string) int64 {
+		t.Helper()
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant to "+tok, func() bool {
+			var err error
+			g, err = r.Acquire(ctx, "k", h(tok))
+			return err == nil
+		})
+		r.Release(ctx, "k", tok, nil, nil) // its lease may have run out on a loaded host
+		waitCount(t, nodes, "k", tok, 0)
+		return g.Fence
+	}
+	grant("a")
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 5 {
+		top = grant(fmt.Sprintf("c%d", i)) // on nodes 0 and 1 only
+	}
+	nodes[2].setDown(false)
+	for _, f := range nodes[:2] {
+		f.setDown(true)
+	}
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	for _, f := range nodes[:2] {
+		f.setDown(false)
+	}
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	// What the refused attempt and the retry that overtook its rollback
+	// leave: b holds the key on nodes 0 and 1 with their counters then. A
+	// real one lives up to a lease past its attempt, which may come just
+	// before the floor; here longer, so that it is still there when the
+	// nodes count again on a loaded host.
+	left := h("b")
+	left.TTL = 10 * time.Second
+	for _, f := range nodes[:2] {
+		if c, err := f.Acquire(ctx, "k", left, "refused"); err != nil || c.State != Acquired || c.Fence != 1 {
+			t.Fatalf("the hold left on %s: %+v %v", f, c, err)
+		}
+	}
+	eventually(t, 10*time.Second, "both counted again", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+	g, err := r.Acquire(ctx, "k", h("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= top {
+		t.Fatalf("b's retry once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+	eventually(t, 10*time.Second, "every node records b's fence", func() bool {
+		for _, f := range nodes {
+			if e, ok, _ := f.Inspect(ctx, "k"); !ok || e.Token != "b" || e.Fence != g.Fence {
+				return false
+			}
+		}
+		return true
+	})
+}
