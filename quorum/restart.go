@@ -136,9 +136,11 @@ type nodeTrust struct {
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
 	// raised is the node's counter when it was counted again after a
-	// restart without verified fsync (its floor, or its largest counter
-	// when another instance vetted it): a hold it records with a fence up
-	// to it may have been taken before the floor was raised (staleHold).
+	// restart without verified fsync or its probation (its floor, or its
+	// largest counter when another instance vetted it meanwhile); 0 for a
+	// node counted from the start or verified durable: a hold it records
+	// with a fence up to it may have been taken before the floor was
+	// raised (staleHold).
 	raised int64
 }
 
@@ -344,7 +346,14 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		// An instance vetted this very process: it has kept every write
 		// since (its probation was over, or --new-nodes found it new).
 		events = append(events, trustEvent{i, true, what + "; vetted for this process by a lockproxy instance (its hold-out was over, or --new-nodes found it new)"})
-		r.trust.countAgain(n, s.RunID, s.FenceMax)
+		// Seen restarting here first, its holds may predate the floor
+		// another instance raised; first seen vetted, none is this
+		// instance's (TestStaleHoldOfARaisedNode).
+		raised := s.FenceMax
+		if first {
+			raised = 0
+		}
+		r.trust.countAgain(n, s.RunID, raised)
 		n.until, n.why = time.Time{}, ""
 		return events, false
 	}
