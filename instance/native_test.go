@@ -197,7 +197,16 @@ func TestQuorumWithKilledNodes(t *testing.T) {
 		g, ok, _ = lock(ctx, c, key, "PX", 10000)
 		return ok
 	})
-	if g.fence <= 1 {
+	// Nodes 0 and 1 restarted empty, and the restart rule is off here
+	// (max_lease_ms = 0): they count at once, and when they answer first
+	// with their fresh counters (1 each) they agree on fence 1 again, which
+	// the first grant had (recorded on nodes 1 and 2; node 2 still knows
+	// it). With the rule off a restarted majority may reuse fences: the
+	// documented cost of turning it off (docs/backends-and-safety.md,
+	// "Redlock's restart rule, enforced"); with it on, the next fence comes
+	// from the time floor (upstream/restart_test.go). So only a fence is
+	// asserted here, not its order.
+	if g.fence < 1 {
 		t.Fatalf("fence after the outage %d", g.fence)
 	}
 }

@@ -23,6 +23,7 @@ type flight struct {
 	failed  uint64 // bit i: node i's call failed (among the replies read)
 	cancel  context.CancelFunc
 	health  *health
+	epoch   uint64 // the trust epoch read before the calls were sent (counts)
 
 	detached atomic.Bool
 	mu       sync.Mutex  // held while handling replies once detached
@@ -97,6 +98,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 	f := &flight{replies: make(chan Reply, len(r.nodes)), wake: make(chan struct{}, 1), n: len(r.nodes), health: r.health}
 	cctx := newOpContext(r.life, timeout)
 	f.cancel = cctx.cancel
+	f.epoch = r.sentEpoch()
 	r.dispatch(cctx, op, f)
 	if sent != nil {
 		sent()
@@ -123,7 +125,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 		}
 		f.note(rep)
 		r.NoteClock(rep.Tag, rep.Err)
-		if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep) {
+		if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep, f.epoch) {
 			rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
 		}
 		if suspects&(1<<rep.Tag) == 0 {

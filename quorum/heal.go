@@ -135,7 +135,7 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 		return
 	}
 	r.afterward(f, func(rep Reply) { // the answers that came after the verdict
-		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep) {
+		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep, f.epoch) {
 			free = append(free, freeNode{rep.Tag, rep.FreeAt})
 		}
 	}, func() {

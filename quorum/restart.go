@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,14 @@ import (
 // it restarted: each carries the run id of the process that answered
 // (Reply.Incarnation, read when its connection was opened), and one from a
 // process not vetted is not counted and triggers a read at once.
+//
+// A reply counts only if its call was sent after the node was last
+// counted again (nodeTrust.since, against the epoch the caller read before
+// sending: Redlock.sentEpoch). A call sent while the node was held out may
+// have run before its fence floor was raised, with the counter it kept
+// after the restart: its reply, read once the node counts again, carries
+// that counter, and with another node's would make a fence below one
+// already granted (TestStaleReplyOfARaisedNode).
 
 // DefaultStatusEvery is how often the nodes' status is read when
 // Config.StatusEvery is zero.
@@ -125,6 +134,14 @@ type nodeTrust struct {
 	until   time.Time     // not counted before: every lease it may have held has expired
 	why     string        // what was seen when it stopped counting
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
+	since   uint64        // the trust epoch at which it was last counted again
+	// raised is the node's counter when it was counted again after a
+	// restart without verified fsync or its probation (its floor, or its
+	// largest counter when another instance vetted it meanwhile); 0 for a
+	// node counted from the start or verified durable: a hold it records
+	// with a fence up to it may have been taken before the floor was
+	// raised (staleHold).
+	raised int64
 }
 
 // trust is the restart rule's state over every node.
@@ -132,6 +149,39 @@ type trust struct {
 	mu    sync.RWMutex
 	nodes []nodeTrust
 	kick  chan struct{} // a status read is wanted now
+	// epoch grows by one each time a node is counted again (under mu);
+	// read without it by sentEpoch.
+	epoch atomic.Uint64
+}
+
+// sentEpoch is the trust epoch to read before sending a call: only the
+// nodes counted since then may count its reply (counts).
+func (r *Redlock) sentEpoch() uint64 {
+	if r.trust == nil {
+		return 0
+	}
+	return r.trust.epoch.Load()
+}
+
+// countAgain counts node n's answers from process runID again, with t.mu
+// held.
+func (t *trust) countAgain(n *nodeTrust, runID string, raised int64) {
+	n.counted, n.since, n.raised = runID, t.epoch.Add(1), raised
+}
+
+// staleHold reports whether a hold that node i records with fence may
+// have been taken before its fence floor was raised, while it was held
+// out after a restart: an attempt refused then (NOQUORUM) whose rollback
+// a retry of the same token overtook leaves such holds, with fences from
+// the counter the node had after the restart. The fence is not the
+// token's: its retry commits a new one (claim).
+func (r *Redlock) staleHold(i int, fence int64) bool {
+	if r.trust == nil {
+		return false
+	}
+	r.trust.mu.RLock()
+	defer r.trust.mu.RUnlock()
+	return fence <= r.trust.nodes[i].raised
 }
 
 // startTrust reads every node's status once, so that durable and old nodes
@@ -143,10 +193,12 @@ func (r *Redlock) startTrust() {
 	r.bg.Go(r.watchNodes)
 }
 
-// counts reports whether rep, an answer of node rep.Tag, counts under the
-// restart rule. An answer from a process not seen by the last status read
-// asks for a read at once.
-func (r *Redlock) counts(rep Reply) bool {
+// counts reports whether rep, an answer of node rep.Tag to a call sent
+// when the trust epoch was sent (sentEpoch, read before sending), counts
+// under the restart rule: not if the node was counted again only after
+// the call was sent. An answer from a process not seen by the last status
+// read asks for a read at once.
+func (r *Redlock) counts(rep Reply, sent uint64) bool {
 	if r.clockHeld(rep.Tag) {
 		return false
 	}
@@ -158,7 +210,7 @@ func (r *Redlock) counts(rep Reply) bool {
 	n := t.nodes[rep.Tag]
 	t.mu.RUnlock()
 	if rep.Incarnation != "" && rep.Incarnation == n.counted {
-		return true
+		return n.since <= sent
 	}
 	if rep.Incarnation != n.runID {
 		select {
@@ -220,6 +272,7 @@ func (r *Redlock) checkNodes() {
 		i     int
 		runID string
 		floor int64 // 0: vetted already, no floor to raise
+		top   int64 // its largest counter at the read
 	}
 	var dues []due
 	t := r.trust
@@ -239,7 +292,7 @@ func (r *Redlock) checkNodes() {
 			marks = append(marks, i)
 		}
 		if isDue {
-			d := due{i: i, runID: s.RunID}
+			d := due{i: i, runID: s.RunID, top: s.FenceMax}
 			if s.Vetted != s.RunID {
 				d.floor = r.floor(i, st, now)
 			}
@@ -257,7 +310,7 @@ func (r *Redlock) checkNodes() {
 		t.mu.Lock()
 		n := &t.nodes[d.i]
 		if n.runID == d.runID && n.counted == "" {
-			n.counted = d.runID
+			t.countAgain(n, d.runID, max(d.floor, d.top))
 			why := "every lease it may have held has expired"
 			if d.floor > 0 {
 				why += fmt.Sprintf("; fence floor raised to %d", d.floor)
@@ -293,7 +346,15 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		// An instance vetted this very process: it has kept every write
 		// since (its probation was over, or --new-nodes found it new).
 		events = append(events, trustEvent{i, true, what + "; vetted for this process by a lockproxy instance (its hold-out was over, or --new-nodes found it new)"})
-		n.counted, n.until, n.why = s.RunID, time.Time{}, ""
+		// Seen restarting here first, its holds may predate the floor
+		// another instance raised; first seen vetted, none is this
+		// instance's (TestStaleHoldOfARaisedNode).
+		raised := s.FenceMax
+		if first {
+			raised = 0
+		}
+		r.trust.countAgain(n, s.RunID, raised)
+		n.until, n.why = time.Time{}, ""
 		return events, false
 	}
 	if first || restarted {
@@ -303,7 +364,8 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
-			n.counted, n.until = s.RunID, time.Time{}
+			r.trust.countAgain(n, s.RunID, 0) // it lost nothing: its holds are as granted
+			n.until = time.Time{}
 			return events, false
 		default:
 			// Redis reports its uptime as the difference of two clocks
@@ -462,5 +524,8 @@ func (r *Redlock) notCounted(i int) error {
 	r.trust.mu.RLock()
 	n := r.trust.nodes[i]
 	r.trust.mu.RUnlock()
+	if n.counted != "" {
+		return fmt.Errorf("%w: counted again only after this call was sent, which may have run before its fence floor was raised", ErrNotCounted)
+	}
 	return &NotCountedError{r.heldOut(i, n, time.Now())}
 }

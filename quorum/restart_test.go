@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +245,211 @@ func TestVettedProcessCountedAtOnce(t *testing.T) {
 	}
 	if h := r.HeldOut(); len(h) != 1 || h[0].Left < 59*time.Minute {
 		t.Fatalf("held out %+v, want node 2 for about an hour", h)
+	}
+}
+
+// lateAcquires is a fake node whose acquires, once armed, run at once but
+// whose replies are held until released: a reply that sits in a queue (a
+// loaded host's goroutines, a connection's buffer) while the node's state
+// changes.
+type lateAcquires struct {
+	*fakeNode
+	mu      sync.Mutex
+	gate    chan struct{} // nil: not armed
+	applied chan struct{} // closed once the held acquire ran on the node
+}
+
+func (l *lateAcquires) arm() (applied, gate chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gate, l.applied = make(chan struct{}), make(chan struct{})
+	return l.applied, l.gate
+}
+
+func (l *lateAcquires) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	l.mu.Lock()
+	gate, applied := l.gate, l.applied
+	if op.Kind == OpAcquire {
+		l.gate = nil // one acquire only
+	}
+	l.mu.Unlock()
+	if op.Kind != OpAcquire || gate == nil {
+		l.fakeNode.Do(ctx, op, tag, done)
+		return
+	}
+	own := make(Replies, 1)
+	l.fakeNode.Do(ctx, op, tag, own)
+	go func() {
+		rep := <-own
+		close(applied)
+		<-gate
+		done.Put(rep)
+	}()
+}
+
+// TestStaleReplyOfARaisedNode: nodes 0 and 1 alone record fences up to 6
+// and restart empty. An acquire sent while they are held out runs on node
+// 0 with the counter it has after the restart (1), before its fence floor
+// is raised; its reply is read only once node 0 counts again. Counted,
+// with node 2's (2), it made a grant with fence 2, below 6 (seen under
+// load in TestFenceFloorWhenTheLastFenceIsLost: 28 after restarts that
+// should have given a fence from the time floor). A reply counts only if
+// its call was sent after the node was counted again.
+func TestStaleReplyOfARaisedNode(t *testing.T) {
+	ctx := context.Background()
+	fakes := oldNodes(3)
+	late := &lateAcquires{fakeNode: fakes[0]}
+	nodes := asNodes(fakes)
+	nodes[0] = late
+	const lease = 2 * time.Second
+	r := New(nodes, Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grant := func(tok string) engine.Grant {
+		t.Helper()
+		h := hold(tok)
+		h.TTL = lease
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant to "+tok, func() bool {
+			var err error
+			g, err = r.Acquire(ctx, "k", h)
+			return err == nil
+		})
+		r.Release(ctx, "k", tok, nil, nil) // its lease may have run out on a loaded host
+		waitCount(t, fakes, "k", tok, 0)
+		return g
+	}
+	grant("a")
+	fakes[2].setDown(true)
+	var top int64
+	for i := range 5 {
+		top = grant(fmt.Sprintf("c%d", i)).Fence // on nodes 0 and 1 only
+	}
+	fakes[2].setDown(false)
+	for _, f := range fakes[:2] {
+		f.setDown(true)
+	}
+	fakes[0].restartEmpty("run0-b")
+	fakes[1].restartEmpty("run1-b")
+	for _, f := range fakes[:2] {
+		f.setDown(false)
+	}
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	// Sent near the end of the hold-out, so that the grant's validity
+	// outlasts the wait for node 0's floor.
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/2
+	})
+	applied, gate := late.arm()
+	h := hold("b")
+	h.TTL = lease
+	type result struct {
+		g   engine.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := r.Acquire(ctx, "k", h)
+		res <- result{g, err}
+	}()
+	<-applied // on node 0 before its floor is raised
+	if c, _ := fakes[0].raised(); c != 0 {
+		t.Fatalf("node 0's floor raised to %d before the acquire ran there", c)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	close(gate)
+	got := <-res
+	t.Logf("acquire sent while node 0 was held out: %+v %v", got.g, got.err)
+	if got.err == nil && got.g.Fence <= top {
+		t.Fatalf("grant from a reply made before node 0's floor was raised: fence %d, after %d", got.g.Fence, top)
+	}
+	if got.err == nil {
+		r.Release(ctx, "k", "b", nil, nil)
+	}
+	waitCount(t, fakes, "k", "b", 0) // released, or rolled back in the background
+	if g := grant("d"); g.Fence <= top {
+		t.Fatalf("next grant's fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestStaleHoldOfARaisedNode: nodes 0 and 1 alone record fences up to 6
+// and restart empty. While they are held out, token b's attempt leaves a
+// hold on both with fence 1 (their counters after the restart): refused,
+// its rollback overtaken by b's retry, which refreshed the hold instead
+// (a retry keeps a hold it finds). Once both count again, b's next retry
+// found them Mine with fence 1, a majority, and kept that fence: 1 after
+// 6 (seen under load in TestFenceFloorWhenTheLastFenceIsLost, fence 1 and
+// fence 2 again). A hold recorded before the node's floor was raised does
+// not give the grant its fence.
+func TestStaleHoldOfARaisedNode(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 500 * time.Millisecond
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := func(tok string) engine.Hold {
+		h := hold(tok)
+		h.TTL = lease
+		return h
+	}
+	grant := func(tok string) int64 {
+		t.Helper()
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant to "+tok, func() bool {
+			var err error
+			g, err = r.Acquire(ctx, "k", h(tok))
+			return err == nil
+		})
+		r.Release(ctx, "k", tok, nil, nil) // its lease may have run out on a loaded host
+		waitCount(t, nodes, "k", tok, 0)
+		return g.Fence
+	}
+	grant("a")
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 5 {
+		top = grant(fmt.Sprintf("c%d", i)) // on nodes 0 and 1 only
+	}
+	nodes[2].setDown(false)
+	for _, f := range nodes[:2] {
+		f.setDown(true)
+	}
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	for _, f := range nodes[:2] {
+		f.setDown(false)
+	}
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	// What the refused attempt and the retry that overtook its rollback
+	// leave: b holds the key on nodes 0 and 1 with their counters then. A
+	// real one lives up to a lease past its attempt, which may come just
+	// before the floor; here longer, so that it is still there when the
+	// nodes count again on a loaded host.
+	left := h("b")
+	left.TTL = 10 * time.Second
+	for _, f := range nodes[:2] {
+		// (An acquire of the grants above that lands late may hold the
+		// key there for a lease first.)
+		eventually(t, 10*time.Second, "b's hold left on "+f.String(), func() bool {
+			c, err := f.Acquire(ctx, "k", left, "refused")
+			if err != nil || c.State == Acquired && c.Fence > top {
+				t.Fatalf("the hold left on %s: %+v %v", f, c, err)
+			}
+			return c.State == Acquired
+		})
+	}
+	eventually(t, 10*time.Second, "both counted again", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+	g, err := r.Acquire(ctx, "k", h("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= top {
+		t.Fatalf("b's retry once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
 	}
 }

@@ -146,6 +146,7 @@ type turn struct {
 	keys   []string
 	token  string
 	valid  time.Time     // V: before it, the majority's turns hold
+	epoch  uint64        // the trust epoch read before the turn was asked (counts)
 	gates  []chan bool   // node i: send the script there (true) or not; decided once
 	gated  chan struct{} // closed once every gate is decided
 	cancel context.CancelFunc
@@ -217,10 +218,11 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 	cctx, cancel := context.WithDeadline(r.life, minTime(deadline, sent.Add(r.timeout(0))))
 	op := &Op{Kind: OpTurn, Keys: keys, Token: token, TTL: ttl}
 	replies := make(Replies, n)
+	epoch := r.sentEpoch()
 	for i, nd := range r.nodes {
 		nd.Do(cctx, op, i, replies)
 	}
-	t := &turn{r: r, keys: keys, token: token, valid: sent.Add(ttl - r.drift(ttl)), cancel: cancel,
+	t := &turn{r: r, keys: keys, token: token, valid: sent.Add(ttl - r.drift(ttl)), epoch: epoch, cancel: cancel,
 		gates: make([]chan bool, n), gated: make(chan struct{})}
 	for i := range t.gates {
 		t.gates[i] = make(chan bool, 1)
@@ -244,7 +246,7 @@ func (r *Redlock) tryTurn(ctx context.Context, keys []string, ttl time.Duration,
 		got++
 		r.health.note(rep.Tag, rep.Err)
 		r.NoteClock(rep.Tag, rep.Err)
-		if rep.Err == nil && !r.counts(rep) {
+		if rep.Err == nil && !r.counts(rep, epoch) {
 			rep.Err = ErrNotCounted
 		}
 		answered = append(answered, rep)
@@ -377,7 +379,7 @@ func (t *turn) decideRest(replies chan Reply, left int, pending []int, decided [
 		decided[rep.Tag] = true
 		waiting--
 		switch {
-		case rep.Err == nil && rep.OK && r.counts(rep) && time.Now().Before(t.valid):
+		case rep.Err == nil && rep.OK && r.counts(rep, t.epoch) && time.Now().Before(t.valid):
 			t.gates[rep.Tag] <- true
 		case rep.Err == nil && !rep.OK:
 			ask(rep.Tag)
@@ -417,12 +419,13 @@ func (t *turn) retry(i int) bool {
 		ctx, cancel := context.WithDeadline(r.life, minTime(t.valid, time.Now().Add(r.timeout(0))))
 		done := make(Replies, 1)
 		ttl := time.Until(t.valid) + r.drift(time.Until(t.valid)) + TurnMargin
+		epoch := r.sentEpoch()
 		r.nodes[i].Do(ctx, &Op{Kind: OpTurn, Keys: t.keys, Token: t.token, TTL: ttl}, i, done)
 		rep := <-done
 		cancel()
 		r.health.note(i, rep.Err)
 		switch {
-		case rep.Err != nil || !r.counts(rep):
+		case rep.Err != nil || !r.counts(rep, epoch):
 			return false
 		case rep.OK:
 			return time.Now().Before(t.valid)
@@ -471,6 +474,7 @@ func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies Sink) {
 			case <-ctx.Done():
 			}
 			var rep Reply
+			epoch := r.sentEpoch() // before the call is sent
 			switch {
 			case !waitAll(ctx, preds[i]):
 				rep = Reply{Tag: i, Err: ErrOrderWait}
@@ -485,7 +489,7 @@ func (r *Redlock) dispatchTurn(ctx context.Context, op *Op, replies Sink) {
 			replies.Put(rep)
 			if t.vote != nil {
 				var states []KeyState
-				if rep.Err == nil && r.counts(rep) {
+				if rep.Err == nil && r.counts(rep, epoch) {
 					states = rep.States
 				}
 				t.vote.add(i, states)

@@ -255,13 +255,17 @@ func TestBigWriteOnStoppedNode(t *testing.T) {
 // keeps the connection, and a later call goes out on it.
 func TestIdleConnectionOutlivesItsLastDeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
-		n := newNode(t, RedisOptions{Addr: addr, Timeout: 50 * time.Millisecond})
+		// Timeout bounds the dial and each round trip too: far above
+		// either on a loaded machine (50 ms failed the first call's dial,
+		// "i/o timeout", at a load of 8).
+		const timeout = time.Second
+		n := newNode(t, RedisOptions{Addr: addr, Timeout: timeout})
 		ctx := testCtx(t)
 		if r := doOn(ctx, n, &quorum.Op{Kind: quorum.OpInspect, Key: "k"}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 		cn := n.current()
-		time.Sleep(200 * time.Millisecond) // the last batch's deadline passes while idle
+		time.Sleep(timeout + timeout/2) // the last batch's deadline passes while idle
 		if got := n.current(); got != cn {
 			t.Fatalf("the idle connection was dropped at its last batch's deadline (now %p, was %p)", got, cn)
 		}
