@@ -375,3 +375,46 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 		t.Fatalf("next grant's fence %d, after %d", g.Fence, top)
 	}
 }
+
+// TestOtherNodesRecountKeepsHealthyReplies: the trust epoch is global but
+// each node keeps its own (nodeTrust.since): node 2 restarting and being
+// counted again while node 0's acquire reply is on its way must not make
+// that reply, of a node counted all along, uncounted (a NOQUORUM for every
+// call in flight each time any node flaps).
+func TestOtherNodesRecountKeepsHealthyReplies(t *testing.T) {
+	ctx := context.Background()
+	fakes := oldNodes(3)
+	late := &lateAcquires{fakeNode: fakes[0]}
+	nodes := asNodes(fakes)
+	nodes[0] = late
+	const lease = time.Second
+	r := New(nodes, Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	fakes[2].restartEmpty("run2-b")
+	eventually(t, 10*time.Second, "node 2 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, false})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 2 && h[0].Left < lease/4
+	})
+	applied, gate := late.arm()
+	h := hold("b")
+	h.TTL = lease
+	type result struct {
+		g   engine.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := r.Acquire(ctx, "k", h)
+		res <- result{g, err}
+	}()
+	<-applied
+	eventually(t, 10*time.Second, "node 2 counted again", func() bool { return r.Counted()[2] })
+	close(gate)
+	got := <-res
+	if got.err != nil {
+		t.Fatalf("acquire whose healthy node 0 answered after node 2 was counted again: %v", got.err)
+	}
+}
