@@ -126,7 +126,7 @@ func (r *Redlock) fanout(ctx context.Context, timeout time.Duration, op *Op, sen
 		f.note(rep)
 		r.NoteClock(rep.Tag, rep.Err)
 		if rep.Err == nil && op.Kind != OpLeave && !r.counts(rep, f.epoch) {
-			rep.Err = r.notCounted(rep.Tag) // a restarted node on probation: as if silent
+			rep.Err = r.notCounted(rep.Tag, rep.Incarnation) // a restarted node on probation: as if silent
 		}
 		if suspects&(1<<rep.Tag) == 0 {
 			awaited--

@@ -512,9 +512,9 @@ func (r *Redlock) heldOut(i int, n nodeTrust, now time.Time) HeldOut {
 	return HeldOut{Node: i, Why: why, Left: max(n.until.Sub(now), 0), AliasOf: n.aliasOf - 1}
 }
 
-// notCounted is the error that stands for node i's answer while the rule
-// holds it out.
-func (r *Redlock) notCounted(i int) error {
+// notCounted is the error that stands for node i's answer, from process
+// inc, while the rule holds it out.
+func (r *Redlock) notCounted(i int, inc string) error {
 	if h, ok := r.clockHeldOut(i, time.Now()); ok {
 		return &NotCountedError{h}
 	}
@@ -524,8 +524,11 @@ func (r *Redlock) notCounted(i int) error {
 	r.trust.mu.RLock()
 	n := r.trust.nodes[i]
 	r.trust.mu.RUnlock()
-	if n.counted != "" {
+	switch {
+	case n.counted != "" && inc == n.counted:
 		return fmt.Errorf("%w: counted again only after this call was sent, which may have run before its fence floor was raised", ErrNotCounted)
+	case n.counted != "":
+		return fmt.Errorf("%w: answered by process %q, not the one counted (%q): restarted since the last status read", ErrNotCounted, inc, n.counted)
 	}
 	return &NotCountedError{r.heldOut(i, n, time.Now())}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,6 +274,19 @@ func (l *lateAcquires) Do(ctx context.Context, op *Op, tag int, done Sink) {
 		l.gate = nil // one acquire only
 	}
 	l.mu.Unlock()
+	if op.Kind == OpFloor && op.Fence > 0 && applied != nil {
+		// Armed: the floor waits until the held acquire ran, however
+		// late the loaded host lets it reach the node.
+		go func() {
+			select {
+			case <-applied:
+				l.fakeNode.Do(ctx, op, tag, done)
+			case <-ctx.Done():
+				done.Put(Reply{Tag: tag, Err: ctx.Err()})
+			}
+		}()
+		return
+	}
 	if op.Kind != OpAcquire || gate == nil {
 		l.fakeNode.Do(ctx, op, tag, done)
 		return
@@ -330,6 +344,9 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 	}
 	fakes[0].restartEmpty("run0-b")
 	fakes[1].restartEmpty("run1-b")
+	// Armed before the hold-out can end: node 0's floor is raised only
+	// after the acquire below ran there.
+	applied, gate := late.arm()
 	for _, f := range fakes[:2] {
 		f.setDown(false)
 	}
@@ -342,7 +359,6 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 		h := r.HeldOut()
 		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/2
 	})
-	applied, gate := late.arm()
 	h := hold("b")
 	h.TTL = lease
 	type result struct {
@@ -451,5 +467,68 @@ func TestStaleHoldOfARaisedNode(t *testing.T) {
 	}
 	if g.Fence <= top {
 		t.Fatalf("b's retry once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestOtherNodesRecountKeepsHealthyReplies: the trust epoch is global but
+// each node keeps its own (nodeTrust.since): node 2 restarting and being
+// counted again while node 0's acquire reply is on its way must not make
+// that reply, of a node counted all along, uncounted (a NOQUORUM for every
+// call in flight each time any node flaps).
+func TestOtherNodesRecountKeepsHealthyReplies(t *testing.T) {
+	ctx := context.Background()
+	fakes := oldNodes(3)
+	late := &lateAcquires{fakeNode: fakes[0]}
+	nodes := asNodes(fakes)
+	nodes[0] = late
+	const lease = time.Second
+	r := New(nodes, Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	fakes[2].restartEmpty("run2-b")
+	eventually(t, 10*time.Second, "node 2 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, false})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 2 && h[0].Left < lease/4
+	})
+	applied, gate := late.arm()
+	h := hold("b")
+	h.TTL = lease
+	type result struct {
+		g   engine.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := r.Acquire(ctx, "k", h)
+		res <- result{g, err}
+	}()
+	<-applied
+	eventually(t, 10*time.Second, "node 2 counted again", func() bool { return r.Counted()[2] })
+	close(gate)
+	got := <-res
+	if got.err != nil {
+		t.Fatalf("acquire whose healthy node 0 answered after node 2 was counted again: %v", got.err)
+	}
+}
+
+// TestUnreadRestartNotBlamedOnTheEpoch: a node that restarted since the
+// last status read answers from a process other than the one counted. Its
+// NOQUORUM must say so, not that it was counted again after the call was
+// sent (663a91e gave that text for any node still counted).
+func TestUnreadRestartNotBlamedOnTheEpoch(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	r := New(asNodes(nodes), Config{MaxLease: time.Minute, StatusEvery: time.Hour})
+	defer r.Close()
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].setDown(true)
+	_, err := r.Acquire(ctx, "k", hold("b"))
+	if !errors.Is(err, engine.ErrNoQuorum) || !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("acquire with node 0 restarted and node 1 down: %v", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "counted again only after") {
+		t.Fatalf("an unread restart blamed on the trust epoch: %v", err)
 	}
 }
