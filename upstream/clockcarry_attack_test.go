@@ -2,11 +2,9 @@ package upstream
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/internal/clockshim"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -21,52 +19,8 @@ import (
 // still on its way, and the acquire after the step back's (in step with
 // the clock set right) was a plain vote, counted before the +10 s hold.
 func TestAttackSecondJumpDropsCarriedJump(t *testing.T) {
-	s, clock := clockshim.StartRedis(t, redistest.Options{})
-	seen, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var forward error // the jump the status read saw: its observer is late
-	observe := func(_ time.Duration, err error) {
-		if errors.Is(err, quorum.ErrClockJumped) {
-			blocked := false
-			once.Do(func() { blocked, forward = true, err })
-			if blocked {
-				close(seen)
-				<-release
-			}
-		}
-	}
-	n := newNode(t, RedisOptions{Addr: s.Addr(), Observe: observe})
+	n, clock, forward, release, late := stepSeenByLateStatus(t)
 	ctx := testCtx(t)
-	status := func() quorum.Reply {
-		done := make(quorum.Replies, 1)
-		n.Do(ctx, &quorum.Op{Kind: quorum.OpStatus}, 0, done)
-		return <-done
-	}
-	if r := status(); r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	if _, err := n.Acquire(ctx, "warm", hold("a", time.Minute)); err != nil { // loads the scripts
-		t.Fatal(err)
-	}
-	if _, err := clock.Step(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond) // the shim reads its file at most once a millisecond
-	late := make(chan quorum.Reply, 1)
-	go func() { late <- status() }()
-	select {
-	case <-seen:
-	case <-time.After(testTimeout):
-		close(release)
-		t.Fatal("the status read after the step did not carry the jump")
-	}
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
 	if _, err := clock.Step(-10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +31,7 @@ func TestAttackSecondJumpDropsCarriedJump(t *testing.T) {
 	for i := range 5 {
 		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
 		var j *quorum.ClockJumpError
-		if errors.As(err, &j) && error(j) == forward {
+		if errors.As(err, &j) && error(j) == *forward {
 			carried = true
 		}
 		if err == nil {

@@ -70,44 +70,8 @@ func TestAttackSkewHoldShortenedBySecondJump(t *testing.T) {
 // the status's observer is held up (a goroutine descheduled between the
 // two); the acquire read meanwhile must carry the jump too.
 func TestAttackJumpSeenByStatusHeldBeforeNextVote(t *testing.T) {
-	s, clock := clockshim.StartRedis(t, redistest.Options{})
-	seen, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	observe := func(_ time.Duration, err error) {
-		if errors.Is(err, quorum.ErrClockJumped) {
-			blocked := false
-			once.Do(func() { blocked = true })
-			if blocked { // the first call to carry the jump: its observer is late
-				close(seen)
-				<-release
-			}
-		}
-	}
-	n := newNode(t, RedisOptions{Addr: s.Addr(), Observe: observe})
+	n, _, _, release, late := stepSeenByLateStatus(t)
 	ctx := testCtx(t)
-	status := func() quorum.Reply {
-		done := make(quorum.Replies, 1)
-		n.Do(ctx, &quorum.Op{Kind: quorum.OpStatus}, 0, done)
-		return <-done
-	}
-	if r := status(); r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	if _, err := n.Acquire(ctx, "warm", hold("a", time.Minute)); err != nil { // loads the scripts
-		t.Fatal(err)
-	}
-	if _, err := clock.Step(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Millisecond) // the shim reads its file at most once a millisecond
-	late := make(chan quorum.Reply, 1)
-	go func() { late <- status() }()
-	select {
-	case <-seen:
-	case <-time.After(testTimeout):
-		close(release)
-		t.Fatal("the status read after the step did not carry the jump")
-	}
 	c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
 	close(release)
 	if r := <-late; !errors.Is(r.Err, quorum.ErrClockJumped) {
@@ -385,4 +349,61 @@ func TestAttackSkewOwnClockSteppedWithMajority(t *testing.T) {
 	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("b: %v", err)
 	}
+}
+
+// stepSeenByLateStatus starts a redis-server under the clock shim and a
+// node whose observer holds up the first call that carries a clock jump
+// until release is closed (a goroutine descheduled between the reply and
+// its observer). It steps the node's clock 10 s forward and sends a status
+// read, which carries the jump, and returns once that read's observer is
+// held: jump is the error it carries, late will have its reply. A test
+// that fails before it closes release is let go by a cleanup.
+func stepSeenByLateStatus(t *testing.T) (n *RedisNode, clock *clockshim.Clock, jump *error, release chan struct{}, late chan quorum.Reply) {
+	t.Helper()
+	s, clock := clockshim.StartRedis(t, redistest.Options{})
+	seen, release := make(chan struct{}), make(chan struct{})
+	jump = new(error)
+	var once sync.Once
+	observe := func(_ time.Duration, err error) {
+		if errors.Is(err, quorum.ErrClockJumped) {
+			blocked := false
+			once.Do(func() { blocked, *jump = true, err })
+			if blocked {
+				close(seen)
+				<-release
+			}
+		}
+	}
+	n = newNode(t, RedisOptions{Addr: s.Addr(), Observe: observe})
+	ctx := testCtx(t)
+	status := func() quorum.Reply {
+		done := make(quorum.Replies, 1)
+		n.Do(ctx, &quorum.Op{Kind: quorum.OpStatus}, 0, done)
+		return <-done
+	}
+	if r := status(); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if _, err := n.Acquire(ctx, "warm", hold("a", time.Minute)); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	if _, err := clock.Step(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the shim reads its file at most once a millisecond
+	late = make(chan quorum.Reply, 1)
+	go func() { late <- status() }()
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	select {
+	case <-seen:
+	case <-time.After(testTimeout):
+		t.Fatal("the status read after the step did not carry the jump")
+	}
+	return n, clock, jump, release, late
 }
