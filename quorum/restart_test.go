@@ -532,3 +532,50 @@ func TestUnreadRestartNotBlamedOnTheEpoch(t *testing.T) {
 		t.Fatalf("an unread restart blamed on the trust epoch: %v", err)
 	}
 }
+
+// TestRetryOfAGrantMadeDuringAHoldOut: node 0 restarts empty and is held
+// out; b is granted by nodes 1 and 2 meanwhile (node 0, which still
+// receives every write, takes the key too, with the counter it has since
+// the restart). Once node 0 counts again, b's retry (LOCK … TOKEN) still
+// holds the key on every node, and answers its grant's fence: a hold
+// granted before a node's floor was raised is not stale when the grant
+// was made by the counted nodes.
+func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	// Granted near the end of the hold-out, so that its lease outlasts it.
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	again, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatalf("b's retry while it holds the key: %v", err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry while it holds the key: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
