@@ -64,14 +64,16 @@ func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt 
 		func(rep Reply) bool {
 			t.add(rep.Claim.State != Taken, rep.Err)
 			if rep.Err == nil && rep.Claim.State == Mine && r.staleHold(rep.Tag, rep.Claim.Fence) {
-				// A hold taken before the node's floor was raised: its
-				// fence may be below fences granted before the restart.
-				// The token holds the key there, but the grant commits a
-				// fence from the counters (at least that floor).
+				// A hold that may predate the node's floor: its fence
+				// may be below fences granted before the restart, or the
+				// token's grant, made by the counted nodes meanwhile
+				// (TestRetryOfAGrantMadeDuringAHoldOut). The token holds
+				// the key there, but its fence neither makes nor breaks
+				// a majority (fence).
 				s.stale = true
-				rep.Claim.State = Acquired
-			}
-			if rep.Err == nil {
+				s.counter = max(s.counter, rep.Claim.Counter)
+				c.yes |= 1 << rep.Tag
+			} else if rep.Err == nil {
 				s.add(rep.Claim)
 				if rep.Claim.State == Taken {
 					c.taken |= 1 << rep.Tag
@@ -124,7 +126,7 @@ type claimSummary struct {
 	acquired int       // nodes that took the key for the token
 	first    int64     // the fence the first of them recorded
 	split    bool      // whether those nodes recorded different fences
-	stale    bool      // a node's hold predates its fence floor (staleHold)
+	stale    bool      // a node's hold may predate its fence floor (staleHold): not in mine nor held
 }
 
 func (s *claimSummary) add(c Claim) {
@@ -156,12 +158,13 @@ func (s *claimSummary) add(c Claim) {
 // the largest counter seen is the fence, to be committed.
 func (s *claimSummary) fence(quorum int) (fence int64, agreed bool) {
 	switch {
-	case s.stale:
-		// Above every counter seen: a Mine answer does not raise its
-		// node's counter, which may be a fence already granted.
-		return s.counter + 1, false
 	case s.mine >= quorum:
 		return heldFence(s.held, quorum), false
+	case s.stale:
+		// Too few holds the token's grant certainly made: above every
+		// counter seen (a Mine answer does not raise its node's
+		// counter, which may be a fence already granted).
+		return s.counter + 1, false
 	case s.acquired >= quorum && !s.split:
 		return s.first, true
 	default:

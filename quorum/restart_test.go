@@ -532,3 +532,130 @@ func TestUnreadRestartNotBlamedOnTheEpoch(t *testing.T) {
 		t.Fatalf("an unread restart blamed on the trust epoch: %v", err)
 	}
 }
+
+// TestRetryOfAGrantMadeDuringAHoldOut: node 0 restarts empty and is held
+// out; b is granted by nodes 1 and 2 meanwhile (node 0, which still
+// receives every write, takes the key too, with the counter it has since
+// the restart). Once node 0 counts again, b's retry (LOCK … TOKEN) still
+// holds the key on every node, and answers its grant's fence: a hold
+// granted before a node's floor was raised is not stale when the grant
+// was made by the counted nodes.
+func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	// Granted near the end of the hold-out, so that its lease outlasts it.
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	again, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatalf("b's retry while it holds the key: %v", err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry while it holds the key: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// TestStaleHoldRetriedThroughAnotherInstance is TestStaleHoldOfARaisedNode
+// with the retry sent through a second instance started after the floors
+// were raised.
+func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
+	t.Skip("known (f1e4aef, 4020c4f): a new instance first sees a raised node vetted and remembers no floor for it, " +
+		"so a stale hold left there gives a retry through it a fence going back: fence 1 after 6")
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 500 * time.Millisecond
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := func(tok string) engine.Hold {
+		h := hold(tok)
+		h.TTL = lease
+		return h
+	}
+	grant := func(tok string) int64 {
+		t.Helper()
+		var g engine.Grant
+		eventually(t, 10*time.Second, "grant to "+tok, func() bool {
+			var err error
+			g, err = r.Acquire(ctx, "k", h(tok))
+			return err == nil
+		})
+		r.Release(ctx, "k", tok, nil, nil) // its lease may have run out on a loaded host
+		waitCount(t, nodes, "k", tok, 0)
+		return g.Fence
+	}
+	grant("a")
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 5 {
+		top = grant(fmt.Sprintf("c%d", i)) // on nodes 0 and 1 only
+	}
+	nodes[2].setDown(false)
+	for _, f := range nodes[:2] {
+		f.setDown(true)
+	}
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	for _, f := range nodes[:2] {
+		f.setDown(false)
+	}
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	// What the refused attempt and the retry that overtook its rollback
+	// leave: b holds the key on nodes 0 and 1 with their counters then. A
+	// real one lives up to a lease past its attempt, which may come just
+	// before the floor; here longer, so that it is still there when the
+	// nodes count again on a loaded host.
+	left := h("b")
+	left.TTL = 10 * time.Second
+	for _, f := range nodes[:2] {
+		// (An acquire of the grants above that lands late may hold the
+		// key there for a lease first.)
+		eventually(t, 10*time.Second, "b's hold left on "+f.String(), func() bool {
+			c, err := f.Acquire(ctx, "k", left, "refused")
+			if err != nil || c.State == Acquired && c.Fence > top {
+				t.Fatalf("the hold left on %s: %+v %v", f, c, err)
+			}
+			return c.State == Acquired
+		})
+	}
+	eventually(t, 10*time.Second, "both counted again", func() bool {
+		return slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+	// b's client retries through a second instance, started now: it
+	// first sees nodes 0 and 1 vetted, and remembers no floor for them.
+	r2 := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r2.Close()
+	g, err := r2.Acquire(ctx, "k", h("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= top {
+		t.Fatalf("b's retry through another instance once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+}
