@@ -106,12 +106,7 @@ func TestAttackJumpForwardAndBackBetweenReadings(t *testing.T) {
 	const lease = 5 * time.Second
 	servers, clock, _, rA := attackNodes(t, lease, nil)
 	ctx := testCtx(t)
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
-	rB := quorum.New(nodes, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
-	t.Cleanup(func() { rB.Close() })
+	rB, nodes := skewedRedlock(t, servers, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
 	waitCounted(t, rB, 30*time.Second, true, true, true)
 	if _, err := rB.Acquire(ctx, "warm", hold("w", lease)); err != nil { // a baseline and the scripts on every node
 		t.Fatal(err)
@@ -160,12 +155,7 @@ func TestAttackSkewRestartRuleOffRunningInstance(t *testing.T) {
 	const lease = 5 * time.Second
 	servers, clock, _, rA := attackNodes(t, lease, nil)
 	ctx := testCtx(t)
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
-	rB := quorum.New(nodes, quorum.Config{})
-	t.Cleanup(func() { rB.Close() })
+	rB, nodes := skewedRedlock(t, servers, quorum.Config{})
 	if _, err := rB.Acquire(ctx, "warm", hold("w", 100*time.Millisecond)); err != nil { // a baseline on every node
 		t.Fatal(err)
 	}
@@ -217,12 +207,7 @@ func TestAttackSkewRestartRuleOffBehindBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
-	nodesA := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodesA[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
-	rA := quorum.New(nodesA, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
-	t.Cleanup(func() { rA.Close() })
+	rA, _ := skewedRedlock(t, servers, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
 	waitCounted(t, rA, 30*time.Second, true, true, true)
 	ctx := testCtx(t)
 	start := time.Now()
@@ -238,12 +223,7 @@ func TestAttackSkewRestartRuleOffBehindBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
-	nodes := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
-	rB := quorum.New(nodes, quorum.Config{})
-	t.Cleanup(func() { rB.Close() })
+	rB, nodes := skewedRedlock(t, servers, quorum.Config{})
 	for i := 0; time.Since(start) < g.Validity && i < 100; i++ {
 		gb, err := rB.Acquire(ctx, "k", hold("b", lease))
 		if err == nil && time.Since(start) < g.Validity {
@@ -310,12 +290,7 @@ func TestAttackSkewOwnClockSteppedWithMajority(t *testing.T) {
 	j0, c0 := clockshim.StartRedis(t, durable)
 	j1, c1 := clockshim.StartRedis(t, durable)
 	servers := []*redistest.Server{j0, j1, redistest.Start(t, durable)}
-	nodesA := make([]quorum.Node, len(servers))
-	for i, s := range servers {
-		nodesA[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
-	}
-	rA := quorum.New(nodesA, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
-	t.Cleanup(func() { rA.Close() })
+	rA, _ := skewedRedlock(t, servers, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond})
 	waitCounted(t, rA, 30*time.Second, true, true, true)
 	ctx := testCtx(t)
 	start := time.Now()
@@ -406,4 +381,18 @@ func stepSeenByLateStatus(t *testing.T) (n *RedisNode, clock *clockshim.Clock, j
 		t.Fatal("the status read after the step did not carry the jump")
 	}
 	return n, clock, jump, release, late
+}
+
+// skewedRedlock is a Redlock over servers, and its nodes, which check the
+// first reply against this process's clock with a 1 s skew; it is closed
+// at the test's end.
+func skewedRedlock(t *testing.T, servers []*redistest.Server, cfg quorum.Config) (*quorum.Redlock, []quorum.Node) {
+	t.Helper()
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr(), ClockSkew: time.Second})
+	}
+	r := quorum.New(nodes, cfg)
+	t.Cleanup(func() { r.Close() })
+	return r, nodes
 }
