@@ -2,11 +2,8 @@ package upstream
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockproxy/lockproxy/internal/redistest"
-	"github.com/lockproxy/lockproxy/internal/tlstest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
 
@@ -90,16 +86,7 @@ func TestAttack3ExpiredBatchRepliesStayItsOwn(t *testing.T) {
 // The same over TLS: the reads that time out while a batch behind has time
 // leave the TLS connection in step.
 func TestAttack3ExpiredBatchRepliesStayItsOwnTLS(t *testing.T) {
-	ca := tlstest.NewCA(t, "test")
-	srv := ca.Server(t, "server")
-	pem, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
-	s := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srv.Cert, KeyFile: srv.Key, CAFile: ca.File, Client: cfg}})
+	s, cfg := tlsRedis(t)
 	expiredBatchRepliesStayItsOwn(t, s, RedisOptions{Addr: s.Addr(), TLSConfig: cfg}, false)
 }
 

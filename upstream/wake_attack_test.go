@@ -50,16 +50,7 @@ func TestWakeIdleDeadlineRacesTheNextBatch(t *testing.T) {
 // The same over TLS: a read that times out on the idle connection must
 // leave the TLS connection usable.
 func TestWakeIdleDeadlineRacesTheNextBatchTLS(t *testing.T) {
-	ca := tlstest.NewCA(t, "test")
-	srv := ca.Server(t, "server")
-	pem, err := os.ReadFile(ca.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
-	s := redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srv.Cert, KeyFile: srv.Key, CAFile: ca.File, Client: cfg}})
+	s, cfg := tlsRedis(t)
 	idleRace(t, RedisOptions{Addr: s.Addr(), TLSConfig: cfg})
 }
 
@@ -265,4 +256,20 @@ func TestWakeLateRenewalAnswerHealsAndCloseWaits(t *testing.T) {
 			heldOn(t, "k", "a", servers[2].Addr())
 		})
 	}
+}
+
+// tlsRedis is a redis-server that serves TLS only, under a CA of its own,
+// and the client config that trusts it.
+func tlsRedis(t *testing.T) (*redistest.Server, *tls.Config) {
+	t.Helper()
+	ca := tlstest.NewCA(t, "test")
+	srv := ca.Server(t, "server")
+	pem, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	return redistest.Start(t, redistest.Options{TLS: &redistest.TLS{CertFile: srv.Cert, KeyFile: srv.Key, CAFile: ca.File, Client: cfg}}), cfg
 }
