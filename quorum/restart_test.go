@@ -617,3 +617,55 @@ func staleHoldStage(t *testing.T) (nodes []*fakeNode, r *Redlock, top int64) {
 	})
 	return nodes, r, top
 }
+
+// TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown: as
+// TestRetryOfAGrantMadeDuringAHoldOut, but node 2 is down at b's retry.
+// b still holds the key on nodes 0 and 1, a majority, both from its
+// grant; node 0's hold is set aside (staleHold), node 1's alone is no
+// majority, so the retry commits a fence above every counter seen: a new
+// fence for a lock b held all along (safe, never going back, but not its
+// grant's).
+func TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown(t *testing.T) {
+	t.Skip("known (144fe2e): a set-aside hold of the token's own grant does not count toward a majority, " +
+		"so with one other node down the holder's retry commits a new fence: 5 after its grant's 4")
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	nodes[2].setDown(true)
+	again, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: %v", err)
+	}
+	if again.Fence < g.Fence {
+		t.Fatalf("b's retry: fence %d going back below its grant's %d", again.Fence, g.Fence)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
