@@ -104,7 +104,11 @@ end
 if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[5])
+-- The key alone: its meta stays for the rest of its TTL, the lease plus a
+-- grace (acquire.lua), so that an extension held up on its way that lands
+-- after this release finds a meta beside the free key and heals nothing
+-- (extend.lua).
+redis.call('DEL', KEYS[1])
 -- Somebody other than ARGV[6] and ARGV[9] waits where the line's first
 -- three places are not all theirs (two waiters fill at most two).
 local others = 0
