@@ -109,7 +109,7 @@ func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
 	// (a RENEW may have counted the hold toward its majority): neither a
 	// refused retry nor a rollback that lands late removes a hold of the
 	// same token that another attempt took or refreshed.
-	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
+	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL, MetaFor: r.metaGrace()}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
 	if !c.calls.landed() { // the late answers still tell the nodes' health
@@ -290,7 +290,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor(), MetaFor: r.metaGrace()}
 	r.unvouch(key, token)
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl

@@ -207,7 +207,10 @@ type Op struct {
 	// kept (Redlock.metaGrace): a release deletes only the key, and an
 	// OpExtend that finds the key free beside a meta (any token's) answers
 	// that it is not held, with no FreeAt, so that no heal is decided from
-	// a node where a hold was released. Zero: the meta ends with the key.
+	// a node where a hold was released. For an OpRelease, how long a meta
+	// that describes nobody is left where the hold it deletes had none (a
+	// client's script or a repair took the key). Zero: the meta ends with
+	// the key, and a release leaves none.
 	MetaFor time.Duration
 	TTL     time.Duration // OpExtend
 	Mode    engine.Mode   // OpExtend

@@ -166,3 +166,36 @@ func TestUncontendedCycleCommands(t *testing.T) {
 		t.Errorf("the meta's PTTL after the release: %v, want the rest of the lease and the grace", ttl)
 	}
 }
+
+// TestReleaseLeavesAMetaWhereTheHoldHadNone: a hold with no meta of its
+// own (a client's script, or the repair of a drifted node, SET the key)
+// leaves, when a release deletes it, a meta that describes nobody for the
+// grace (quorum.Op.MetaFor), so that an extension landing after the
+// release heals nothing there either; a read of the key answers it free.
+func TestReleaseLeavesAMetaWhereTheHoldHadNone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		if err := raw.Set(ctx, "k", "a", 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r := n.do(ctx, &quorum.Op{Kind: quorum.OpRelease, Key: "k", Token: "a", MetaFor: 3 * time.Second}); r.Err != nil || !r.OK {
+			t.Fatalf("release: %+v", r)
+		}
+		if ttl := raw.PTTL(ctx, DefaultPrefix+"meta:k").Val(); ttl <= 0 || ttl > 3*time.Second {
+			t.Errorf("the meta's PTTL after the release: %v, want the grace's (0, 3s]", ttl)
+		}
+		if m, err := readMeta(ctx, raw, "k"); err != nil || m["token"] != "" || m["fence"] != "" {
+			t.Errorf("the meta left: %v %v, want one that describes nobody", m, err)
+		}
+		ext := n.do(ctx, &quorum.Op{Kind: quorum.OpExtend, Key: "k", Token: "a", MarkFor: time.Minute, MetaFor: 3 * time.Second})
+		if ext.Err != nil || ext.TTL != 0 || ext.FreeAt != 0 {
+			t.Errorf("an extension after the release: %+v, want not held (no FreeAt)", ext)
+		}
+		if _, ok, err := n.Inspect(ctx, "k"); ok || err != nil {
+			t.Errorf("Inspect after the release: %v %v, want free", ok, err)
+		}
+		if c, err := n.Acquire(ctx, "k", hold("b", time.Minute)); err != nil || c.State != quorum.Acquired {
+			t.Errorf("b's acquire after the release: %+v %v", c, err)
+		}
+	})
+}
