@@ -29,8 +29,9 @@ end
 if ARGV[3] ~= '' and m.attempt == ARGV[3] or fence >= (tonumber(m.fence) or 0) then
   m.fence = ARGV[2]
 end
--- The meta gets the key's TTL and the grace; where the key has none (a script persisted
--- it), the meta keeps its own, and one started again has none.
+-- The meta gets the key's TTL and the grace; where the key has none (a
+-- script persisted it), the meta keeps its own, and one started again has
+-- none.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl > 0 then
   keep = {'PX', pttl + tonumber(ARGV[4])}
