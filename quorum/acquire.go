@@ -60,7 +60,7 @@ type claimed struct {
 func (r *Redlock) claim(ctx context.Context, key string, h engine.Hold, attempt string) (c claimed, err error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var s claimSummary
-	c.calls, err = r.fanout(ctx, r.timeout(h.TTL), &Op{Kind: OpAcquire, Key: key, Hold: h, Attempt: attempt}, nil,
+	c.calls, err = r.fanout(ctx, r.timeout(h.TTL), &Op{Kind: OpAcquire, Key: key, Hold: h, Attempt: attempt, MetaFor: r.metaGrace()}, nil,
 		func(rep Reply) bool {
 			t.add(rep.Claim.State != Taken, rep.Err)
 			if rep.Err == nil && rep.Claim.State == Mine && r.staleHold(rep.Tag, rep.Claim.Fence) {
@@ -109,7 +109,7 @@ func (r *Redlock) undo(key string, h engine.Hold, attempt string, c claimed) {
 	// (a RENEW may have counted the hold toward its majority): neither a
 	// refused retry nor a rollback that lands late removes a hold of the
 	// same token that another attempt took or refreshed.
-	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL}
+	op := &Op{Kind: OpRelease, Key: key, Token: h.Token, Rollback: true, Attempt: attempt, Undo: attempt, UndoFor: h.TTL, MetaFor: r.metaGrace()}
 	all := uint64(1)<<len(r.nodes) - 1
 	r.carry(op, all&^c.taken)
 	if !c.calls.landed() { // the late answers still tell the nodes' health
@@ -211,7 +211,7 @@ func majority(fences []int64, quorum int) int64 {
 func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, ttl time.Duration) (uint64, error) {
 	t := newTally(r.quorum, len(r.nodes))
 	var yes uint64
-	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence}, nil,
+	_, err := r.fanout(ctx, r.timeout(ttl), &Op{Kind: OpCommit, Key: key, Token: token, Fence: fence, MetaFor: r.metaGrace()}, nil,
 		func(rep Reply) bool {
 			t.add(rep.OK, rep.Err)
 			if rep.Err == nil && rep.OK {
@@ -242,7 +242,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	leased := false // a node found a bound lock made a lease
 	var yes uint64  // bit i: node i extended it
 	var w renewal
-	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
+	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor(), MetaFor: r.metaGrace()}
 	calls, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {
 			t.add(rep.TTL > 0, rep.Err)
@@ -290,7 +290,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // release to a slow node would bury it in retries.) Where the grant's own
 // acquires may still be in flight, the release marks them undone.
 func (r *Redlock) Release(ctx context.Context, key, token string, line []engine.Waiter, sent func()) (bool, error) {
-	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor()}
+	op := &Op{Kind: OpRelease, Key: key, Token: token, Line: line, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor(), MetaFor: r.metaGrace()}
 	r.unvouch(key, token)
 	if p := r.pending(key, token); p.attempt != "" {
 		op.Undo, op.UndoFor = p.attempt, p.ttl

@@ -24,6 +24,9 @@ type fakeNode struct {
 	entries map[string]*fakeEntry
 	undone  map[string]bool // attempts a release marked undone
 	counter map[string]int64
+	// metas is when each key's meta ends: the scripts keep it
+	// Op.MetaFor past the key's TTL, and a release leaves it (keepMeta).
+	metas   map[string]time.Time
 	commits int // Commit calls served
 	// taken, if set, is called with f.mu held when an acquire takes a key,
 	// as acquire.lua raises the key's release mark (healNode).
@@ -48,7 +51,18 @@ func (f *fakeNode) restartEmpty(run string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.run, f.uptime, f.vetted, f.floor = run, 0, "", 0
-	f.entries, f.counter, f.undone = map[string]*fakeEntry{}, map[string]int64{}, map[string]bool{}
+	f.entries, f.counter, f.undone, f.metas = map[string]*fakeEntry{}, map[string]int64{}, map[string]bool{}, map[string]time.Time{}
+}
+
+// keepMeta writes key's meta, as the scripts that write it do, for ttl
+// plus grace (Op.MetaFor), with f.mu held.
+func (f *fakeNode) keepMeta(key string, ttl, grace time.Duration) {
+	f.metas[key] = time.Now().Add(ttl + grace)
+}
+
+// metaLeft reports whether key's meta is still there, with f.mu held.
+func (f *fakeNode) metaLeft(key string) bool {
+	return time.Now().Before(f.metas[key])
 }
 
 // status answers OpStatus, and floor OpFloor.
@@ -106,7 +120,7 @@ var _ Node = (*fakeNode)(nil)
 func newFakeNodes(n int) []*fakeNode {
 	nodes := make([]*fakeNode, n)
 	for i := range nodes {
-		nodes[i] = &fakeNode{name: fmt.Sprintf("fake%d", i), entries: map[string]*fakeEntry{}, undone: map[string]bool{}, counter: map[string]int64{}}
+		nodes[i] = &fakeNode{name: fmt.Sprintf("fake%d", i), entries: map[string]*fakeEntry{}, undone: map[string]bool{}, counter: map[string]int64{}, metas: map[string]time.Time{}}
 	}
 	return nodes
 }
@@ -301,6 +315,11 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done Sink) {
 			r.OK = true
 		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)
+			if r.Err == nil && (r.Claim.State == Acquired || r.Claim.State == Mine) {
+				f.mu.Lock()
+				f.keepMeta(op.Key, op.Hold.TTL, op.MetaFor)
+				f.mu.Unlock()
+			}
 		case op.Kind == OpCommit:
 			r.OK, r.Err = f.Commit(ctx, op.Key, op.Token, op.Attempt, op.Fence)
 		case op.Kind == OpExtend:

@@ -58,20 +58,42 @@ import (
 //     hold, give the released holder a majority again with the node the
 //     release missed.
 //
-// What it leaves: an extension that lands on a node after the holder's
-// release there finds the key free as one that missed the grant would.
-// That takes an extension held up on its way (its answer comes after the
-// renewal was decided, and heal takes late answers too) while the holder
-// releases through another instance, or a renewal and a release sent at
-// once. Its heal then takes the key again for at most the validity the
-// renewal told; with a node that missed the release, the released holder
-// holds a majority for that long (TestAttackMarkExtensionLandsAfterRelease,
-// skipped as known: 10 after 11; seen once under load in the instance
-// test TestAttackRaiseHealAfterAnotherGrant before it cut the acquire's
-// link instead of delaying it: fence 6 shown after 7). A release that
-// deletes a hold would have to leave a mark for the longest lease (an
-// hour by default) to tell the two apart, which every released key would
-// keep on every node that long.
+// A release that deletes a hold leaves its meta (Op.MetaFor): every
+// script that writes a lock's meta gives it the key's TTL plus
+// metaGrace, and release.lua deletes the key alone. An extension that
+// finds the key free beside a meta, of any token, answers that it is not
+// held rather than free, so no heal is decided from it: that tells a node
+// where a hold was released (or ended with its lease) from one that missed
+// the grant or restarted empty, for as long as it matters. An extension's
+// answer counts only within its node timeout (a later one is its call's
+// error), so one found free at the node landed no later than that after
+// the renewal was sent; a release or a grant that the renewal's majority
+// did not see (else it would not be granted) landed on some node after
+// the renewal's extension there, and on every node no earlier than its
+// own node timeout before that; the meta of the hold it deleted or took,
+// kept metaGrace (two node timeouts and a second) past the key, is there
+// when the extension lands. Without the meta
+// (TestAttackMarkExtensionLandsAfterRelease), a renewal's extension held
+// up on its link, landing after the holder's release and another grant
+// there, found the key free and healed it with the old fence: with a node
+// that missed the release, the released holder held a majority again,
+// and its LOCK … TOKEN answered 10 after another grant's 11.
+//
+// What it leaves: the argument takes the node timeouts of the instances
+// that release and renew to be at most the one that wrote the meta (each
+// instance's grace covers max(NodeTimeout, MaxNodeTimeout)); a release
+// carried on to silent nodes after an undecided release (carry.go) may
+// land later than that, and the holder told "outcome unknown" may then
+// hold a majority again, no longer than the validity a renewal told it,
+// as when a release misses nodes. A node restarted empty has lost the
+// meta with the key, as before: the restart rule holds it out.
+
+// metaGrace is how much longer than its key a lock's meta is kept
+// (Op.MetaFor): two of the longest node timeouts, a renewal's and a
+// release's or a grant's, and a second for the nodes' clocks.
+func (r *Redlock) metaGrace() time.Duration {
+	return 2*max(r.cfg.NodeTimeout, MaxNodeTimeout) + time.Second
+}
 
 // markFor is how long a release marks a key it found free or another's
 // (Op.MarkFor), and the longest validity a heal may carry: with the
@@ -164,7 +186,7 @@ func (r *Redlock) healOn(key string, h engine.Hold, w *renewal, free []freeNode,
 			continue
 		}
 		op := &Op{Kind: OpHeal, Key: key, Hold: h, Fence: w.fence, Attempt: w.attempt,
-			FreeAt: n.at, HealUntil: n.at + left.Milliseconds()}
+			FreeAt: n.at, HealUntil: n.at + left.Milliseconds(), MetaFor: r.metaGrace()}
 		r.nodes[n.node].Do(ctx, op, n.node, done)
 		sent++
 	}

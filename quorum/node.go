@@ -202,6 +202,16 @@ type Op struct {
 	// found it so (FreeAt), which every later mark exceeds whatever the
 	// node's clock does; zero: no mark.
 	MarkFor time.Duration
+	// MetaFor is, for an OpAcquire, OpCommit, OpExtend and OpHeal that
+	// writes the lock's meta, how much longer than the key the meta is
+	// kept (Redlock.metaGrace): a release deletes only the key, and an
+	// OpExtend that finds the key free beside a meta (any token's) answers
+	// that it is not held, with no FreeAt, so that no heal is decided from
+	// a node where a hold was released. For an OpRelease, how long a meta
+	// that describes nobody is left where the hold it deletes had none (a
+	// client's script or a repair took the key). Zero: the meta ends with
+	// the key, and a release leaves none.
+	MetaFor time.Duration
 	TTL     time.Duration // OpExtend
 	Mode    engine.Mode   // OpExtend
 	// Script, Keys and Args are OpEval's script and its KEYS and ARGV;
@@ -241,7 +251,8 @@ type Reply struct {
 	// OpExtend that applied a TTL, the attempt the hold records.
 	Attempt string
 	// FreeAt is, for an OpExtend, the node's clock (ms) when it found the
-	// key free (nothing of any type there); 0 otherwise.
+	// key free (nothing of any type there, and no meta left by a hold
+	// released there: Op.MetaFor); 0 otherwise.
 	FreeAt int64
 	// Incarnation is the run id of the node process that answered, when
 	// the node knows it ("" otherwise). The restart rule counts an answer

@@ -27,10 +27,21 @@ import (
 // attempt it carries, raising the counter to the fence, unless a mark is
 // above the moment the extension found the key free (heal.lua); an acquire
 // or a heal that takes the key raises its mark by one where there is one.
+// A hold's meta outlives it by Op.MetaFor (fakeNode.metas): an extension
+// that finds the key free beside a meta answers that it is not held, with
+// no FreeAt (extend.lua).
 type healNode struct {
 	*fakeNode
 	marks map[string]int64 // under fakeNode.mu: key -> ms of the node's clock
 	heals int              // under fakeNode.mu: heals applied
+	// extends is the extensions applied, under fakeNode.mu.
+	extends int
+}
+
+func (h *healNode) extendsApplied() int {
+	h.fakeNode.mu.Lock()
+	defer h.fakeNode.mu.Unlock()
+	return h.extends
 }
 
 func (h *healNode) healsApplied() int {
@@ -95,7 +106,9 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 		e := f.live(op.Key)
 		switch op.Kind {
 		case OpExtend:
+			h.extends++
 			switch {
+			case e == nil && f.metaLeft(op.Key): // released (or ended) here: heal nothing
 			case e == nil:
 				at := nowMS()
 				if m := h.marks[op.Key]; m >= at {
@@ -114,6 +127,7 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 					ttl = e.ttl
 				}
 				e.ttl, e.expires, e.took = ttl, time.Now().Add(ttl), false
+				f.keepMeta(op.Key, ttl, op.MetaFor)
 				if op.Mode != "" {
 					e.Mode = op.Mode
 				}
@@ -142,6 +156,7 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 				f.entries[op.Key] = &fakeEntry{Entry{Token: op.Hold.Token, Fence: op.Fence, Mode: op.Hold.Mode, Name: op.Hold.Name},
 					op.Hold.TTL, time.Now().Add(ttl), op.Attempt, false}
 				r.TTL = ttl
+				f.keepMeta(op.Key, ttl, op.MetaFor)
 				h.taken(op.Key)
 			}
 		}
@@ -245,16 +260,19 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	defer rD.Close()
 	a2.let()
 	waitFor(t, "a's acquire lands on node 2", func() bool { tok, f, _ := entryOf(fs[2], "k"); return tok == "a" && f == 10 })
-	releaseGrantThenHeal(t, fs, hs, c1, b2, rC, rD)
+	releaseGrantThenHeal(t, fs, hs, c1, b2, rC, rD, func() {
+		waitFor(t, "the heal lands on node 2", func() bool { return hs[2].healsApplied() == 1 })
+	})
 }
 
 // releaseGrantThenHeal releases a (fence 10) through rC with rC's link to
 // node 1 cut (c1), grants b (fence 11) through rC and releases it, lets
-// node 2's held heal or extension (on b2) land, and checks that a, released,
+// node 2's held heal or extension (on b2) land (landed waits until it
+// did, and for the heal it may bring), and checks that a, released,
 // does not come back: node 2 does not take the heal, LOCKINFO through rD
 // does not show a, and a's LOCK … TOKEN through rD (node 0 slow) is a new
 // grant above b's.
-func releaseGrantThenHeal(t *testing.T, fs []*fakeNode, hs []*healNode, c1, b2 *link, rC, rD *Redlock) {
+func releaseGrantThenHeal(t *testing.T, fs []*fakeNode, hs []*healNode, c1, b2 *link, rC, rD *Redlock, landed func()) {
 	t.Helper()
 	ctx := context.Background()
 	c1.setCut(true)
@@ -270,7 +288,7 @@ func releaseGrantThenHeal(t *testing.T, fs []*fakeNode, hs []*healNode, c1, b2 *
 	}
 	waitFor(t, "b's release", func() bool { return holders(fs, "k", "b") == 0 })
 	b2.let()
-	waitFor(t, "the heal lands on node 2", func() bool { return hs[2].healsApplied() == 1 })
+	landed()
 	if tok, f, _ := entryOf(fs[2], "k"); tok == "a" {
 		t.Errorf("the heal took node 2 for a, released, with fence %d after b's grant (fence %d)", f, gb.Fence)
 	}

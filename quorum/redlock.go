@@ -172,7 +172,7 @@ func (r *Redlock) settle(key string, h engine.Hold, attempt string, c claimed) {
 		r.bg.Go(func() {
 			for i := range r.nodes {
 				if odd&(1<<i) != 0 {
-					_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence}, r.timeout(h.TTL))
+					_ = r.call(i, &Op{Kind: OpCommit, Key: key, Token: h.Token, Fence: c.fence, MetaFor: r.metaGrace()}, r.timeout(h.TTL))
 				}
 			}
 		})

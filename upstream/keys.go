@@ -17,7 +17,11 @@ import "strings"
 //	                             hold's acquire found none: its release
 //	                             need not look), each as its length, ':'
 //	                             and its bytes (meta.lua's encode)
-//	                             (the TTL of the lock key when written)
+//	                             (the TTL of the lock key when written
+//	                             plus a grace, quorum.Op.MetaFor: a
+//	                             release deletes the key alone, and an
+//	                             extension that finds the key free beside
+//	                             a meta heals nothing there)
 //	<prefix>line:<key>           waiting line (sorted set: waiter -> arrival, µs)
 //	<prefix>line-deadline:<key>  waiter -> µs after which its place is gone
 //	<prefix>undone:<attempt>     undo mark of an acquire attempt (short TTL)
@@ -84,8 +88,8 @@ import "strings"
 // majority of the same nodes. A meta hash of layout 2 beside a key still
 // held is a meta of another type, which MGET reads as nil: a meta lost,
 // as one that expired before its key (the hold's fence unknown, its
-// attempt not recorded); the next SET of the meta replaces it, a DEL
-// deletes it. A layout-3 meta's lined ("0": the release need not look at
+// attempt not recorded); the next SET of the meta replaces it (a release
+// of the hold writes one that describes nobody). A layout-3 meta's lined ("0": the release need not look at
 // the line) misses no waiter: on a node of layout 3 only layout 3's
 // acquire takes places in line (layout 2's fails on the counter before),
 // and it flags the holder's meta as it does; a line of layout 2 that

@@ -311,11 +311,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 		line, deadlines := n.lineKeys(op.Key)
 		keys := []string{lock, n.layoutKey(), line, deadlines, n.undoKey(op.Attempt),
 			n.prefix + "fence-floor", n.prefix + "fence-max", meta, n.releasedKey(op.Key)}
-		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt)
+		return acquireScript, keys, acquireArgs(op.Hold, op.Attempt, op.MetaFor)
 	case quorum.OpCommit:
-		return commitScript, []string{lock, n.layoutKey(), n.prefix + "fence-max", meta, n.prefix + "fence-floor"}, []any{op.Token, op.Fence, op.Attempt}
+		return commitScript, []string{lock, n.layoutKey(), n.prefix + "fence-max", meta, n.prefix + "fence-floor"}, []any{op.Token, op.Fence, op.Attempt, millis(op.MetaFor)}
 	case quorum.OpExtend:
-		return extendScript, []string{lock, meta, n.releasedKey(op.Key)}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt, millis(op.MarkFor)}
+		return extendScript, []string{lock, meta, n.releasedKey(op.Key)}, []any{op.Token, millis(op.TTL), string(op.Mode), op.Attempt, millis(op.MarkFor), millis(op.MetaFor)}
 	case quorum.OpRelease:
 		leave, took := "1", ""
 		if op.Rollback {
@@ -330,11 +330,11 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 			second = op.Line[1].ID
 		}
 		keys := []string{lock, line, deadlines, n.undoKey(op.Undo), meta, n.releasedKey(op.Key)}
-		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor), metaField(op.Token)}
+		return releaseScript, keys, []any{op.Token, n.released, op.Key, leave, op.Attempt, first, op.Undo, millis(op.UndoFor + quorum.UndoGrace), second, took, millis(op.MarkFor), metaField(op.Token), millis(op.MetaFor)}
 	case quorum.OpHeal:
 		keys := append([]string{lock, meta, n.releasedKey(op.Key)}, n.healCounters()...)
 		h := op.Hold
-		return healScript, keys, []any{h.Token, op.Fence, string(h.Mode), h.Name, millis(h.TTL), op.Attempt, op.FreeAt, op.HealUntil}
+		return healScript, keys, []any{h.Token, op.Fence, string(h.Mode), h.Name, millis(h.TTL), op.Attempt, op.FreeAt, op.HealUntil, millis(op.MetaFor)}
 	case quorum.OpLeave:
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
@@ -347,7 +347,8 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 
 // acquireArgs are acquire.lua's arguments for h. The line orders waiters by
 // arrival in microseconds: waiters a millisecond apart keep their order.
-func acquireArgs(h engine.Hold, attempt string) []any {
+// The meta is kept metaFor longer than the key (quorum.Op.MetaFor).
+func acquireArgs(h engine.Hold, attempt string, metaFor time.Duration) []any {
 	id, since, keep := "", int64(0), int64(0)
 	if w := h.Waiter; w != nil {
 		id, since, keep = w.ID, w.Since.UnixMicro(), w.Keep.Microseconds()
@@ -364,7 +365,7 @@ func acquireArgs(h engine.Hold, attempt string) []any {
 	// The meta's fields the instance knows, as meta.lua's encode writes
 	// them: the script writes the meta as one concatenation around the fence.
 	rest := metaField(string(h.Mode)) + metaField(h.Name) + metaField(strconv.FormatInt(ttl, 10)) + metaField(attempt)
-	return []any{h.Token, ttl, metaField(h.Token), rest, id, since, keep, next, nextSince, attempt, fresh}
+	return []any{h.Token, ttl, metaField(h.Token), rest, id, since, keep, next, nextSince, attempt, fresh, ttl + millis(metaFor)}
 }
 
 // metaField is s as a field of a lock's meta (meta.lua's encode): its

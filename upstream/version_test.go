@@ -43,12 +43,16 @@ func TestLayout1RefusedOnLayout2(t *testing.T) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
 		mustRelease(t, n, "k", "a", true)
+		released := raw.Get(ctx, "lockproxy:meta:k").Val() // the released hold's meta stays for its TTL
 		v, err := runLayout1Acquire(ctx, raw, "k", "old")
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("layout 1's acquire on a layout-2 node = %v, %v; want WRONGTYPE", v, err)
 		}
-		if got := raw.Exists(ctx, "k", "lockproxy:meta:k", "lockproxy:fence:k").Val(); got != 0 {
-			t.Errorf("layout 1's acquire left %d of k, its meta hash and its counter", got)
+		if got := raw.Exists(ctx, "k", "lockproxy:fence:k").Val(); got != 0 {
+			t.Errorf("layout 1's acquire left %d of k and its counter", got)
+		}
+		if m := raw.Get(ctx, "lockproxy:meta:k").Val(); m != released {
+			t.Errorf("layout 1's acquire wrote k's meta: %q, was %q", m, released)
 		}
 		err = raw.Eval(ctx, layout1Commit, []string{"k", "lockproxy:fence:k", "lockproxy:fence-max", "lockproxy:meta:k"}, "old", 1, "old").Err()
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
@@ -209,6 +213,7 @@ func TestLayout2RefusedOnLayout3(t *testing.T) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
 		mustAcquire(t, n, "k", hold("a", time.Minute))
 		mustRelease(t, n, "k", "a", true)
+		released := raw.Get(ctx, "lockproxy:meta:k").Val() // the released hold's meta stays for its TTL
 		mustAcquire(t, n, "held", hold("a", time.Minute))
 		counter := func() int64 {
 			c, err := nodeCounter(ctx, raw)
@@ -234,8 +239,8 @@ func TestLayout2RefusedOnLayout3(t *testing.T) {
 		// The quiet path on a free key: the key, and nothing else.
 		v, err = runLayout2(ctx, n, raw, layout2AcquireOp("k", "old", false))
 		wrongType("acquire", v, err)
-		if got := raw.Exists(ctx, "lockproxy:meta:k").Val(); got != 0 {
-			t.Errorf("layout 2's acquire wrote a meta for k")
+		if m := raw.Get(ctx, "lockproxy:meta:k").Val(); m != released {
+			t.Errorf("layout 2's acquire wrote a meta for k: %q, was %q", m, released)
 		}
 		if c, err := n.Acquire(ctx, "k", hold("b", time.Minute)); err != nil || c.State != quorum.Taken {
 			t.Errorf("Acquire(k) over layout 2's key = %+v, %v; want taken", c, err)

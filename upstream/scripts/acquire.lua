@@ -22,14 +22,17 @@
 -- release can tell whether this acquire has landed. ARGV[11] is '1' for a
 -- fresh acquire (SET NX: refused even when the token already holds the key,
 -- since legacy values need not be unique), '' for an acquire that may be
--- retried by the holder.
+-- retried by the holder. ARGV[12] is the meta's TTL (ms): the lease plus
+-- the grace the meta outlives its key by (quorum.Op.MetaFor).
 -- KEYS[6] and KEYS[7] fence-floor and fence-max, the node-wide keys of
 -- layout 1, read once when the node has no counter yet (layout.lua), KEYS[8]
 -- the lock's meta (one string, meta.lua's encode: token, fence, mode,
 -- name, ttl; attempt, the last attempt to take or refresh the key, and
 -- took, '1' when that attempt took it and '0' when it only refreshed it; it
 -- describes the holder only while its token is the lock key's value, and
--- has the key's TTL), KEYS[9] the key's release mark (release.lua,
+-- has the key's TTL plus a grace: a release deletes the key alone, and an
+-- extension that finds the key free beside a meta heals nothing there:
+-- extend.lua), KEYS[9] the key's release mark (release.lua,
 -- extend.lua): where there is one, taking the key raises it (taken()).
 -- Returns {state, counter, n}: state 1 acquired (n is the fence), 2 already
 -- mine (n is the fence of that grant, or the node's counter where it is not
@@ -54,7 +57,7 @@ end
 local TOOK_UNLINED, TOOK_LINED = '1:11:0', '1:11:1'
 local function meta(fence, rest)
   local f = count(fence)
-  redis.call('SET', KEYS[8], ARGV[3] .. #f .. ':' .. f .. ARGV[4] .. rest, 'PX', ARGV[2])
+  redis.call('SET', KEYS[8], ARGV[3] .. #f .. ':' .. f .. ARGV[4] .. rest, 'PX', ARGV[12])
 end
 -- taken raises the key's release mark by one where there is one (mark,
 -- read below): a renewal that found the key free here wrote it, and a heal

@@ -6,7 +6,8 @@
 -- KEYS[2] the layout key (the node's counter, layout.lua), KEYS[3] and
 -- KEYS[5] fence-max and fence-floor of layout 1 (read where the node has no
 -- counter yet), KEYS[4] the lock's meta (meta.lua's encode)
--- ARGV[1] token, ARGV[2] fence, ARGV[3] the committing attempt ('' none)
+-- ARGV[1] token, ARGV[2] fence, ARGV[3] the committing attempt ('' none),
+-- ARGV[4] how much longer than the key the meta is kept (ms: acquire.lua)
 -- Returns 1 if the token holds the lock, else 0.
 local fence = tonumber(ARGV[2])
 raise(KEYS[2], KEYS[5], KEYS[3], fence)
@@ -28,11 +29,12 @@ end
 if ARGV[3] ~= '' and m.attempt == ARGV[3] or fence >= (tonumber(m.fence) or 0) then
   m.fence = ARGV[2]
 end
--- The meta gets the key's TTL; where the key has none (a script persisted
--- it), the meta keeps its own, and one started again has none.
+-- The meta gets the key's TTL and the grace; where the key has none (a
+-- script persisted it), the meta keeps its own, and one started again has
+-- none.
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl > 0 then
-  keep = {'PX', pttl}
+  keep = {'PX', pttl + tonumber(ARGV[4])}
 end
 redis.call('SET', KEYS[4], encode(m), unpack(keep))
 return 1

@@ -8,11 +8,14 @@
 -- lock has become a lease, ARGV[4] the attempt the extension is bound to
 -- ('' for any hold of the token): only a hold that attempt was the last to
 -- take or refresh (the meta's attempt) is extended, ARGV[5] how long,
--- in ms, a mark written here lasts ('0': none written)
+-- in ms, a mark written here lasts ('0': none written), ARGV[6] how much
+-- longer than the key the meta is kept (ms: acquire.lua)
 -- Returns {ttl applied, fence, attempt, mode, name} (the hold as the meta
 -- records it: fence 0 and '' where it is not known), so that the
 -- extender can heal the lock onto nodes where the key is free (heal.lua);
--- {0, at} if the key is free on this node: at is the node's clock in ms,
+-- {0, at} if the key is free on this node, with no meta beside it (a meta
+-- outlives its key by a grace: a hold was released here, or ended with its
+-- lease, and a heal must not bring it back): at is the node's clock in ms,
 -- or one more than the key's release mark where that is not below it (the
 -- clock stepped back), written as the mark, so that a release after this
 -- one marks the key above at whatever the node's clock does (release.lua);
@@ -23,7 +26,7 @@
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local holder = got[1]
 if holder ~= ARGV[1] then
-  if not holder and redis.call('EXISTS', KEYS[1]) == 0 then
+  if not holder and not got[2] and redis.call('EXISTS', KEYS[1]) == 0 then
     local t = redis.call('TIME')
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local mark = tonumber(redis.pcall('GET', KEYS[3])) -- nil unless a number
@@ -64,5 +67,5 @@ end
 local fence, attempt, name = m.fence, m.attempt, m.name
 m.token, m.ttl, m.took = ARGV[1], count(ttl), '0'
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('SET', KEYS[2], encode(m), 'PX', ttl)
+redis.call('SET', KEYS[2], encode(m), 'PX', ttl + tonumber(ARGV[6]))
 return {ttl, tonumber(fence) or 0, attempt, m.mode, name}

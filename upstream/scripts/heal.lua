@@ -12,7 +12,8 @@
 -- match), ARGV[7] the node's clock (ms) when the renewal found the key
 -- free here, ARGV[8] ARGV[7] plus the validity the holder was told has
 -- left when the heal is sent: no later than the node's clock when that
--- validity ends
+-- validity ends, ARGV[9] how much longer than the key the meta is kept
+-- (ms: acquire.lua)
 -- Taking the key raises the mark by one, as an acquire does (acquire.lua):
 -- no other heal decided before this one takes the key once it is gone.
 -- Returns the TTL given to the key in ms, or 0 if it took nothing: the key
@@ -44,5 +45,5 @@ if mark then
 end
 -- took '0': no rollback of any attempt deletes the healed hold.
 redis.call('SET', KEYS[2], encode({token = ARGV[1], fence = ARGV[2], mode = ARGV[3], name = ARGV[4],
-  ttl = ARGV[5], attempt = ARGV[6], took = '0'}), 'PX', left)
+  ttl = ARGV[5], attempt = ARGV[6], took = '0'}), 'PX', left + tonumber(ARGV[9]))
 return left

@@ -28,6 +28,9 @@
 -- it undone, so that it takes nothing when it lands later (on a connection
 -- that was dropped meanwhile, its order against this release is unknown).
 -- ARGV[12] is ARGV[1] as the meta's first field (meta.lua's encode).
+-- ARGV[13] is how long (ms; '0': none) the release leaves a meta that
+-- describes nobody where the hold it deletes has no meta of its own (a
+-- client's script or the repair of a drifted node took the key).
 -- Returns {1, attempt} if the token held the lock (attempt: the last attempt
 -- that took or refreshed the hold deleted, '' if not recorded), else 0.
 -- It publishes only when it deleted, and
@@ -104,7 +107,16 @@ end
 if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[5])
+-- The key alone: its meta stays for the rest of its TTL, the lease plus a
+-- grace (acquire.lua), so that an extension held up on its way that lands
+-- after this release finds a meta beside the free key and heals nothing
+-- (extend.lua). A hold with no meta of its own gets one that describes
+-- nobody (every field ''), for the grace: a rare write, never in the
+-- common cycle, whose hold's meta is known.
+if not known and ARGV[13] ~= '0' then
+  redis.call('SET', KEYS[5], encode(blank()), 'PX', ARGV[13])
+end
+redis.call('DEL', KEYS[1])
 -- Somebody other than ARGV[6] and ARGV[9] waits where the line's first
 -- three places are not all theirs (two waiters fill at most two).
 local others = 0
