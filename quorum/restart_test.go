@@ -525,8 +525,6 @@ func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
 // with the retry sent through a second instance started after the floors
 // were raised.
 func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
-	t.Skip("known (f1e4aef, 4020c4f): a new instance first sees a raised node vetted and remembers no floor for it, " +
-		"so a stale hold left there gives a retry through it a fence going back: fence 1 after 6")
 	ctx := context.Background()
 	nodes, _, top := staleHoldStage(t)
 	// b's client retries through a second instance, started now: it
