@@ -459,8 +459,8 @@ func infoField(info, field string) string {
 // the run id and uptime, CONFIG GET for appendonly and appendfsync
 // (durable only when both read yes and always; a CONFIG that fails is not
 // verified), and the vetted run id, the vetted floor and the largest
-// counter that the scripts keep. Status reads are rare (one a second per Redlock): they go through
-// go-redis's pool.
+// counter that the scripts keep. Status reads are rare (one a second per
+// Redlock): they go through go-redis's pool.
 func (n *RedisNode) status(c *call) {
 	if err := c.ctx.Err(); err != nil {
 		c.fail(err)
