@@ -43,6 +43,11 @@ type fakeNode struct {
 	durable bool
 	vetted  string
 	floor   int64
+	// raisedAt is the node's largest counter right after the last OpFloor,
+	// recorded for raisedFor, the run id it named (floor.lua's vetted
+	// floor).
+	raisedAt  int64
+	raisedFor string
 }
 
 // restartEmpty restarts the node as a Redis without persistence does: a
@@ -51,6 +56,7 @@ func (f *fakeNode) restartEmpty(run string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.run, f.uptime, f.vetted, f.floor = run, 0, "", 0
+	f.raisedAt, f.raisedFor = 0, ""
 	f.entries, f.counter, f.undone, f.metas = map[string]*fakeEntry{}, map[string]int64{}, map[string]bool{}, map[string]time.Time{}
 }
 
@@ -69,11 +75,20 @@ func (f *fakeNode) metaLeft(key string) bool {
 func (f *fakeNode) status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	s := Status{RunID: f.run, Uptime: f.uptime, Durable: f.durable, Vetted: f.vetted, FenceMax: f.top()}
+	if f.raisedFor == f.run {
+		s.Floor = f.raisedAt
+	}
+	return s
+}
+
+// top is the node's largest counter, with f.mu held.
+func (f *fakeNode) top() int64 {
 	top := f.floor
 	for _, c := range f.counter {
 		top = max(top, c)
 	}
-	return Status{RunID: f.run, Uptime: f.uptime, Durable: f.durable, Vetted: f.vetted, FenceMax: top}
+	return top
 }
 
 // raised is the node's fence floor and the run id it was raised for.
@@ -83,10 +98,15 @@ func (f *fakeNode) raised() (int64, string) {
 	return f.floor, f.vetted
 }
 
-func (f *fakeNode) raiseFloor(floor int64, run string) {
+// raiseFloor answers OpFloor as floor.lua: it raises the floor, records
+// run as vetted and, for it, the node's counter after the raise, which it
+// returns.
+func (f *fakeNode) raiseFloor(floor int64, run string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.floor, f.vetted = max(f.floor, floor), run
+	f.raisedAt, f.raisedFor = f.top(), run
+	return f.raisedAt
 }
 
 // pause makes the node queue calls without applying them.
@@ -311,7 +331,7 @@ func (f *fakeNode) apply(ctx context.Context, op *Op, tag int, done Sink) {
 		case op.Kind == OpStatus:
 			r.Status = f.status()
 		case op.Kind == OpFloor:
-			f.raiseFloor(op.Fence, op.Token)
+			r.Claim.Counter = f.raiseFloor(op.Fence, op.Token)
 			r.OK = true
 		case op.Kind == OpAcquire:
 			r.Claim, r.Err = f.Acquire(ctx, op.Key, op.Hold, op.Attempt)

@@ -82,7 +82,9 @@ const (
 	OpStatus
 	// OpFloor raises every fencing counter of the node to at least Fence
 	// (upstream: its one counter), and records Token (the node's run id)
-	// as the process whose counters were raised. Reply: OK.
+	// as the process whose counters were raised, and with it the node's
+	// largest counter after the raise (Status.Floor). Reply: OK, and that
+	// counter as Claim.Counter.
 	OpFloor
 	// OpEval runs Script, a script outside the catalog, with Keys and Args
 	// on the node, atomically there (EVALSHA, EVAL when the node does not
@@ -147,6 +149,12 @@ type Status struct {
 	// FenceMax is the largest fencing counter the node holds, over every
 	// key.
 	FenceMax int64
+	// Floor is the node's largest counter right after the last OpFloor
+	// for this very process (RunID), as the node records it: every hold
+	// the process took before that OpFloor has a fence up to it. 0 when
+	// the node records none for this process (never raised, raised by a
+	// build that did not record it, or raised for an earlier process).
+	Floor int64
 }
 
 // Op is one operation, sent alike to every node of a fan-out. Nodes must

@@ -51,7 +51,11 @@ import (
 // or found new by an operator's explicit start on new nodes: see
 // instance/newnodes.go) records its own run id as vetted; any instance that
 // reads that record for the process it talks to counts it at once, since
-// the process has kept every write since it was vetted. An instance that
+// the process has kept every write since it was vetted. Beside it the node
+// records its counter right after the raise, for that run id
+// (Status.Floor): every instance takes a hold recorded there with a fence
+// up to it as possibly from before the floor (staleHold), whichever
+// instance's refused attempt left it. An instance that
 // sees a node restart without verified fsync clears the record (OpFloor
 // with RestartedMark), so that no start on "new" nodes can take that node for
 // new while it is held out.
@@ -135,12 +139,13 @@ type nodeTrust struct {
 	why     string        // what was seen when it stopped counting
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
-	// raised is the node's counter when it was counted again after a
-	// restart without verified fsync or its probation (its floor, or its
-	// largest counter when another instance vetted it meanwhile); 0 for a
-	// node counted from the start or verified durable: a hold it records
-	// with a fence up to it may have been taken before the floor was
-	// raised (staleHold).
+	// raised is the node's counter when its fence floor was raised for
+	// the process counted (the node records it: Status.Floor; where it
+	// does not, the node's largest counter when another instance was seen
+	// to vet it after a restart seen here, and 0 when first seen vetted);
+	// 0 for a node counted from the start or verified durable: a hold it
+	// records with a fence up to it may have been taken before the floor
+	// was raised (staleHold).
 	raised int64
 }
 
@@ -304,13 +309,18 @@ func (r *Redlock) checkNodes() {
 		r.clearVetted(i)
 	}
 	for _, d := range dues {
-		if d.floor > 0 && !r.raiseFloor(d.i, d.runID, d.floor) {
-			continue // tried again at the next read
+		var at int64 // the node's counter right after the raise
+		if d.floor > 0 {
+			ok, c := r.raiseFloor(d.i, d.runID, d.floor)
+			if !ok {
+				continue // tried again at the next read
+			}
+			at = c
 		}
 		t.mu.Lock()
 		n := &t.nodes[d.i]
 		if n.runID == d.runID && n.counted == "" {
-			t.countAgain(n, d.runID, max(d.floor, d.top))
+			t.countAgain(n, d.runID, max(d.floor, d.top, at))
 			why := "every lease it may have held has expired"
 			if d.floor > 0 {
 				why += fmt.Sprintf("; fence floor raised to %d", d.floor)
@@ -346,12 +356,20 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		// An instance vetted this very process: it has kept every write
 		// since (its probation was over, or --new-nodes found it new).
 		events = append(events, trustEvent{i, true, what + "; vetted for this process by a lockproxy instance (its hold-out was over, or --new-nodes found it new)"})
-		// Seen restarting here first, its holds may predate the floor
-		// another instance raised; first seen vetted, none is this
-		// instance's (TestStaleHoldOfARaisedNode).
-		raised := s.FenceMax
-		if first {
-			raised = 0
+		// Its holds up to the node's counter when the floor was raised
+		// may predate the floor, whichever instance's attempts left them:
+		// a token's retry may come through any instance
+		// (TestStaleHoldOfARaisedNode, TestStaleHoldRetriedThroughAnotherInstance).
+		// The node records that counter for the process (Status.Floor).
+		// Where it records none (raised by a build before the record),
+		// a node seen restarting here takes its counter now, every hold
+		// an instance may have left before the floor and more; one first
+		// seen vetted takes none of its holds as stale, as before the
+		// record: a hold left there before its floor can give a retry
+		// through this instance the hold's old fence.
+		raised := s.Floor
+		if raised == 0 && !first {
+			raised = s.FenceMax
 		}
 		r.trust.countAgain(n, s.RunID, raised)
 		n.until, n.why = time.Time{}, ""
@@ -411,14 +429,15 @@ func (r *Redlock) floor(i int, st []*Status, now time.Time) int64 {
 }
 
 // raiseFloor raises node i's fence floor to floor and records runID as
-// vetted; it reports whether the node did.
-func (r *Redlock) raiseFloor(i int, runID string, floor int64) bool {
+// vetted; it reports whether the node did, and the node's counter right
+// after the raise, which the node records too (Status.Floor).
+func (r *Redlock) raiseFloor(i int, runID string, floor int64) (bool, int64) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
 	done := make(Replies, 1)
 	r.nodes[i].Do(ctx, &Op{Kind: OpFloor, Fence: floor, Token: runID}, i, done)
 	rep := <-done
-	return rep.Err == nil && rep.OK && rep.Incarnation == runID
+	return rep.Err == nil && rep.OK && rep.Incarnation == runID, rep.Claim.Counter
 }
 
 // checkLease refuses a TTL the restart rule cannot cover.

@@ -525,8 +525,6 @@ func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
 // with the retry sent through a second instance started after the floors
 // were raised.
 func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
-	t.Skip("known (f1e4aef, 4020c4f): a new instance first sees a raised node vetted and remembers no floor for it, " +
-		"so a stale hold left there gives a retry through it a fence going back: fence 1 after 6")
 	ctx := context.Background()
 	nodes, _, top := staleHoldStage(t)
 	// b's client retries through a second instance, started now: it
@@ -539,6 +537,61 @@ func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
 	}
 	if g.Fence <= top {
 		t.Fatalf("b's retry through another instance once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestRetryOfAGrantMadeAfterTheFloorThroughAnInstanceThatSawTheRestart:
+// node 0 restarts empty; instance A holds it out, raises its floor and
+// counts it again; b is granted through A by nodes 0 and 1 (node 2 down),
+// after the floor. Instance B, which counted node 0 before the restart and
+// has not read its status since, learns of the restart from b's retry and
+// finds node 0 vetted. Its holds up to the counter recorded with the
+// floor may predate it; b's, above it, does not: b's retry through B,
+// with node 2 still down, answers its grant's fence. Taking every hold
+// up to the node's counter when B saw it vetted (as before the node
+// recorded its floor) set b's hold aside, and the retry committed a new
+// fence: 5 after its grant's 4.
+func TestRetryOfAGrantMadeAfterTheFloorThroughAnInstanceThatSawTheRestart(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	a := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	b := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second})
+	defer b.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
+	floor, _ := nodes[0].raised()
+	nodes[2].setDown(true)
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= floor {
+		t.Fatalf("b granted after node 0's floor %d with fence %d", floor, g.Fence)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	// b's first retry through B meets node 0's new process: not counted,
+	// and it asks for a status read.
+	var again engine.Grant
+	eventually(t, 10*time.Second, "b's retry through B", func() bool {
+		again, err = b.Acquire(ctx, "k", hb)
+		return err == nil
+	})
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through B while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
 

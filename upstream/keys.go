@@ -32,13 +32,16 @@ import "strings"
 //	<prefix>layout               string: the node's fencing counter, one
 //	                             for every key (layout 3; a hash in 2)
 //	<prefix>vetted               the restart rule's vetted run id
+//	<prefix>vetted-floor         the node's counter when its fence floor
+//	                             was raised, and the run id it was raised
+//	                             for: "<counter>:<run id>" (floor.lua)
 //	<prefix>fence-floor, <prefix>fence-max
 //	                             hashes naming the layout (see below)
 //
 // Nothing per key outlives the key's lease, except an undo mark (the
 // attempt's lease plus quorum.UndoGrace) and a place in line (while its
 // waiter may come back): a node that served a million distinct keys holds
-// four keys of lockproxy's once their leases are over.
+// five keys of lockproxy's once their leases are over.
 //
 // One fencing counter per node, not per key (etcd's revision is one
 // number for the whole store, too). Fences stay strictly increasing per
@@ -133,6 +136,11 @@ func (n *RedisNode) lockKey(key string) string {
 
 // metaKey is the string that describes key's holder (meta.lua's encode).
 func (n *RedisNode) metaKey(key string) string { return n.prefix + "meta:" + key }
+
+// vettedFloorKey is the node's counter when its fence floor was last
+// raised, with the run id it was raised for (floor.lua). Under "vetted",
+// a reserved name already: a client's key maps where it always did.
+func (n *RedisNode) vettedFloorKey() string { return n.prefix + "vetted-floor" }
 
 // layoutKey is the node's fencing counter; its type names the layout.
 func (n *RedisNode) layoutKey() string { return n.prefix + "layout" }

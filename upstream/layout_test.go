@@ -179,19 +179,20 @@ func TestReservedKeys(t *testing.T) {
 	defer n.Close()
 	moved := map[string]bool{}
 	for key, want := range map[string]string{
-		"k":                    "k",
-		"lockproxy:db1:k":      "lockproxy:db1:k",
-		"lockproxy:readyz":     "lockproxy:readyz",
-		"lockproxy:metadata":   "lockproxy:metadata",
-		"lockproxy:fence:k":    "lockproxy:key:lockproxy:fence:k",
-		"lockproxy:meta:k":     "lockproxy:key:lockproxy:meta:k",
-		"lockproxy:fence-max":  "lockproxy:key:lockproxy:fence-max",
-		"lockproxy:vetted":     "lockproxy:key:lockproxy:vetted",
-		"lockproxy:line:k":     "lockproxy:key:lockproxy:line:k",
-		"lockproxy:undone:k":   "lockproxy:key:lockproxy:undone:k",
-		"lockproxy:key:x":      "lockproxy:key:lockproxy:key:x",
-		"lockproxy:fence-floo": "lockproxy:fence-floo",
-		"lockproxy:layout":     "lockproxy:key:lockproxy:layout",
+		"k":                      "k",
+		"lockproxy:db1:k":        "lockproxy:db1:k",
+		"lockproxy:readyz":       "lockproxy:readyz",
+		"lockproxy:metadata":     "lockproxy:metadata",
+		"lockproxy:fence:k":      "lockproxy:key:lockproxy:fence:k",
+		"lockproxy:meta:k":       "lockproxy:key:lockproxy:meta:k",
+		"lockproxy:fence-max":    "lockproxy:key:lockproxy:fence-max",
+		"lockproxy:vetted":       "lockproxy:key:lockproxy:vetted",
+		"lockproxy:vetted-floor": "lockproxy:key:lockproxy:vetted-floor",
+		"lockproxy:line:k":       "lockproxy:key:lockproxy:line:k",
+		"lockproxy:undone:k":     "lockproxy:key:lockproxy:undone:k",
+		"lockproxy:key:x":        "lockproxy:key:lockproxy:key:x",
+		"lockproxy:fence-floo":   "lockproxy:fence-floo",
+		"lockproxy:layout":       "lockproxy:key:lockproxy:layout",
 	} {
 		got := n.lockKey(key)
 		if got != want {

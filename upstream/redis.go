@@ -339,7 +339,7 @@ func (n *RedisNode) command(op *quorum.Op) (*script, []string, []any) {
 		line, deadlines := n.lineKeys(op.Key)
 		return leaveScript, []string{line, deadlines}, []any{op.Token, n.released, op.Key}
 	case quorum.OpFloor:
-		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted", n.layoutKey()}, []any{op.Fence, op.Token}
+		return floorScript, []string{n.prefix + "fence-floor", n.prefix + "fence-max", n.prefix + "vetted", n.layoutKey(), n.vettedFloorKey()}, []any{op.Fence, op.Token}
 	default:
 		return inspectScript, []string{lock, meta}, nil
 	}
@@ -425,6 +425,26 @@ func (n *RedisNode) Incarnation() string {
 	return ""
 }
 
+// vettedFloor is the counter that v, the vetted floor floor.lua records
+// ("<counter>:<run id>"), names for process runID: 0 when there is none
+// (a node vetted by a build before the record, or never) or it names
+// another process (the node restarted since, or was raised by an older
+// build since, which does not write the record).
+func vettedFloor(v, runID string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	c, run, ok := strings.Cut(v, ":")
+	f, err := strconv.ParseInt(c, 10, 64)
+	if !ok || err != nil || f < 0 {
+		return 0, badReply("vetted floor", v)
+	}
+	if run != runID {
+		return 0, nil
+	}
+	return f, nil
+}
+
 // infoField is the value of field in an INFO reply, "" when absent.
 func infoField(info, field string) string {
 	for line := range strings.Lines(info) {
@@ -439,9 +459,9 @@ func infoField(info, field string) string {
 // pipeline, within the call's deadline capped by Timeout: INFO server for
 // the run id and uptime, CONFIG GET for appendonly and appendfsync
 // (durable only when both read yes and always; a CONFIG that fails is not
-// verified), and the vetted run id and largest counter that the scripts
-// keep. Status reads are rare (one a second per Redlock): they go through
-// go-redis's pool.
+// verified), and the vetted run id, the vetted floor and the largest
+// counter that the scripts keep. Status reads are rare (one a second per
+// Redlock): they go through go-redis's pool.
 func (n *RedisNode) status(c *call) {
 	if err := c.ctx.Err(); err != nil {
 		c.fail(err)
@@ -454,6 +474,7 @@ func (n *RedisNode) status(c *call) {
 	aof := pipe.ConfigGet(ctx, "appendonly")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	vetted := pipe.Get(ctx, n.prefix+"vetted")
+	floor := pipe.Get(ctx, n.vettedFloorKey())
 	top := pipe.Get(ctx, n.layoutKey())            // layout 3's; WRONGTYPE in layout 2
 	top2 := pipe.HGet(ctx, n.layoutKey(), "fence") // layout 2's; WRONGTYPE in layout 3
 	old := pipe.Get(ctx, n.prefix+"fence-max")     // layout 1's; WRONGTYPE since layout 2
@@ -486,13 +507,17 @@ func (n *RedisNode) status(c *call) {
 			cmd.SetErr(redis.Nil)
 		}
 	}
-	for _, cmd := range []*redis.StringCmd{vetted, top, top2, old} {
+	for _, cmd := range []*redis.StringCmd{vetted, floor, top, top2, old} {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			r.Err = err
 			return
 		}
 	}
 	s.Vetted = vetted.Val()
+	if s.Floor, err = vettedFloor(floor.Val(), s.RunID); err != nil {
+		r.Err = err
+		return
+	}
 	// The node's counter: layout 3's, layout 2's, or on a node still in
 	// layout 1 its fence-max, at least every counter there.
 	for _, v := range []string{top.Val(), top2.Val(), old.Val()} {

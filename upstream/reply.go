@@ -45,6 +45,20 @@ func flag(s *script, v any) (bool, error) {
 	return i == 1, nil
 }
 
+// floored reads floor.lua's reply: {1, the node's counter after the raise}.
+func floored(v any) (bool, int64, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return false, 0, badReply(floorScript.name, v)
+	}
+	one, ok1 := a[0].(int64)
+	c, ok2 := a[1].(int64)
+	if !ok1 || !ok2 || one != 1 || c < 0 {
+		return false, 0, badReply(floorScript.name, v)
+	}
+	return true, c, nil
+}
+
 // released reads release.lua's reply: 0, or {1, the attempt of the hold
 // deleted ("" if not recorded)}.
 func released(v any) (bool, string, error) {
@@ -122,7 +136,7 @@ func decode(k quorum.OpKind, v any, r *quorum.Reply) (err error) {
 	case quorum.OpInspect:
 		r.Entry, r.OK, err = entry(v)
 	case quorum.OpFloor:
-		r.OK, err = flag(floorScript, v)
+		r.OK, r.Claim.Counter, err = floored(v)
 	}
 	return err
 }

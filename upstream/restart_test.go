@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -326,4 +327,142 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// TestStaleHoldRetriedThroughALaterInstance: nodes 0 and 1 restart empty
+// after fences up to top were granted. While instance A holds them out,
+// token b's refused attempt leaves its hold on both, with their counters
+// after the restart (1; its rollback overtaken by b's retry, which kept the
+// hold). A raises their floors and counts them again. b's client then
+// retries through instance B, started after: B first sees both nodes
+// vetted. Without the floor the node records with its vetted run id, B
+// knew no floor for them, found b's holds there a majority with fence 1,
+// and granted b fence 1 after top.
+func TestStaleHoldRetriedThroughALaterInstance(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const lease = 4 * time.Second // the hold-out: room to leave the holds before the floor
+	a := restartRedlock(t, servers, lease)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	var top int64
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		g, err := a.Acquire(ctx, "k", hold(tok, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, g.Fence)
+		heldOn(t, "k", tok, servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, false, false, true)
+	// What b's refused attempt leaves once the retry overtook its
+	// rollback: b holds k on nodes 0 and 1, with their counters then.
+	for _, s := range servers[:2] {
+		n := newNode(t, RedisOptions{Addr: s.Addr()})
+		c, err := n.Acquire(ctx, "k", hold("b", 30*time.Second))
+		if err != nil || c.State != quorum.Acquired || c.Fence > top {
+			// (A fence above top: the floor was raised first, the stage
+			// took longer than the hold-out.)
+			t.Fatalf("b's hold left on %s while it is held out: %+v %v (fences granted up to %d)", s.Addr(), c, err, top)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	b := restartRedlock(t, servers, lease)
+	waitCounted(t, b, 30*time.Second, true, true, true)
+	g, err := b.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= top {
+		t.Fatalf("b's retry through an instance started after the floors were raised: fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestVettedFloorRecorded: OpFloor records, beside the vetted run id, the
+// node's counter right after the raise (not the floor asked for, where
+// the counter was above it) with that run id, "<counter>:<run id>", and
+// answers that counter. On a node of layout 2, the record is the counter
+// the migration starts from. (miniredis, the embedded backend, runs the
+// same script.)
+func TestVettedFloorRecorded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, addr string) {
+		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+		run := strings.Repeat("a", 40)
+		floor := func(fence int64, run string, want int64) {
+			t.Helper()
+			r := n.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: fence, Token: run})
+			if r.Err != nil || !r.OK || r.Claim.Counter != want {
+				t.Fatalf("OpFloor(%d, %s) = %+v, want counter %d", fence, run, r, want)
+			}
+			if v := raw.Get(ctx, DefaultPrefix+"vetted").Val(); v != run {
+				t.Fatalf("vetted %q after OpFloor for %s", v, run)
+			}
+			if v, rec := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(), fmt.Sprintf("%d:%s", want, run); v != rec {
+				t.Fatalf("vetted floor %q after OpFloor(%d, %s), want %q", v, fence, run, rec)
+			}
+		}
+		// A node of layout 2: its counter is field fence of the layout hash.
+		if err := raw.HSet(ctx, DefaultPrefix+"layout", "fence", 50, "version", "2").Err(); err != nil {
+			t.Fatal(err)
+		}
+		floor(7, run, 50)
+		mustAcquire(t, n, "k", hold("a", time.Minute)) // 51
+		floor(1795840067212561, run, 1795840067212561) // a time floor, written whole
+		floor(0, quorum.RestartedMark, 1795840067212561)
+	})
+}
+
+// TestStatusReadsTheVettedFloor: the status read gives the recorded floor
+// only for the process that answers: none once the record names another
+// (the node restarted since, or an older build, which does not write the
+// record, vetted it since). A record that cannot be read fails the status
+// read, and the connection stays usable. (miniredis answers no INFO
+// server: the restart rule does not run on the embedded backend.)
+func TestStatusReadsTheVettedFloor(t *testing.T) {
+	addr := redistest.Start(t, redistest.Options{}).Addr()
+	n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
+	status := func() quorum.Status {
+		t.Helper()
+		r := n.do(ctx, &quorum.Op{Kind: quorum.OpStatus})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Status
+	}
+	run := status().RunID
+	if s := status(); s.Floor != 0 {
+		t.Fatalf("status before any floor: %+v, want no floor", s)
+	}
+	mustAcquire(t, n, "k", hold("a", time.Minute))
+	if r := n.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: 40, Token: run}); r.Err != nil || !r.OK {
+		t.Fatalf("OpFloor: %+v", r)
+	}
+	mustAcquire(t, n, "k2", hold("a", time.Minute)) // 41
+	if s := status(); s.Vetted != run || s.Floor != 40 || s.FenceMax != 41 {
+		t.Fatalf("status after the floor: %+v, want vetted %s, floor 40, counter 41", s, run)
+	}
+	// Another process's record, this one vetted by an older build.
+	raw.Set(ctx, DefaultPrefix+"vetted-floor", "90:"+strings.Repeat("e", 40), 0)
+	if s := status(); s.Vetted != run || s.Floor != 0 {
+		t.Fatalf("status with another process's record: %+v, want no floor", s)
+	}
+	raw.Set(ctx, DefaultPrefix+"vetted-floor", "ninety:"+run, 0)
+	if r := n.do(ctx, &quorum.Op{Kind: quorum.OpStatus}); r.Err == nil {
+		t.Fatalf("status with an unreadable record: %+v, want an error", r.Status)
+	}
+	raw.Set(ctx, DefaultPrefix+"vetted-floor", "90:"+run, 0)
+	if s := status(); s.Floor != 90 {
+		t.Fatalf("status after the record was mended: %+v, want floor 90", s)
+	}
 }
