@@ -46,8 +46,9 @@ local got = redis.call('MGET', KEYS[1], KEYS[5])
 local holder = got[1]
 -- What the meta says of the hold, where it describes it (known): the last
 -- attempt that took or refreshed the lock key, whether that attempt took
--- it, and lined (meta.lua).
-local known, attempt, took, flag = false, false, false, ''
+-- it, lined (meta.lua), and the hold's ttl ('' in a meta that commit.lua
+-- started again, which has no TTL where the key has none).
+local known, attempt, took, flag, kept = false, false, false, '', ''
 local s = got[2]
 if holder == ARGV[1] and type(s) == 'string' and string.sub(s, 1, #ARGV[12]) == ARGV[12] then
   -- The token's own meta (ARGV[12] is the token as its first field): read
@@ -59,18 +60,18 @@ if holder == ARGV[1] and type(s) == 'string' and string.sub(s, 1, #ARGV[12]) == 
       v = {} -- unreadable: decode's blank, every field ''
       break
     end
-    if i >= 6 then
+    if i >= 5 then
       v[i] = string.sub(s, from, from + n - 1)
     end
     at = from + n
   end
   if v[8] or holder == '' then
-    known, attempt, took, flag = true, v[6] or '', v[7] or '', v[8] or ''
+    known, attempt, took, flag, kept = true, v[6] or '', v[7] or '', v[8] or '', v[5] or ''
   end
 elseif holder then
   local m = decode(s)
   if m.token == holder then
-    known, attempt, took, flag = true, m.attempt, m.took, m.lined
+    known, attempt, took, flag, kept = true, m.attempt, m.took, m.lined, m.ttl
   end
 end
 -- The line exists only while somebody waits. The release looks at it
@@ -112,8 +113,12 @@ end
 -- after this release finds a meta beside the free key and heals nothing
 -- (extend.lua). A hold with no meta of its own gets one that describes
 -- nobody (every field ''), for the grace: a rare write, never in the
--- common cycle, whose hold's meta is known.
-if not known and ARGV[13] ~= '0' then
+-- common cycle, whose hold's meta is known. So does a hold whose meta
+-- commit.lua started again (no ttl recorded): on a key with no expiry (a
+-- client's script persisted it) that meta has no TTL, and left as it is
+-- it would outlive the key for ever, and no extension would heal the key
+-- onto this node again.
+if (not known or kept == '') and ARGV[13] ~= '0' then
   redis.call('SET', KEYS[5], encode(blank()), 'PX', ARGV[13])
 end
 redis.call('DEL', KEYS[1])
