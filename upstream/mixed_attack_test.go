@@ -73,9 +73,10 @@ func runBefore65(ctx context.Context, n *RedisNode, raw *redis.Client, op *quoru
 // fence takes nothing, its heal decided from that "free" takes nothing
 // once another grant took the key since, and its grant of another token
 // is above every fence granted. Checked that it can fail: with the key
-// SET to the released token by a client's script before the retry (the
-// case the docs leave: a script's hold of a just-released token), the
-// 65a4181 retry answers "already mine" with the released fence.
+// SET to the released token by a client's script before the retry, the
+// 65a4181 retry answers "already mine" with a fence not above the
+// released one (the released hold's meta's while a release left it; the
+// node's counter since a release leaves a blank meta).
 func TestMixedBefore65OverALingeringMeta(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)

@@ -46,9 +46,8 @@ local got = redis.call('MGET', KEYS[1], KEYS[5])
 local holder = got[1]
 -- What the meta says of the hold, where it describes it (known): the last
 -- attempt that took or refreshed the lock key, whether that attempt took
--- it, lined (meta.lua), and the hold's ttl ('' in a meta that commit.lua
--- started again, which has no TTL where the key has none).
-local known, attempt, took, flag, kept = false, false, false, '', ''
+-- it, and lined (meta.lua).
+local known, attempt, took, flag = false, false, false, ''
 local s = got[2]
 if holder == ARGV[1] and type(s) == 'string' and string.sub(s, 1, #ARGV[12]) == ARGV[12] then
   -- The token's own meta (ARGV[12] is the token as its first field): read
@@ -60,18 +59,18 @@ if holder == ARGV[1] and type(s) == 'string' and string.sub(s, 1, #ARGV[12]) == 
       v = {} -- unreadable: decode's blank, every field ''
       break
     end
-    if i >= 5 then
+    if i >= 6 then
       v[i] = string.sub(s, from, from + n - 1)
     end
     at = from + n
   end
   if v[8] or holder == '' then
-    known, attempt, took, flag, kept = true, v[6] or '', v[7] or '', v[8] or '', v[5] or ''
+    known, attempt, took, flag = true, v[6] or '', v[7] or '', v[8] or ''
   end
 elseif holder then
   local m = decode(s)
   if m.token == holder then
-    known, attempt, took, flag, kept = true, m.attempt, m.took, m.lined, m.ttl
+    known, attempt, took, flag = true, m.attempt, m.took, m.lined
   end
 end
 -- The line exists only while somebody waits. The release looks at it
@@ -108,17 +107,16 @@ end
 if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
   return 0
 end
--- The key alone: its meta stays for the rest of its TTL, the lease plus a
--- grace (acquire.lua), so that an extension held up on its way that lands
+-- The key, and its meta replaced by one that describes nobody (every
+-- field ''), for the grace: an extension held up on its way that lands
 -- after this release finds a meta beside the free key and heals nothing
--- (extend.lua). A hold with no meta of its own gets one that describes
--- nobody (every field ''), for the grace: a rare write, never in the
--- common cycle, whose hold's meta is known. So does a hold whose meta
--- commit.lua started again (no ttl recorded): on a key with no expiry (a
--- client's script persisted it) that meta has no TTL, and left as it is
--- it would outlive the key for ever, and no extension would heal the key
--- onto this node again.
-if (not known or kept == '') and ARGV[13] ~= '0' then
+-- (extend.lua). Not the hold's own meta left as it is: that lasted the
+-- rest of the lease and the grace (a lease of minutes released at once
+-- kept it that long on every node), had no TTL where commit.lua started it
+-- again on a key with no expiry, and described a later hold of the same
+-- token that a client's script wrote (its fence shown by LOCKINFO, its
+-- attempt deleted by a late rollback of the released hold's).
+if ARGV[13] ~= '0' then
   redis.call('SET', KEYS[5], encode(blank()), 'PX', ARGV[13])
 end
 redis.call('DEL', KEYS[1])
