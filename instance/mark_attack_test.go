@@ -23,8 +23,9 @@ import (
 //
 // a is granted on every node through A; node 2 loses the key (DEL, as a
 // node that missed the grant). a's RENEW through B (link to node 2 delays
-// 2 s) finds node 2 free and marks it; B sends the heal once node 2's
-// answer is back, to land 2 s later. Meanwhile the client runs its own
+// its answers 1 s) finds node 2 free and marks it; B sends the heal once
+// node 2's answer is back, to land 4 s later (the link then delays what B
+// sends). Meanwhile the client runs its own
 // extend script through C: nodes 0 and 1 extend, node 2 has no key, and
 // the repair RESTOREs a's token there. a is released through C, whose link
 // to node 1 is then cut: nodes 0 and 2 delete it (node 2 leaves no mark:
@@ -58,7 +59,11 @@ func scriptTakesAfterRenewal(t *testing.T, extend string, want int64) {
 	nodes := redistest.StartN(t, 3, redistest.Options{})
 	cfgA, cfgB, cfgC, cfgD := testConfig(nodes), testConfig(nodes), testConfig(nodes), testConfig(nodes)
 	slowB2 := linked(t, &cfgB, nodes, 2)
-	cfgB.Redlock.NodeTimeoutMS = 10000 // the renewal hears node 2's late answer
+	cfgB.Redlock.NodeTimeoutMS = 10000 // the heal's NOSCRIPT and EVAL cross the slow link too
+	// The renewal's extension goes out at once, not queued behind a batch
+	// (a health probe) awaiting its reply across the slow link: its answer
+	// must come back within the 2 s a "free" answer counts toward a heal.
+	cfgB.Redlock.Pipelines = 8
 	cutC1 := linked(t, &cfgC, nodes, 1)
 	slowD0 := linked(t, &cfgD, nodes, 0)
 	inA, inB, inC, inD := startInstance(t, cfgA), startInstance(t, cfgB), startInstance(t, cfgC), startInstance(t, cfgD)
@@ -81,7 +86,9 @@ func scriptTakesAfterRenewal(t *testing.T, extend string, want int64) {
 	if got := raw2.do("DEL", key, "lockproxy:meta:"+key); got != ":2" {
 		t.Fatalf("DEL on node 2: %q", got)
 	}
-	slowB2.SetDelay(2 * time.Second)
+	// Node 2's answer comes back 1 s late: within the 2 s a "free" answer
+	// counts toward a heal (quorum's freeWithin), whatever B's timeout.
+	slowB2.SetReplyDelay(time.Second)
 	if v, err := cB.Do(t.Context(), "RENEW", key, token, "PX", 30000).Int64(); err != nil || v <= 0 {
 		t.Fatalf("RENEW: %v %v", v, err)
 	}
@@ -89,6 +96,7 @@ func scriptTakesAfterRenewal(t *testing.T, extend string, want int64) {
 	eventually(t, 10*time.Second, "the renewal marks node 2", func() bool {
 		return dialRaw(t, nodes[2].Addr()).do("EXISTS", mark) == ":1"
 	})
+	slowB2.SetRequestDelay(4 * time.Second) // the heal, sent once the answer is back, lands 4 s later
 	if v, err := cC.Do(t.Context(), "EVAL", extend, 1, key, token, 30000).Int64(); v != want || err != nil {
 		t.Fatalf("the client's extend: %v %v", v, err)
 	}

@@ -131,10 +131,10 @@ func TestAttackRaiseRetryWithAPausedNode(t *testing.T) {
 // and a LOCK … TOKEN answer, below the other grant's fence.
 //
 // Instance A's link to node 2 is cut (blackholed: what A sends is held),
-// B's delays 1.5 s (its node timeout is 10 s, so its renewal hears node
-// 2's late answer). a is granted through A by nodes 0 and 1 (fence g). a's
-// RENEW through B reaches node 2, finds the key free, and B sends the heal
-// once node 2's answer comes back (1.5 s), to land 1.5 s later. Once the
+// B's delays node 2's answers 1 s (its node timeout is 10 s). a is granted
+// through A by nodes 0 and 1 (fence g). a's RENEW through B reaches node
+// 2, finds the key free, and B sends the heal once node 2's answer comes
+// back (1 s), to land 3 s later (B's link then delays what it sends). Once the
 // renewal has reached node 2, A's link comes back and a's acquire lands
 // there; a is released through C, whose link to node 1 is
 // cut for good: nodes 0 and 2 delete it (no mark: they held it). b is
@@ -164,12 +164,15 @@ func TestAttackRaiseHealAfterAnotherGrant(t *testing.T) {
 	key, token := uniqueKey(t), "raise-heal-after-another-grant"
 	calls := watchScripts(t, nodes[2], key)
 	cutA2.SetBlackhole(true)
-	slowB2.SetDelay(1500 * time.Millisecond)
+	// Node 2's answer comes back 1 s late: within the 2 s a "free" answer
+	// counts toward a heal (quorum's freeWithin), whatever B's timeout.
+	slowB2.SetReplyDelay(time.Second)
 	g := mustLock(t, cA, key, "PX", 30000, "TOKEN", token)
 	if v, err := cB.Do(t.Context(), "RENEW", key, token, "PX", 30000).Int64(); err != nil || v <= 0 {
 		t.Fatalf("RENEW: %v %v", v, err)
 	}
 	waitCalls(t, "the renewal on node 2", 1, []*scriptCalls{calls}, extends)
+	slowB2.SetRequestDelay(3 * time.Second) // the heal, sent once the answer is back, lands 3 s later
 	cutA2.SetBlackhole(false)
 	eventually(t, 10*time.Second, "a's acquire lands on node 2", func() bool { return lockHolder(t, nodes[2], key) == token })
 	cutC1.SetBlackhole(true) // until the test ends

@@ -79,9 +79,12 @@ import (
 // that missed the release, the released holder held a majority again,
 // and its LOCK … TOKEN answered 10 after another grant's 11.
 //
-// What it leaves: the argument takes the node timeouts of the instances
-// that release and renew to be at most the one that wrote the meta (each
-// instance's grace covers max(NodeTimeout, MaxNodeTimeout)); a release
+// What it leaves: a renewal heals only from "free" answers that came
+// within MaxNodeTimeout of its start (freeWithin), whatever its own node
+// timeout, and a grant's meta is its own; the argument still takes the
+// node timeout of an instance that releases to be at most that of the one
+// that wrote the meta it leaves (each instance's grace covers
+// max(NodeTimeout, MaxNodeTimeout)); a release
 // carried on to silent nodes after an undecided release (carry.go) may
 // land later than that, and the holder told "outcome unknown" may then
 // hold a majority again, no longer than the validity a renewal told it,
@@ -115,7 +118,22 @@ type renewal struct {
 	name    string
 	split   bool       // holders disagree on the fence or the attempt
 	free    []freeNode // counted nodes where the key is free
+	// freeBy is when a "free" answer stops counting toward a heal: the
+	// extension's start plus MaxNodeTimeout (freeWithin).
+	freeBy time.Time
 }
+
+// freeWithin is how long after a renewal starts an answer that the key is
+// free still counts toward a heal, whatever the instance's node timeout:
+// every meta outlives its key by at least two of it and a second
+// (metaGrace), which covers an extension that lands that late and a
+// release or a grant spread over the writing instance's own node timeout.
+// An instance with node_timeout_ms above it waits longer for an
+// extension's answer, and one that came later, from a node where the meta
+// of a hold released there, or of a grant made there since, had already
+// ended, healed the released hold back
+// (TestAttackExtensionOfALongerNodeTimeout: fence 10 after 11).
+const freeWithin = MaxNodeTimeout
 
 // freeNode is a counted node that answered that the key is free, at its
 // clock's at (ms).
@@ -134,7 +152,7 @@ func (w *renewal) add(rep Reply) {
 		}
 		w.split = w.split || rep.Entry.Fence != w.fence || rep.Attempt != w.attempt
 		w.holders++
-	case rep.FreeAt > 0:
+	case rep.FreeAt > 0 && time.Now().Before(w.freeBy):
 		w.free = append(w.free, freeNode{rep.Tag, rep.FreeAt})
 	}
 }
@@ -157,7 +175,7 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 		return
 	}
 	r.afterward(f, func(rep Reply) { // the answers that came after the verdict
-		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep, f.epoch) {
+		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep, f.epoch) && time.Now().Before(w.freeBy) {
 			free = append(free, freeNode{rep.Tag, rep.FreeAt})
 		}
 	}, func() {

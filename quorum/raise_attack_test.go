@@ -27,7 +27,8 @@ import (
 // attempt it carries, raising the counter to the fence, unless a mark is
 // above the moment the extension found the key free (heal.lua); an acquire
 // or a heal that takes the key raises its mark by one where there is one.
-// A hold's meta outlives it by Op.MetaFor (fakeNode.metas): an extension
+// A hold's meta outlives it by Op.MetaFor (fakeNode.metas; a release
+// that deletes the hold leaves one for Op.MetaFor): an extension
 // that finds the key free beside a meta answers that it is not held, with
 // no FreeAt (extend.lua).
 type healNode struct {
@@ -145,6 +146,9 @@ func (h *healNode) Do(ctx context.Context, op *Op, tag int, done Sink) {
 			case op.Attempt != "" && (e.attempt != op.Attempt || op.Rollback && !e.took):
 			default:
 				delete(f.entries, op.Key)
+				if op.MetaFor > 0 { // a meta that describes nobody, for the grace
+					f.metas[op.Key] = time.Now().Add(op.MetaFor)
+				}
 				r.OK, r.Attempt = true, e.attempt
 			}
 		case OpHeal:

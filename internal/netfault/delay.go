@@ -15,6 +15,9 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	delay  atomic.Int64 // time.Duration
+	// toNode and fromNode are added to delay for the bytes sent to the
+	// target and for those it sends back (SetRequestDelay, SetReplyDelay).
+	toNode, fromNode atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -39,6 +42,15 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetDelay sets the delay of bytes read from now on.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// SetRequestDelay sets the extra delay, on top of SetDelay's, of bytes
+// read from now on on their way to the target: a call that reaches the
+// node late while its answer comes back at once.
+func (p *Proxy) SetRequestDelay(d time.Duration) { p.toNode.Store(int64(d)) }
+
+// SetReplyDelay sets the extra delay, on top of SetDelay's, of bytes read
+// from now on on their way back from the target.
+func (p *Proxy) SetReplyDelay(d time.Duration) { p.fromNode.Store(int64(d)) }
 
 // SetBlackhole starts (true) or ends (false) a partition: while it lasts,
 // connections stay open and new ones are accepted, but no byte reaches
@@ -112,8 +124,8 @@ func (p *Proxy) forward(c net.Conn) {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { p.pipe(up, c) })
-	wg.Go(func() { p.pipe(c, up) })
+	wg.Go(func() { p.pipe(up, c, &p.toNode) })
+	wg.Go(func() { p.pipe(c, up, &p.fromNode) })
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, c)
@@ -127,9 +139,9 @@ type chunk struct {
 	due time.Time
 }
 
-// pipe copies src to dst, each chunk delayed; it closes both when either
-// side fails.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, each chunk delayed (by delay and extra); it
+// closes both when either side fails.
+func (p *Proxy) pipe(dst, src net.Conn, extra *atomic.Int64) {
 	chunks := make(chan chunk, 1024)
 	go func() {
 		defer close(chunks)
@@ -137,7 +149,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				chunks <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+				chunks <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load() + extra.Load()))}
 			}
 			if err != nil {
 				return

@@ -112,3 +112,61 @@ func TestBlackhole(t *testing.T) {
 	}
 	roundTrip(t, c, r, "after")
 }
+
+// TestDirectionDelays: a request delay holds bytes on their way to the
+// target only, a reply delay on their way back only (lower bounds only: a
+// loaded machine may take longer).
+func TestDirectionDelays(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	arrived := make(chan time.Time, 4)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			arrived <- time.Now()
+			if _, err := c.Write([]byte(line)); err != nil {
+				return
+			}
+		}
+	}()
+	p, err := Listen(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	const d = 400 * time.Millisecond
+	p.SetRequestDelay(d)
+	sent := time.Now()
+	roundTrip(t, c, r, "to")
+	if at := (<-arrived).Sub(sent); at < d {
+		t.Errorf("a request delay of %v: the line reached the target after %v", d, at)
+	}
+	p.SetRequestDelay(0)
+	p.SetReplyDelay(d)
+	sent = time.Now()
+	rt := roundTrip(t, c, r, "from")
+	if at := (<-arrived).Sub(sent); at >= d {
+		t.Errorf("a reply delay of %v held the line on its way to the target: %v", d, at)
+	}
+	if rt < d {
+		t.Errorf("a reply delay of %v: round trip %v", d, rt)
+	}
+}

@@ -107,13 +107,16 @@ end
 if ARGV[5] ~= '' and (attempt ~= ARGV[5] or ARGV[10] == '1' and took ~= '1') then
   return 0
 end
--- The key alone: its meta stays for the rest of its TTL, the lease plus a
--- grace (acquire.lua), so that an extension held up on its way that lands
+-- The key, and its meta replaced by one that describes nobody (every
+-- field ''), for the grace: an extension held up on its way that lands
 -- after this release finds a meta beside the free key and heals nothing
--- (extend.lua). A hold with no meta of its own gets one that describes
--- nobody (every field ''), for the grace: a rare write, never in the
--- common cycle, whose hold's meta is known.
-if not known and ARGV[13] ~= '0' then
+-- (extend.lua). Not the hold's own meta left as it is: that lasted the
+-- rest of the lease and the grace (a lease of minutes released at once
+-- kept it that long on every node), had no TTL where commit.lua started it
+-- again on a key with no expiry, and described a later hold of the same
+-- token that a client's script wrote (its fence shown by LOCKINFO, its
+-- attempt deleted by a late rollback of the released hold's).
+if ARGV[13] ~= '0' then
   redis.call('SET', KEYS[5], encode(blank()), 'PX', ARGV[13])
 end
 redis.call('DEL', KEYS[1])
