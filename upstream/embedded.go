@@ -13,33 +13,23 @@ import (
 // loopback ports standing in for independent Redis nodes. Nothing is durable
 // and the nodes die with the process; it is not for production.
 //
-// Keys expire in real time: every tick, each server's TTLs are advanced by
-// the wall-clock time elapsed (miniredis otherwise only expires keys on
-// FastForward). Not miniredis's ClockTTL, which does the same on every
-// command: each advance walks every key of the server in sorted order, so a
-// command cost time in proportion to the keys held, and a few thousand held
-// locks slowed every lock to milliseconds. The walk holds each server's
-// lock, so the ticks space themselves out as it grows: the next one comes
-// embeddedTick after this one ended, or embeddedPace times as long as it
-// took, whichever is later, which keeps the walks to about 1/embeddedPace
-// of the time whatever the number of keys (metas, which outlive their keys
-// by a grace, included). A key lives up to one tick longer than its TTL,
-// and PTTL reads up to a tick high: a node that holds a lock longer than
-// its lease is what a slow node looks like, and the validity a client is
-// told is counted from its own clock.
+// Keys expire in real time: every embeddedTick, each server's TTLs are
+// advanced by the wall-clock time elapsed (miniredis otherwise only
+// expires keys on FastForward). Not miniredis's ClockTTL, which does the
+// same on every command: each advance walks every key of the server in
+// sorted order, so a command cost time in proportion to the keys held, and
+// a few thousand held locks slowed every lock to milliseconds. A key lives
+// up to one tick longer than its TTL, and PTTL reads up to a tick high:
+// a node that holds a lock longer than its lease is what a slow node looks
+// like, and the validity a client is told is counted from its own clock.
 type Embedded struct {
 	servers []*miniredis.Miniredis
 	stop    chan struct{}
 	ticks   sync.WaitGroup
 }
 
-// embeddedTick is the shortest time between two advances of the embedded
-// servers' TTLs, and embeddedPace how many times an advance's own duration
-// the next waits at least.
-const (
-	embeddedTick = 5 * time.Millisecond
-	embeddedPace = 20
-)
+// embeddedTick is how often the embedded servers' TTLs advance.
+const embeddedTick = 5 * time.Millisecond
 
 // StartEmbedded starts n miniredis servers on 127.0.0.1 with free ports.
 func StartEmbedded(n int) (*Embedded, error) {
@@ -59,10 +49,10 @@ func StartEmbedded(n int) (*Embedded, error) {
 	return e, nil
 }
 
-// tick advances every server's TTLs by the time elapsed, paced as
-// Embedded says, until Close.
+// tick advances every server's TTLs by the time elapsed, every
+// embeddedTick, until Close.
 func (e *Embedded) tick() {
-	t := time.NewTimer(embeddedTick)
+	t := time.NewTicker(embeddedTick)
 	defer t.Stop()
 	last := time.Now()
 	for {
@@ -77,7 +67,6 @@ func (e *Embedded) tick() {
 			for _, m := range e.servers {
 				m.FastForward(elapsed)
 			}
-			t.Reset(max(embeddedTick, embeddedPace*time.Since(last)))
 		}
 	}
 }
