@@ -85,13 +85,19 @@ func (f *fakeNode) raised() (int64, string) {
 }
 
 // raiseFloor answers OpFloor as floor.lua: it raises the floor, records
-// run as vetted and, for it, the node's counter after the raise, which it
-// returns.
+// run as vetted and, for it, the node's counter after the raise, unless
+// it records one for run already (its first raise), and returns the
+// counter recorded. No floor (RestartedMark) leaves the record as it is.
 func (f *fakeNode) raiseFloor(floor int64, run string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.floor, f.vetted = max(f.floor, floor), run
-	f.raisedAt, f.raisedFor = f.top(), run
+	if floor <= 0 {
+		return f.top()
+	}
+	if f.raisedFor != run {
+		f.raisedAt, f.raisedFor = f.top(), run
+	}
 	return f.raisedAt
 }
 

@@ -83,8 +83,10 @@ const (
 	// OpFloor raises every fencing counter of the node to at least Fence
 	// (upstream: its one counter), and records Token (the node's run id)
 	// as the process whose counters were raised, and with it the node's
-	// largest counter after the raise (Status.Floor). Reply: OK, and that
-	// counter as Claim.Counter.
+	// largest counter after the raise (Status.Floor), unless it records
+	// one for that process already (its first raise stays). Without a
+	// floor (RestartedMark) the recorded counter stays as it is. Reply:
+	// OK, and the counter recorded for the process as Claim.Counter.
 	OpFloor
 	// OpEval runs Script, a script outside the catalog, with Keys and Args
 	// on the node, atomically there (EVALSHA, EVAL when the node does not

@@ -430,7 +430,10 @@ func (r *Redlock) floor(i int, st []*Status, now time.Time) int64 {
 
 // raiseFloor raises node i's fence floor to floor and records runID as
 // vetted; it reports whether the node did, and the node's counter right
-// after the raise, which the node records too (Status.Floor).
+// after the process's first raise, which the node records too
+// (Status.Floor): where another instance raised it first, the holds
+// granted since are not from before the floor
+// (TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess).
 func (r *Redlock) raiseFloor(i int, runID string, floor int64) (bool, int64) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()

@@ -722,3 +722,65 @@ func TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown(t *testing.T) {
 		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
+
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess: node 0 restarts
+// empty; instance A holds it out, raises its floor and counts it again; b
+// is granted through A by nodes 0 and 1 (node 2 down), after the floor.
+// Then a second instance that read node 0's status before A's raise (not
+// vetted yet) raises it too, for the same process: the OpFloor it sends,
+// late. Instance C, started after, first sees node 0 vetted. b's hold there
+// was granted after the process's first floor, with every node's fence
+// from before the restart below it: b's retry through C, with node 2 still
+// down, answers its grant's fence. When the second raise overwrote the
+// record with the node's counter then (above b's fence), C set b's hold
+// aside and the retry committed a new fence: 5 after its grant's 4 (an
+// instance started later, which before the record took none of a vetted
+// node's holds as stale, answered 4).
+func TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	a := New(asNodes(nodes), cfg)
+	defer a.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
+	floor, _ := nodes[0].raised()
+	nodes[2].setDown(true)
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= floor {
+		t.Fatalf("b granted after node 0's floor %d with fence %d", floor, g.Fence)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	// The late raise of the second instance, with the floor it computed
+	// from its read before A's: the op it sends, as it sends it.
+	done := make(Replies, 1)
+	nodes[0].Do(ctx, &Op{Kind: OpFloor, Fence: floor, Token: "run0-b"}, 0, done)
+	if rep := <-done; rep.Err != nil || !rep.OK {
+		t.Fatalf("second raise: %+v", rep)
+	}
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}

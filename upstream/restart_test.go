@@ -393,33 +393,44 @@ func TestStaleHoldRetriedThroughALaterInstance(t *testing.T) {
 // node's counter right after the raise (not the floor asked for, where
 // the counter was above it) with that run id, "<counter>:<run id>", and
 // answers that counter. On a node of layout 2, the record is the counter
-// the migration starts from. (miniredis, the embedded backend, runs the
-// same script.)
+// the migration starts from. A later raise for the same process raises
+// the counter but keeps the record of its first (the holds granted since
+// are not from before the floor:
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess in quorum), and
+// answers it; one without a floor (RestartedMark) leaves it; a raise for
+// another process records anew. (miniredis, the embedded backend, runs
+// the same script.)
 func TestVettedFloorRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
-		run := strings.Repeat("a", 40)
-		floor := func(fence int64, run string, want int64) {
+		run, run2 := strings.Repeat("a", 40), strings.Repeat("b", 40)
+		floor := func(fence int64, run, vetted string, want, counter int64, rec string) {
 			t.Helper()
 			r := n.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: fence, Token: run})
 			if r.Err != nil || !r.OK || r.Claim.Counter != want {
 				t.Fatalf("OpFloor(%d, %s) = %+v, want counter %d", fence, run, r, want)
 			}
-			if v := raw.Get(ctx, DefaultPrefix+"vetted").Val(); v != run {
-				t.Fatalf("vetted %q after OpFloor for %s", v, run)
+			if v := raw.Get(ctx, DefaultPrefix+"vetted").Val(); v != vetted {
+				t.Fatalf("vetted %q after OpFloor for %s, want %q", v, run, vetted)
 			}
-			if v, rec := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(), fmt.Sprintf("%d:%s", want, run); v != rec {
+			if v := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(); v != rec {
 				t.Fatalf("vetted floor %q after OpFloor(%d, %s), want %q", v, fence, run, rec)
+			}
+			if c, _ := raw.Get(ctx, DefaultPrefix+"layout").Int64(); c != counter {
+				t.Fatalf("counter %d after OpFloor(%d, %s), want %d", c, fence, run, counter)
 			}
 		}
 		// A node of layout 2: its counter is field fence of the layout hash.
 		if err := raw.HSet(ctx, DefaultPrefix+"layout", "fence", 50, "version", "2").Err(); err != nil {
 			t.Fatal(err)
 		}
-		floor(7, run, 50)
+		floor(7, run, run, 50, 50, "50:"+run)
 		mustAcquire(t, n, "k", hold("a", time.Minute)) // 51
-		floor(1795840067212561, run, 1795840067212561) // a time floor, written whole
-		floor(0, quorum.RestartedMark, 1795840067212561)
+		// Raised again for the same process, to a time floor: the counter
+		// is, written whole; the record stays.
+		floor(1795840067212561, run, run, 50, 1795840067212561, "50:"+run)
+		floor(0, quorum.RestartedMark, quorum.RestartedMark, 1795840067212561, 1795840067212561, "50:"+run)
+		floor(7, run2, run2, 1795840067212561, 1795840067212561, "1795840067212561:"+run2)
 	})
 }
 
