@@ -84,9 +84,11 @@ const (
 	// (upstream: its one counter), and records Token (the node's run id)
 	// as the process whose counters were raised, and with it the node's
 	// largest counter after the raise (Status.Floor), unless it records
-	// one for that process already (its first raise stays). Without a
-	// floor (RestartedMark) the recorded counter stays as it is. Reply:
-	// OK, and the counter recorded for the process as Claim.Counter.
+	// one for that process already (its first raise stays), or the
+	// process was vetted already without one (by a build before the
+	// record: none is known). Without a floor (RestartedMark) the record
+	// stays as it is. Reply: OK, and the counter recorded for the process
+	// as Claim.Counter (0 for none).
 	OpFloor
 	// OpEval runs Script, a script outside the catalog, with Keys and Args
 	// on the node, atomically there (EVALSHA, EVAL when the node does not

@@ -784,3 +784,58 @@ func TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess(t *testing.T) {
 		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
+
+// TestRetryOfAGrantMadeAfterAnOldBuildsRaise: as
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess, with node 0's
+// first raise by a build before the vetted floor (up to 65a4181: it
+// records none), then b's grant, then the late raise of an instance of
+// this build. The node knows no floor for the process: nothing is
+// recorded, and C, which first sees node 0 vetted, takes none of its
+// holds as stale, as before the record: b's retry through it answers its
+// grant's fence. When the late raise recorded the node's counter then,
+// above b's fence, C set b's hold aside: fence 5 after its grant's 4.
+func TestRetryOfAGrantMadeAfterAnOldBuildsRaise(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	a := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	top := nodes[1].status().FenceMax
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
+	// The old build's instance, whose hold-out is over, raises it.
+	nodes[0].oldBuildVet(top, "run0-b")
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
+	nodes[2].setDown(true)
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	done := make(Replies, 1)
+	nodes[0].Do(ctx, &Op{Kind: OpFloor, Fence: top, Token: "run0-b"}, 0, done)
+	if rep := <-done; rep.Err != nil || !rep.OK {
+		t.Fatalf("late raise: %+v", rep)
+	}
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}

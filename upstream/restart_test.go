@@ -397,8 +397,10 @@ func TestStaleHoldRetriedThroughALaterInstance(t *testing.T) {
 // the counter but keeps the record of its first (the holds granted since
 // are not from before the floor:
 // TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess in quorum), and
-// answers it; one without a floor (RestartedMark) leaves it; a raise for
-// another process records anew. (miniredis, the embedded backend, runs
+// answers it; one without a floor (RestartedMark) leaves it and answers
+// 0; a raise for another process records anew, unless that process was
+// vetted already by a build that records no floor: then none is
+// recorded (answer 0). (miniredis, the embedded backend, runs
 // the same script.)
 func TestVettedFloorRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
@@ -429,8 +431,13 @@ func TestVettedFloorRecorded(t *testing.T) {
 		// Raised again for the same process, to a time floor: the counter
 		// is, written whole; the record stays.
 		floor(1795840067212561, run, run, 50, 1795840067212561, "50:"+run)
-		floor(0, quorum.RestartedMark, quorum.RestartedMark, 1795840067212561, 1795840067212561, "50:"+run)
+		floor(0, quorum.RestartedMark, quorum.RestartedMark, 0, 1795840067212561, "50:"+run)
 		floor(7, run2, run2, 1795840067212561, 1795840067212561, "1795840067212561:"+run2)
+		// A process vetted by a build before the record (up to 65a4181):
+		// raised again, no counter is recorded for it, none is known.
+		run3 := strings.Repeat("c", 40)
+		raw.Set(ctx, DefaultPrefix+"vetted", run3, 0)
+		floor(7, run3, run3, 0, 1795840067212561, "1795840067212561:"+run2)
 	})
 }
 
