@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/redis/go-redis/v9"
 )
 
 // Tests of Redlock's restart rule (quorum/restart.go) on real redis-servers
@@ -444,8 +445,9 @@ func TestVettedFloorRecorded(t *testing.T) {
 // TestStatusReadsTheVettedFloor: the status read gives the recorded floor
 // only for the process that answers: none once the record names another
 // (the node restarted since, or an older build, which does not write the
-// record, vetted it since). A record that cannot be read fails the status
-// read, and the connection stays usable. (miniredis answers no INFO
+// record, vetted it since). A record that cannot be read (not
+// "<counter>:<run id>", or another type) is as none: the read does not
+// fail (TestUnreadableVettedFloorCountedAgain). (miniredis answers no INFO
 // server: the restart rule does not run on the embedded backend.)
 func TestStatusReadsTheVettedFloor(t *testing.T) {
 	addr := redistest.Start(t, redistest.Options{}).Addr()
@@ -476,11 +478,45 @@ func TestStatusReadsTheVettedFloor(t *testing.T) {
 		t.Fatalf("status with another process's record: %+v, want no floor", s)
 	}
 	raw.Set(ctx, DefaultPrefix+"vetted-floor", "ninety:"+run, 0)
-	if r := n.do(ctx, &quorum.Op{Kind: quorum.OpStatus}); r.Err == nil {
-		t.Fatalf("status with an unreadable record: %+v, want an error", r.Status)
+	if s := status(); s.Vetted != run || s.Floor != 0 {
+		t.Fatalf("status with an unreadable record: %+v, want no floor", s)
 	}
+	raw.Del(ctx, DefaultPrefix+"vetted-floor")
+	raw.HSet(ctx, DefaultPrefix+"vetted-floor", "90", run)
+	if s := status(); s.Vetted != run || s.Floor != 0 {
+		t.Fatalf("status with a record of another type: %+v, want no floor", s)
+	}
+	raw.Del(ctx, DefaultPrefix+"vetted-floor")
 	raw.Set(ctx, DefaultPrefix+"vetted-floor", "90:"+run, 0)
 	if s := status(); s.Floor != 90 {
 		t.Fatalf("status after the record was mended: %+v, want floor 90", s)
+	}
+}
+
+// TestUnreadableVettedFloorCountedAgain: a node whose
+// lockproxy:vetted-floor cannot be read (another type, or not
+// "<counter>:<run id>": written by something else than floor.lua) is held
+// out like any node not verified durable, and counted once its hold-out
+// is over; its floor's raise mends the record. When an unreadable record
+// failed the status read, the node's status was never read again: held
+// out for good, and every other read of it lost (a restart of it went
+// unnoticed but by its replies).
+func TestUnreadableVettedFloorCountedAgain(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := testCtx(t)
+	raw0, raw1 := rawClient(t, servers[0].Addr()), rawClient(t, servers[1].Addr())
+	if err := raw0.HSet(ctx, DefaultPrefix+"vetted-floor", "not", "a string").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw1.Set(ctx, DefaultPrefix+"vetted-floor", "ninety:x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := restartRedlock(t, servers, 500*time.Millisecond)
+	waitCounted(t, r, 20*time.Second, true, true, true)
+	for i, raw := range []*redis.Client{raw0, raw1} {
+		v, err := raw.Get(ctx, DefaultPrefix+"vetted-floor").Result()
+		if _, _, ok := strings.Cut(v, ":"); err != nil || !ok || strings.HasPrefix(v, "ninety") {
+			t.Fatalf("node %d's vetted floor after its raise: %q, %v", i, v, err)
+		}
 	}
 }
