@@ -401,7 +401,7 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 // not give the grant its fence.
 func TestStaleHoldOfARaisedNode(t *testing.T) {
 	ctx := context.Background()
-	_, r, top := staleHoldStage(t)
+	_, r, top := staleHoldStage(t, nil)
 	g, err := r.Acquire(ctx, "k", staleHold("b"))
 	if err != nil {
 		t.Fatal(err)
@@ -526,7 +526,7 @@ func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
 // were raised.
 func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
 	ctx := context.Background()
-	nodes, _, top := staleHoldStage(t)
+	nodes, _, top := staleHoldStage(t, nil)
 	// b's client retries through a second instance, started now: it
 	// first sees nodes 0 and 1 vetted, and remembers no floor for them.
 	r2 := New(asNodes(nodes), staleHoldConfig)
@@ -537,6 +537,35 @@ func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
 	}
 	if g.Fence <= top {
 		t.Fatalf("b's retry through another instance once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestStaleHoldRetriedThroughAnInstanceThatSawTheRestart: as
+// TestStaleHoldRetriedThroughAnotherInstance, through an instance that
+// counted nodes 0 and 1 before their restart and reads their status only
+// when b's retry meets their new processes: it finds them vetted, and
+// takes b's holds there, below the counters they recorded with their
+// floors, for holds from before the floor: a fence above every fence
+// granted before. (Seen failing with observe taking no floor for a node
+// seen restarting: fence 1 after 6.)
+func TestStaleHoldRetriedThroughAnInstanceThatSawTheRestart(t *testing.T) {
+	ctx := context.Background()
+	var r2 *Redlock
+	nodes, _, top := staleHoldStage(t, func(nodes []*fakeNode) {
+		r2 = New(asNodes(nodes), Config{MaxLease: staleHoldConfig.MaxLease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second})
+		t.Cleanup(func() { r2.Close() })
+	})
+	if f0, f1 := nodes[0].status().Floor, nodes[1].status().Floor; f0 == 0 || f1 == 0 {
+		t.Fatalf("floors recorded: %d, %d", f0, f1)
+	}
+	var g engine.Grant
+	eventually(t, 10*time.Second, "b's retry through the instance that saw the restart", func() bool {
+		var err error
+		g, err = r2.Acquire(ctx, "k", staleHold("b"))
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("b's retry through an instance that saw nodes 0 and 1 restart: fence %d, after %d", g.Fence, top)
 	}
 }
 
@@ -611,10 +640,13 @@ func staleHold(token string) engine.Hold {
 // were held out, b's hold left on both with their counters after the
 // restart (a refused attempt whose rollback b's retry overtook); it
 // returns once r counts both again.
-func staleHoldStage(t *testing.T) (nodes []*fakeNode, r *Redlock, top int64) {
+func staleHoldStage(t *testing.T, made func([]*fakeNode)) (nodes []*fakeNode, r *Redlock, top int64) {
 	t.Helper()
 	ctx := context.Background()
 	nodes = oldNodes(3)
+	if made != nil {
+		made(nodes)
+	}
 	r = New(asNodes(nodes), staleHoldConfig)
 	t.Cleanup(func() { r.Close() })
 	h := staleHold
