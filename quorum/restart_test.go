@@ -871,3 +871,61 @@ func TestRetryOfAGrantMadeAfterAnOldBuildsRaise(t *testing.T) {
 		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
+
+// TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance: as
+// TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown, with b's retry sent
+// through an instance started after node 0 counted again. Before the node
+// recorded its floor, such an instance first saw node 0 vetted and took
+// none of its holds as stale: b's retry answered its grant's fence (4).
+// Now every instance sets node 0's hold aside (its fence is below the
+// recorded floor), as the instance that raised it did: the known case of
+// the test above, for every instance.
+func TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance(t *testing.T) {
+	t.Skip("known (floorrec): the recorded floor makes every instance set aside a hold of the token's own grant made " +
+		"by the counted nodes during the hold-out, as the raising instance does (TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown): " +
+		"b's retry through an instance started after, node 2 down, commits a new fence, 5 after its grant's 4 (main answered 4); " +
+		"telling such a hold from a stale one needs the node to record which holds were granted (not small)")
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	r := New(asNodes(nodes), cfg)
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	nodes[2].setDown(true)
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: %v", err)
+	}
+	if again.Fence < g.Fence {
+		t.Fatalf("b's retry: fence %d going back below its grant's %d", again.Fence, g.Fence)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
