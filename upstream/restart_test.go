@@ -520,3 +520,72 @@ func TestUnreadableVettedFloorCountedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondRaiseKeepsTheRecord: node 0 restarts empty; instance A holds
+// it out, raises its floor and counts it again; b is granted through A
+// by the three nodes. Then the late raise of a second instance that read
+// node 0 before A's raise reaches it, for the same process, with the floor
+// it computed then. Node 2 goes down, and b's client retries through
+// instance C, started after: node 0 keeps the counter recorded at its
+// first raise, below b's fence there, so C counts b's holds on nodes 0
+// and 1, a majority recording its grant's fence, and answers it. When the
+// second raise overwrote the record with the node's counter then (above
+// b's fence), C set b's hold on node 0 aside and committed a new fence
+// (seen: 1795904757768017 after its grant's 1795904757768016; A's floor is
+// the time, with two of the three nodes not intact).
+func TestSecondRaiseKeepsTheRecord(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const lease = 4 * time.Second
+	a := restartRedlock(t, servers, lease)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		if _, err := a.Acquire(ctx, "k", hold(tok, lease)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	n0 := newNode(t, RedisOptions{Addr: servers[0].Addr()})
+	st := n0.do(ctx, &quorum.Op{Kind: quorum.OpStatus})
+	if st.Err != nil {
+		t.Fatal(st.Err)
+	}
+	waitCounted(t, a, 30*time.Second, false, true, true)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	g, err := a.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "b", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	// The second instance's late raise, with the floor it computed from
+	// its read before A's (the counter the node had then).
+	if r := n0.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: max(st.Status.FenceMax, 1), Token: st.Status.RunID}); r.Err != nil || !r.OK {
+		t.Fatalf("the late raise: %+v", r)
+	}
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c := restartRedlock(t, servers, lease)
+	waitCounted(t, c, 30*time.Second, true, true, false)
+	// b's client renews its lease (through A, on nodes 0 and 1), so that
+	// its retry comes within it on a loaded host.
+	if _, err := a.Extend(ctx, "k", "b", lease, ""); err != nil {
+		t.Fatalf("b's renewal: %v", err)
+	}
+	again, err := c.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
