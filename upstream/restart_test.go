@@ -531,8 +531,8 @@ func TestUnreadableVettedFloorCountedAgain(t *testing.T) {
 // and 1, a majority recording its grant's fence, and answers it. When the
 // second raise overwrote the record with the node's counter then (above
 // b's fence), C set b's hold on node 0 aside and committed a new fence
-// (seen: 1795904757768017 after its grant's 1795904757768016; A's floor is
-// the time, with two of the three nodes not intact).
+// (seen: 1795904757768017 after its grant's 1795904757768016; the
+// counters are in µs since A first raised the new nodes to the time).
 func TestSecondRaiseKeepsTheRecord(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{})
 	const lease = 4 * time.Second
