@@ -153,11 +153,12 @@ type Status struct {
 	// FenceMax is the largest fencing counter the node holds, over every
 	// key.
 	FenceMax int64
-	// Floor is the node's largest counter right after the last OpFloor
+	// Floor is the node's largest counter right after the first OpFloor
 	// for this very process (RunID), as the node records it: every hold
 	// the process took before that OpFloor has a fence up to it. 0 when
-	// the node records none for this process (never raised, raised by a
-	// build that did not record it, or raised for an earlier process).
+	// the node records none for this process (never raised, raised first
+	// by a build that did not record it, raised for an earlier process,
+	// or a record that cannot be read).
 	Floor int64
 }
 

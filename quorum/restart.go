@@ -52,7 +52,7 @@ import (
 // instance/newnodes.go) records its own run id as vetted; any instance that
 // reads that record for the process it talks to counts it at once, since
 // the process has kept every write since it was vetted. Beside it the node
-// records its counter right after the raise, for that run id
+// records its counter right after the first raise for that run id
 // (Status.Floor): every instance takes a hold recorded there with a fence
 // up to it as possibly from before the floor (staleHold), whichever
 // instance's refused attempt left it. An instance that
