@@ -929,3 +929,92 @@ func TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance(t *testing.T) {
 		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
+
+// TestRetryThroughTheSecondRaiser: node 0 restarts empty with node 2 down
+// (its floor is the time: too few other nodes are intact). Instances A
+// and B both read it once their hold-outs are over, A first, and both
+// raise it, A's raise landing first; A counts it and grants b by nodes 0
+// and 1, fence A's floor + 1; then B's raise lands, to B's later time
+// floor, and B counts node 0 with the record of A's raise. b's retry
+// through B answers its grant's fence: b's hold on node 0 was granted
+// after the process's floor was first raised. When B took the floor it
+// asked for (above b's fence) as the bound of the holds from before the
+// floor, it set b's hold aside, and the retry committed a new fence.
+func TestRetryThroughTheSecondRaiser(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second}
+	la, lb := newLink(nodes[0]), newLink(nodes[0])
+	a := New([]Node{la, nodes[1], nodes[2]}, cfg)
+	defer a.Close()
+	b := New([]Node{lb, nodes[1], nodes[2]}, cfg)
+	defer b.Close()
+	defer la.let()
+	defer lb.let()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[2].setDown(true)
+	nodes[0].restartEmpty("run0-b")
+	a.checkNodes()
+	b.checkNodes()
+	if a.Counted()[0] || b.Counted()[0] {
+		t.Fatal("node 0 counted right after its restart")
+	}
+	over := func(r *Redlock) func() bool {
+		return func() bool {
+			for _, h := range r.HeldOut() {
+				if h.Node == 0 {
+					return h.Left <= 0
+				}
+			}
+			return false
+		}
+	}
+	eventually(t, 10*time.Second, "A's hold-out over", over(a))
+	eventually(t, 10*time.Second, "B's hold-out over", over(b))
+	raise := func(r *Redlock, l *link) chan struct{} {
+		l.hold(OpFloor)
+		done := make(chan struct{})
+		go func() { r.checkNodes(); close(done) }()
+		eventually(t, 10*time.Second, "the raise held", func() bool { return l.heldCalls() == 1 })
+		return done
+	}
+	aDone := raise(a, la)
+	time.Sleep(5 * time.Millisecond) // B's time floor above A's + 1
+	bDone := raise(b, lb)
+	la.let()
+	<-aDone
+	if !a.Counted()[0] {
+		t.Fatal("A does not count node 0 after its raise")
+	}
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	lb.let()
+	<-bDone
+	if !b.Counted()[0] {
+		t.Fatal("B does not count node 0 after its raise")
+	}
+	if f, _ := nodes[0].raised(); f <= g.Fence {
+		t.Fatalf("B's floor %d, not above b's fence %d: the stage does not test", f, g.Fence)
+	}
+	again, err := b.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through B while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
