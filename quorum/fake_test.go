@@ -99,14 +99,33 @@ func (f *fakeNode) raised() (int64, string) {
 }
 
 // raiseFloor answers OpFloor as floor.lua: it raises the floor, records
-// run as vetted and, for it, the node's counter after the raise, which it
-// returns.
+// run as vetted and, for it, the node's counter after the raise, unless
+// it records one for run already (its first raise) or run was vetted
+// already without one, and returns the counter recorded (0 for none). No
+// floor (RestartedMark) leaves the record as it is.
 func (f *fakeNode) raiseFloor(floor int64, run string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	was := f.vetted
 	f.floor, f.vetted = max(f.floor, floor), run
+	switch {
+	case floor <= 0:
+		return 0
+	case f.raisedFor == run:
+		return f.raisedAt
+	case was == run:
+		return 0 // vetted by a build that records no floor (oldBuildVet)
+	}
 	f.raisedAt, f.raisedFor = f.top(), run
 	return f.raisedAt
+}
+
+// oldBuildVet raises the floor and records run as vetted as a build
+// before the vetted floor does (up to 65a4181): no record.
+func (f *fakeNode) oldBuildVet(floor int64, run string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.floor, f.vetted = max(f.floor, floor), run
 }
 
 // pause makes the node queue calls without applying them.

@@ -83,8 +83,12 @@ const (
 	// OpFloor raises every fencing counter of the node to at least Fence
 	// (upstream: its one counter), and records Token (the node's run id)
 	// as the process whose counters were raised, and with it the node's
-	// largest counter after the raise (Status.Floor). Reply: OK, and that
-	// counter as Claim.Counter.
+	// largest counter after the raise (Status.Floor), unless it records
+	// one for that process already (its first raise stays), or the
+	// process was vetted already without one (by a build before the
+	// record: none is known). Without a floor (RestartedMark) the record
+	// stays as it is. Reply: OK, and the counter recorded for the process
+	// as Claim.Counter (0 for none).
 	OpFloor
 	// OpEval runs Script, a script outside the catalog, with Keys and Args
 	// on the node, atomically there (EVALSHA, EVAL when the node does not
@@ -149,11 +153,12 @@ type Status struct {
 	// FenceMax is the largest fencing counter the node holds, over every
 	// key.
 	FenceMax int64
-	// Floor is the node's largest counter right after the last OpFloor
+	// Floor is the node's largest counter right after the first OpFloor
 	// for this very process (RunID), as the node records it: every hold
 	// the process took before that OpFloor has a fence up to it. 0 when
-	// the node records none for this process (never raised, raised by a
-	// build that did not record it, or raised for an earlier process).
+	// the node records none for this process (never raised, raised first
+	// by a build that did not record it, raised for an earlier process,
+	// or a record that cannot be read).
 	Floor int64
 }
 

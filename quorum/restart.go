@@ -52,7 +52,7 @@ import (
 // instance/newnodes.go) records its own run id as vetted; any instance that
 // reads that record for the process it talks to counts it at once, since
 // the process has kept every write since it was vetted. Beside it the node
-// records its counter right after the raise, for that run id
+// records its counter right after the first raise for that run id
 // (Status.Floor): every instance takes a hold recorded there with a fence
 // up to it as possibly from before the floor (staleHold), whichever
 // instance's refused attempt left it. An instance that
@@ -320,7 +320,17 @@ func (r *Redlock) checkNodes() {
 		t.mu.Lock()
 		n := &t.nodes[d.i]
 		if n.runID == d.runID && n.counted == "" {
-			t.countAgain(n, d.runID, max(d.floor, d.top, at))
+			// The holds from before the floor: up to the counter the node
+			// recorded at the process's first raise, which may be
+			// another instance's, made before this one: the holds granted
+			// since are not (TestRetryThroughTheSecondRaiser). Where it
+			// records none (vetted first by a build before the record),
+			// up to the floor and the counter read.
+			raised := at
+			if raised == 0 {
+				raised = max(d.floor, d.top)
+			}
+			t.countAgain(n, d.runID, raised)
 			why := "every lease it may have held has expired"
 			if d.floor > 0 {
 				why += fmt.Sprintf("; fence floor raised to %d", d.floor)
@@ -430,7 +440,10 @@ func (r *Redlock) floor(i int, st []*Status, now time.Time) int64 {
 
 // raiseFloor raises node i's fence floor to floor and records runID as
 // vetted; it reports whether the node did, and the node's counter right
-// after the raise, which the node records too (Status.Floor).
+// after the process's first raise, which the node records too
+// (Status.Floor): where another instance raised it first, the holds
+// granted since are not from before the floor
+// (TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess).
 func (r *Redlock) raiseFloor(i int, runID string, floor int64) (bool, int64) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()

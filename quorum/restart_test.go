@@ -401,7 +401,7 @@ func TestStaleReplyOfARaisedNode(t *testing.T) {
 // not give the grant its fence.
 func TestStaleHoldOfARaisedNode(t *testing.T) {
 	ctx := context.Background()
-	_, r, top := staleHoldStage(t)
+	_, r, top := staleHoldStage(t, nil)
 	g, err := r.Acquire(ctx, "k", staleHold("b"))
 	if err != nil {
 		t.Fatal(err)
@@ -526,7 +526,7 @@ func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
 // were raised.
 func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
 	ctx := context.Background()
-	nodes, _, top := staleHoldStage(t)
+	nodes, _, top := staleHoldStage(t, nil)
 	// b's client retries through a second instance, started now: it
 	// first sees nodes 0 and 1 vetted, and remembers no floor for them.
 	r2 := New(asNodes(nodes), staleHoldConfig)
@@ -537,6 +537,35 @@ func TestStaleHoldRetriedThroughAnotherInstance(t *testing.T) {
 	}
 	if g.Fence <= top {
 		t.Fatalf("b's retry through another instance once nodes 0 and 1 count again: fence %d, after %d", g.Fence, top)
+	}
+}
+
+// TestStaleHoldRetriedThroughAnInstanceThatSawTheRestart: as
+// TestStaleHoldRetriedThroughAnotherInstance, through an instance that
+// counted nodes 0 and 1 before their restart and reads their status only
+// when b's retry meets their new processes: it finds them vetted, and
+// takes b's holds there, below the counters they recorded with their
+// floors, for holds from before the floor: a fence above every fence
+// granted before. (Seen failing with observe taking no floor for a node
+// seen restarting: fence 1 after 6.)
+func TestStaleHoldRetriedThroughAnInstanceThatSawTheRestart(t *testing.T) {
+	ctx := context.Background()
+	var r2 *Redlock
+	nodes, _, top := staleHoldStage(t, func(nodes []*fakeNode) {
+		r2 = New(asNodes(nodes), Config{MaxLease: staleHoldConfig.MaxLease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second})
+		t.Cleanup(func() { r2.Close() })
+	})
+	if f0, f1 := nodes[0].status().Floor, nodes[1].status().Floor; f0 == 0 || f1 == 0 {
+		t.Fatalf("floors recorded: %d, %d", f0, f1)
+	}
+	var g engine.Grant
+	eventually(t, 10*time.Second, "b's retry through the instance that saw the restart", func() bool {
+		var err error
+		g, err = r2.Acquire(ctx, "k", staleHold("b"))
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("b's retry through an instance that saw nodes 0 and 1 restart: fence %d, after %d", g.Fence, top)
 	}
 }
 
@@ -611,10 +640,13 @@ func staleHold(token string) engine.Hold {
 // were held out, b's hold left on both with their counters after the
 // restart (a refused attempt whose rollback b's retry overtook); it
 // returns once r counts both again.
-func staleHoldStage(t *testing.T) (nodes []*fakeNode, r *Redlock, top int64) {
+func staleHoldStage(t *testing.T, made func([]*fakeNode)) (nodes []*fakeNode, r *Redlock, top int64) {
 	t.Helper()
 	ctx := context.Background()
 	nodes = oldNodes(3)
+	if made != nil {
+		made(nodes)
+	}
 	r = New(asNodes(nodes), staleHoldConfig)
 	t.Cleanup(func() { r.Close() })
 	h := staleHold
@@ -720,5 +752,269 @@ func TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown(t *testing.T) {
 	}
 	if again.Fence != g.Fence {
 		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess: node 0 restarts
+// empty; instance A holds it out, raises its floor and counts it again; b
+// is granted through A by nodes 0 and 1 (node 2 down), after the floor.
+// Then a second instance that read node 0's status before A's raise (not
+// vetted yet) raises it too, for the same process: the OpFloor it sends,
+// late. Instance C, started after, first sees node 0 vetted. b's hold there
+// was granted after the process's first floor, with every node's fence
+// from before the restart below it: b's retry through C, with node 2 still
+// down, answers its grant's fence. When the second raise overwrote the
+// record with the node's counter then (above b's fence), C set b's hold
+// aside and the retry committed a new fence: 5 after its grant's 4 (an
+// instance started later, which before the record took none of a vetted
+// node's holds as stale, answered 4).
+func TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	a := New(asNodes(nodes), cfg)
+	defer a.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
+	floor, _ := nodes[0].raised()
+	nodes[2].setDown(true)
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= floor {
+		t.Fatalf("b granted after node 0's floor %d with fence %d", floor, g.Fence)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	// The late raise of the second instance, with the floor it computed
+	// from its read before A's: the op it sends, as it sends it.
+	done := make(Replies, 1)
+	nodes[0].Do(ctx, &Op{Kind: OpFloor, Fence: floor, Token: "run0-b"}, 0, done)
+	if rep := <-done; rep.Err != nil || !rep.OK {
+		t.Fatalf("second raise: %+v", rep)
+	}
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// TestRetryOfAGrantMadeAfterAnOldBuildsRaise: as
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess, with node 0's
+// first raise by a build before the vetted floor (up to 65a4181: it
+// records none), then b's grant, then the late raise of an instance of
+// this build. The node knows no floor for the process: nothing is
+// recorded, and C, which first sees node 0 vetted, takes none of its
+// holds as stale, as before the record: b's retry through it answers its
+// grant's fence. When the late raise recorded the node's counter then,
+// above b's fence, C set b's hold aside: fence 5 after its grant's 4.
+func TestRetryOfAGrantMadeAfterAnOldBuildsRaise(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	a := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	top := nodes[1].status().FenceMax
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
+	// The old build's instance, whose hold-out is over, raises it.
+	nodes[0].oldBuildVet(top, "run0-b")
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
+	nodes[2].setDown(true)
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	done := make(Replies, 1)
+	nodes[0].Do(ctx, &Op{Kind: OpFloor, Fence: top, Token: "run0-b"}, 0, done)
+	if rep := <-done; rep.Err != nil || !rep.OK {
+		t.Fatalf("late raise: %+v", rep)
+	}
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance: as
+// TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown, with b's retry sent
+// through an instance started after node 0 counted again. Before the node
+// recorded its floor, such an instance first saw node 0 vetted and took
+// none of its holds as stale: b's retry answered its grant's fence (4).
+// Now every instance sets node 0's hold aside (its fence is below the
+// recorded floor), as the instance that raised it did: the known case of
+// the test above, for every instance.
+func TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance(t *testing.T) {
+	t.Skip("known (floorrec): the recorded floor makes every instance set aside a hold of the token's own grant made " +
+		"by the counted nodes during the hold-out, as the raising instance does (TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown): " +
+		"b's retry through an instance started after, node 2 down, commits a new fence, 5 after its grant's 4 (main answered 4); " +
+		"telling such a hold from a stale one needs the node to record which holds were granted (not small)")
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
+	r := New(asNodes(nodes), cfg)
+	defer r.Close()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	nodes[2].setDown(true)
+	c := New(asNodes(nodes), cfg)
+	defer c.Close()
+	again, err := c.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: %v", err)
+	}
+	if again.Fence < g.Fence {
+		t.Fatalf("b's retry: fence %d going back below its grant's %d", again.Fence, g.Fence)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// TestRetryThroughTheSecondRaiser: node 0 restarts empty with node 2 down
+// (its floor is the time: too few other nodes are intact). Instances A
+// and B both read it once their hold-outs are over, A first, and both
+// raise it, A's raise landing first; A counts it and grants b by nodes 0
+// and 1, fence A's floor + 1; then B's raise lands, to B's later time
+// floor, and B counts node 0 with the record of A's raise. b's retry
+// through B answers its grant's fence: b's hold on node 0 was granted
+// after the process's floor was first raised. When B took the floor it
+// asked for (above b's fence) as the bound of the holds from before the
+// floor, it set b's hold aside, and the retry committed a new fence.
+func TestRetryThroughTheSecondRaiser(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 2 * time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second}
+	la, lb := newLink(nodes[0]), newLink(nodes[0])
+	a := New([]Node{la, nodes[1], nodes[2]}, cfg)
+	defer a.Close()
+	b := New([]Node{lb, nodes[1], nodes[2]}, cfg)
+	defer b.Close()
+	defer la.let()
+	defer lb.let()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := a.Acquire(ctx, "k", h); err != nil {
+			t.Fatal(err)
+		}
+		a.Release(ctx, "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+	nodes[2].setDown(true)
+	nodes[0].restartEmpty("run0-b")
+	a.checkNodes()
+	b.checkNodes()
+	if a.Counted()[0] || b.Counted()[0] {
+		t.Fatal("node 0 counted right after its restart")
+	}
+	over := func(r *Redlock) func() bool {
+		return func() bool {
+			for _, h := range r.HeldOut() {
+				if h.Node == 0 {
+					return h.Left <= 0
+				}
+			}
+			return false
+		}
+	}
+	eventually(t, 10*time.Second, "A's hold-out over", over(a))
+	eventually(t, 10*time.Second, "B's hold-out over", over(b))
+	raise := func(r *Redlock, l *link) chan struct{} {
+		l.hold(OpFloor)
+		done := make(chan struct{})
+		go func() { r.checkNodes(); close(done) }()
+		eventually(t, 10*time.Second, "the raise held", func() bool { return l.heldCalls() == 1 })
+		return done
+	}
+	aDone := raise(a, la)
+	time.Sleep(5 * time.Millisecond) // B's time floor above A's + 1
+	bDone := raise(b, lb)
+	la.let()
+	<-aDone
+	if !a.Counted()[0] {
+		t.Fatal("A does not count node 0 after its raise")
+	}
+	hb := hold("b")
+	hb.TTL = lease
+	g, err := a.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "b", 2)
+	lb.let()
+	<-bDone
+	if !b.Counted()[0] {
+		t.Fatal("B does not count node 0 after its raise")
+	}
+	if f, _ := nodes[0].raised(); f <= g.Fence {
+		t.Fatalf("B's floor %d, not above b's fence %d: the stage does not test", f, g.Fence)
+	}
+	again, err := b.Acquire(ctx, "k", hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through B while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }

@@ -33,8 +33,9 @@ import "strings"
 //	                             for every key (layout 3; a hash in 2)
 //	<prefix>vetted               the restart rule's vetted run id
 //	<prefix>vetted-floor         the node's counter when its fence floor
-//	                             was raised, and the run id it was raised
-//	                             for: "<counter>:<run id>" (floor.lua)
+//	                             was first raised for the run id it names,
+//	                             and that run id: "<counter>:<run id>"
+//	                             (floor.lua)
 //	<prefix>fence-floor, <prefix>fence-max
 //	                             hashes naming the layout (see below)
 //
@@ -137,8 +138,8 @@ func (n *RedisNode) lockKey(key string) string {
 // metaKey is the string that describes key's holder (meta.lua's encode).
 func (n *RedisNode) metaKey(key string) string { return n.prefix + "meta:" + key }
 
-// vettedFloorKey is the node's counter when its fence floor was last
-// raised, with the run id it was raised for (floor.lua). Under "vetted",
+// vettedFloorKey is the node's counter when its fence floor was first
+// raised for a process, with that run id (floor.lua). Under "vetted",
 // a reserved name already: a client's key maps where it always did.
 func (n *RedisNode) vettedFloorKey() string { return n.prefix + "vetted-floor" }
 

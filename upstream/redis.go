@@ -427,22 +427,15 @@ func (n *RedisNode) Incarnation() string {
 
 // vettedFloor is the counter that v, the vetted floor floor.lua records
 // ("<counter>:<run id>"), names for process runID: 0 when there is none
-// (a node vetted by a build before the record, or never) or it names
-// another process (the node restarted since, or was raised by an older
-// build since, which does not write the record).
-func vettedFloor(v, runID string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
+// (a node vetted by a build before the record, or never), it names
+// another process (the node restarted since), or it is not floor.lua's.
+func vettedFloor(v, runID string) int64 {
 	c, run, ok := strings.Cut(v, ":")
 	f, err := strconv.ParseInt(c, 10, 64)
-	if !ok || err != nil || f < 0 {
-		return 0, badReply("vetted floor", v)
+	if !ok || err != nil || f < 0 || run != runID {
+		return 0
 	}
-	if run != runID {
-		return 0, nil
-	}
-	return f, nil
+	return f
 }
 
 // infoField is the value of field in an INFO reply, "" when absent.
@@ -507,16 +500,20 @@ func (n *RedisNode) status(c *call) {
 			cmd.SetErr(redis.Nil)
 		}
 	}
-	for _, cmd := range []*redis.StringCmd{vetted, floor, top, top2, old} {
+	for _, cmd := range []*redis.StringCmd{vetted, top, top2, old} {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			r.Err = err
 			return
 		}
 	}
 	s.Vetted = vetted.Val()
-	if s.Floor, err = vettedFloor(floor.Val(), s.RunID); err != nil {
-		r.Err = err
-		return
+	// A record that cannot be read (another type, or not floor.lua's:
+	// written by something else) is as none, the case of a node vetted by
+	// a build before the record: failing the read would hold the node out
+	// for good. Its next raise writes it anew
+	// (TestUnreadableVettedFloorCountedAgain).
+	if floor.Err() == nil {
+		s.Floor = vettedFloor(floor.Val(), s.RunID)
 	}
 	// The node's counter: layout 3's, layout 2's, or on a node still in
 	// layout 1 its fence-max, at least every counter there.

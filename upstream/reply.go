@@ -45,7 +45,8 @@ func flag(s *script, v any) (bool, error) {
 	return i == 1, nil
 }
 
-// floored reads floor.lua's reply: {1, the node's counter after the raise}.
+// floored reads floor.lua's reply: {1, the counter recorded for the
+// process: the node's counter after its first raise}.
 func floored(v any) (bool, int64, error) {
 	a, ok := v.([]any)
 	if !ok || len(a) != 2 {

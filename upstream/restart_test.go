@@ -13,6 +13,7 @@ import (
 	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
+	"github.com/redis/go-redis/v9"
 )
 
 // Tests of Redlock's restart rule (quorum/restart.go) on real redis-servers
@@ -393,41 +394,60 @@ func TestStaleHoldRetriedThroughALaterInstance(t *testing.T) {
 // node's counter right after the raise (not the floor asked for, where
 // the counter was above it) with that run id, "<counter>:<run id>", and
 // answers that counter. On a node of layout 2, the record is the counter
-// the migration starts from. (miniredis, the embedded backend, runs the
-// same script.)
+// the migration starts from. A later raise for the same process raises
+// the counter but keeps the record of its first (the holds granted since
+// are not from before the floor:
+// TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess in quorum), and
+// answers it; one without a floor (RestartedMark) leaves it and answers
+// 0; a raise for another process records anew, unless that process was
+// vetted already by a build that records no floor: then none is
+// recorded (answer 0). (miniredis, the embedded backend, runs
+// the same script.)
 func TestVettedFloorRecorded(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, addr string) {
 		n, ctx, raw := newNode(t, RedisOptions{Addr: addr}), testCtx(t), rawClient(t, addr)
-		run := strings.Repeat("a", 40)
-		floor := func(fence int64, run string, want int64) {
+		run, run2 := strings.Repeat("a", 40), strings.Repeat("b", 40)
+		floor := func(fence int64, run, vetted string, want, counter int64, rec string) {
 			t.Helper()
 			r := n.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: fence, Token: run})
 			if r.Err != nil || !r.OK || r.Claim.Counter != want {
 				t.Fatalf("OpFloor(%d, %s) = %+v, want counter %d", fence, run, r, want)
 			}
-			if v := raw.Get(ctx, DefaultPrefix+"vetted").Val(); v != run {
-				t.Fatalf("vetted %q after OpFloor for %s", v, run)
+			if v := raw.Get(ctx, DefaultPrefix+"vetted").Val(); v != vetted {
+				t.Fatalf("vetted %q after OpFloor for %s, want %q", v, run, vetted)
 			}
-			if v, rec := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(), fmt.Sprintf("%d:%s", want, run); v != rec {
+			if v := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(); v != rec {
 				t.Fatalf("vetted floor %q after OpFloor(%d, %s), want %q", v, fence, run, rec)
+			}
+			if c, _ := raw.Get(ctx, DefaultPrefix+"layout").Int64(); c != counter {
+				t.Fatalf("counter %d after OpFloor(%d, %s), want %d", c, fence, run, counter)
 			}
 		}
 		// A node of layout 2: its counter is field fence of the layout hash.
 		if err := raw.HSet(ctx, DefaultPrefix+"layout", "fence", 50, "version", "2").Err(); err != nil {
 			t.Fatal(err)
 		}
-		floor(7, run, 50)
+		floor(7, run, run, 50, 50, "50:"+run)
 		mustAcquire(t, n, "k", hold("a", time.Minute)) // 51
-		floor(1795840067212561, run, 1795840067212561) // a time floor, written whole
-		floor(0, quorum.RestartedMark, 1795840067212561)
+		// Raised again for the same process, to a time floor: the counter
+		// is, written whole; the record stays.
+		floor(1795840067212561, run, run, 50, 1795840067212561, "50:"+run)
+		floor(0, quorum.RestartedMark, quorum.RestartedMark, 0, 1795840067212561, "50:"+run)
+		floor(7, run2, run2, 1795840067212561, 1795840067212561, "1795840067212561:"+run2)
+		// A process vetted by a build before the record (up to 65a4181):
+		// raised again, no counter is recorded for it, none is known.
+		run3 := strings.Repeat("c", 40)
+		raw.Set(ctx, DefaultPrefix+"vetted", run3, 0)
+		floor(7, run3, run3, 0, 1795840067212561, "1795840067212561:"+run2)
 	})
 }
 
 // TestStatusReadsTheVettedFloor: the status read gives the recorded floor
 // only for the process that answers: none once the record names another
 // (the node restarted since, or an older build, which does not write the
-// record, vetted it since). A record that cannot be read fails the status
-// read, and the connection stays usable. (miniredis answers no INFO
+// record, vetted it since). A record that cannot be read (not
+// "<counter>:<run id>", or another type) is as none: the read does not
+// fail (TestUnreadableVettedFloorCountedAgain). (miniredis answers no INFO
 // server: the restart rule does not run on the embedded backend.)
 func TestStatusReadsTheVettedFloor(t *testing.T) {
 	addr := redistest.Start(t, redistest.Options{}).Addr()
@@ -458,11 +478,114 @@ func TestStatusReadsTheVettedFloor(t *testing.T) {
 		t.Fatalf("status with another process's record: %+v, want no floor", s)
 	}
 	raw.Set(ctx, DefaultPrefix+"vetted-floor", "ninety:"+run, 0)
-	if r := n.do(ctx, &quorum.Op{Kind: quorum.OpStatus}); r.Err == nil {
-		t.Fatalf("status with an unreadable record: %+v, want an error", r.Status)
+	if s := status(); s.Vetted != run || s.Floor != 0 {
+		t.Fatalf("status with an unreadable record: %+v, want no floor", s)
 	}
+	raw.Del(ctx, DefaultPrefix+"vetted-floor")
+	raw.HSet(ctx, DefaultPrefix+"vetted-floor", "90", run)
+	if s := status(); s.Vetted != run || s.Floor != 0 {
+		t.Fatalf("status with a record of another type: %+v, want no floor", s)
+	}
+	raw.Del(ctx, DefaultPrefix+"vetted-floor")
 	raw.Set(ctx, DefaultPrefix+"vetted-floor", "90:"+run, 0)
 	if s := status(); s.Floor != 90 {
 		t.Fatalf("status after the record was mended: %+v, want floor 90", s)
+	}
+}
+
+// TestUnreadableVettedFloorCountedAgain: a node whose
+// lockproxy:vetted-floor cannot be read (another type, or not
+// "<counter>:<run id>": written by something else than floor.lua) is held
+// out like any node not verified durable, and counted once its hold-out
+// is over; its floor's raise mends the record. When an unreadable record
+// failed the status read, the node's status was never read again: held
+// out for good, and every other read of it lost (a restart of it went
+// unnoticed but by its replies).
+func TestUnreadableVettedFloorCountedAgain(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx := testCtx(t)
+	raw0, raw1 := rawClient(t, servers[0].Addr()), rawClient(t, servers[1].Addr())
+	if err := raw0.HSet(ctx, DefaultPrefix+"vetted-floor", "not", "a string").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw1.Set(ctx, DefaultPrefix+"vetted-floor", "ninety:x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := restartRedlock(t, servers, 500*time.Millisecond)
+	waitCounted(t, r, 20*time.Second, true, true, true)
+	for i, raw := range []*redis.Client{raw0, raw1} {
+		v, err := raw.Get(ctx, DefaultPrefix+"vetted-floor").Result()
+		if _, _, ok := strings.Cut(v, ":"); err != nil || !ok || strings.HasPrefix(v, "ninety") {
+			t.Fatalf("node %d's vetted floor after its raise: %q, %v", i, v, err)
+		}
+	}
+}
+
+// TestSecondRaiseKeepsTheRecord: node 0 restarts empty; instance A holds
+// it out, raises its floor and counts it again; b is granted through A
+// by the three nodes. Then the late raise of a second instance that read
+// node 0 before A's raise reaches it, for the same process, with the floor
+// it computed then. Node 2 goes down, and b's client retries through
+// instance C, started after: node 0 keeps the counter recorded at its
+// first raise, below b's fence there, so C counts b's holds on nodes 0
+// and 1, a majority recording its grant's fence, and answers it. When the
+// second raise overwrote the record with the node's counter then (above
+// b's fence), C set b's hold on node 0 aside and committed a new fence
+// (seen: 1795904757768017 after its grant's 1795904757768016; the
+// counters are in µs since A first raised the new nodes to the time).
+func TestSecondRaiseKeepsTheRecord(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const lease = 4 * time.Second
+	a := restartRedlock(t, servers, lease)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		if _, err := a.Acquire(ctx, "k", hold(tok, lease)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	n0 := newNode(t, RedisOptions{Addr: servers[0].Addr()})
+	st := n0.do(ctx, &quorum.Op{Kind: quorum.OpStatus})
+	if st.Err != nil {
+		t.Fatal(st.Err)
+	}
+	waitCounted(t, a, 30*time.Second, false, true, true)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	g, err := a.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "b", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	// The second instance's late raise, with the floor it computed from
+	// its read before A's (the counter the node had then).
+	if r := n0.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: max(st.Status.FenceMax, 1), Token: st.Status.RunID}); r.Err != nil || !r.OK {
+		t.Fatalf("the late raise: %+v", r)
+	}
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c := restartRedlock(t, servers, lease)
+	waitCounted(t, c, 30*time.Second, true, true, false)
+	// b's client renews its lease (through A, on nodes 0 and 1), so that
+	// its retry comes within it on a loaded host.
+	if _, err := a.Extend(ctx, "k", "b", lease, ""); err != nil {
+		t.Fatalf("b's renewal: %v", err)
+	}
+	again, err := c.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != g.Fence {
+		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
 	}
 }
