@@ -487,15 +487,7 @@ func TestRetryOfAGrantMadeDuringAHoldOut(t *testing.T) {
 	const lease = 3 * time.Second
 	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
 	defer r.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := r.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		r.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, r, nodes, lease)
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
 		return slices.Equal(r.Counted(), []bool{false, true, true})
@@ -588,15 +580,7 @@ func TestRetryOfAGrantMadeAfterTheFloorThroughAnInstanceThatSawTheRestart(t *tes
 	defer a.Close()
 	b := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second})
 	defer b.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := a.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		a.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, a, nodes, lease)
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
 	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
@@ -718,15 +702,7 @@ func TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown(t *testing.T) {
 	const lease = 3 * time.Second
 	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
 	defer r.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := r.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		r.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, r, nodes, lease)
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
 		return slices.Equal(r.Counted(), []bool{false, true, true})
@@ -775,15 +751,7 @@ func TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess(t *testing.T) {
 	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
 	a := New(asNodes(nodes), cfg)
 	defer a.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := a.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		a.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, a, nodes, lease)
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
 	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return a.Counted()[0] })
@@ -808,13 +776,7 @@ func TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess(t *testing.T) {
 	}
 	c := New(asNodes(nodes), cfg)
 	defer c.Close()
-	again, err := c.Acquire(ctx, "k", hb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.Fence != g.Fence {
-		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
-	}
+	retryAnswers(t, c, hb, g.Fence, "b's retry through C while it holds the key on nodes 0 and 1")
 }
 
 // TestRetryOfAGrantMadeAfterAnOldBuildsRaise: as
@@ -833,15 +795,7 @@ func TestRetryOfAGrantMadeAfterAnOldBuildsRaise(t *testing.T) {
 	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
 	a := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
 	defer a.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := a.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		a.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, a, nodes, lease)
 	top := nodes[1].status().FenceMax
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !a.Counted()[0] })
@@ -863,13 +817,7 @@ func TestRetryOfAGrantMadeAfterAnOldBuildsRaise(t *testing.T) {
 	}
 	c := New(asNodes(nodes), cfg)
 	defer c.Close()
-	again, err := c.Acquire(ctx, "k", hb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.Fence != g.Fence {
-		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
-	}
+	retryAnswers(t, c, hb, g.Fence, "b's retry through C while it holds the key on nodes 0 and 1")
 }
 
 // TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance: as
@@ -891,15 +839,7 @@ func TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance(t *testing.T) {
 	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second}
 	r := New(asNodes(nodes), cfg)
 	defer r.Close()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := r.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		r.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, r, nodes, lease)
 	nodes[0].restartEmpty("run0-b")
 	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
 		return slices.Equal(r.Counted(), []bool{false, true, true})
@@ -952,15 +892,7 @@ func TestRetryThroughTheSecondRaiser(t *testing.T) {
 	defer b.Close()
 	defer la.let()
 	defer lb.let()
-	h := hold("a")
-	h.TTL = lease
-	for range 3 {
-		if _, err := a.Acquire(ctx, "k", h); err != nil {
-			t.Fatal(err)
-		}
-		a.Release(ctx, "k", "a", nil, nil)
-		waitCount(t, nodes, "k", "a", 0)
-	}
+	grantedAndReleased(t, a, nodes, lease)
 	nodes[2].setDown(true)
 	nodes[0].restartEmpty("run0-b")
 	a.checkNodes()
@@ -1016,5 +948,33 @@ func TestRetryThroughTheSecondRaiser(t *testing.T) {
 	}
 	if again.Fence != g.Fence {
 		t.Fatalf("b's retry through B while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
+	}
+}
+
+// grantedAndReleased grants and releases token a's lease on "k" three times
+// through r, so that every node's counter is above the restart's.
+func grantedAndReleased(t *testing.T, r *Redlock, nodes []*fakeNode, lease time.Duration) {
+	t.Helper()
+	h := hold("a")
+	h.TTL = lease
+	for range 3 {
+		if _, err := r.Acquire(context.Background(), "k", h); err != nil {
+			t.Fatal(err)
+		}
+		r.Release(context.Background(), "k", "a", nil, nil)
+		waitCount(t, nodes, "k", "a", 0)
+	}
+}
+
+// retryAnswers retries h's grant on "k" through r and checks that it
+// answers the grant's fence.
+func retryAnswers(t *testing.T, r *Redlock, h engine.Hold, fence int64, what string) {
+	t.Helper()
+	again, err := r.Acquire(context.Background(), "k", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Fence != fence {
+		t.Fatalf("%s: fence %d, its grant's %d", what, again.Fence, fence)
 	}
 }
