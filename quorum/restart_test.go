@@ -719,16 +719,7 @@ func TestRetryOfAGrantMadeDuringAHoldOutOneNodeDown(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
 	nodes[2].setDown(true)
-	again, err := r.Acquire(ctx, "k", b)
-	if err != nil {
-		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: %v", err)
-	}
-	if again.Fence < g.Fence {
-		t.Fatalf("b's retry: fence %d going back below its grant's %d", again.Fence, g.Fence)
-	}
-	if again.Fence != g.Fence {
-		t.Fatalf("b's retry while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
-	}
+	retryAnswers(t, r, b, g.Fence, "b's retry while it holds the key on nodes 0 and 1")
 }
 
 // TestRetryOfAGrantMadeBetweenTwoRaisesOfTheSameProcess: node 0 restarts
@@ -858,16 +849,7 @@ func TestRetryOfAGrantMadeDuringAHoldOutThroughALaterInstance(t *testing.T) {
 	nodes[2].setDown(true)
 	c := New(asNodes(nodes), cfg)
 	defer c.Close()
-	again, err := c.Acquire(ctx, "k", b)
-	if err != nil {
-		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: %v", err)
-	}
-	if again.Fence < g.Fence {
-		t.Fatalf("b's retry: fence %d going back below its grant's %d", again.Fence, g.Fence)
-	}
-	if again.Fence != g.Fence {
-		t.Fatalf("b's retry through C while it holds the key on nodes 0 and 1: fence %d, its grant's %d", again.Fence, g.Fence)
-	}
+	retryAnswers(t, c, b, g.Fence, "b's retry through C while it holds the key on nodes 0 and 1")
 }
 
 // TestRetryThroughTheSecondRaiser: node 0 restarts empty with node 2 down
@@ -967,12 +949,15 @@ func grantedAndReleased(t *testing.T, r *Redlock, nodes []*fakeNode, lease time.
 }
 
 // retryAnswers retries h's grant on "k" through r and checks that it
-// answers the grant's fence.
+// answers the grant's fence (and says so apart where it goes back).
 func retryAnswers(t *testing.T, r *Redlock, h engine.Hold, fence int64, what string) {
 	t.Helper()
 	again, err := r.Acquire(context.Background(), "k", h)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", what, err)
+	}
+	if again.Fence < fence {
+		t.Fatalf("%s: fence %d going back below its grant's %d", what, again.Fence, fence)
 	}
 	if again.Fence != fence {
 		t.Fatalf("%s: fence %d, its grant's %d", what, again.Fence, fence)
