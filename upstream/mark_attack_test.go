@@ -19,8 +19,12 @@ import (
 // acquire.lua and heal.lua do, and so must the other writes that can put
 // a token under a lock key, which run under a script's turn: the client's
 // own script (GuardStated) and the repair of a drifted node (repair.lua).
-// instance's TestAttackMarkClientScriptTakesAfterRenewal and
-// TestAttackMarkRepairRestoreAfterRenewal show what a missing raise does.
+// instance's TestAttackMarkClientScriptTakesAfterRenewal (the script's
+// own take, after the renewal found the key free) and
+// TestAttackMarkRepairRestoreAfterRenewal (the repair's RESTORE, after a
+// renewal that found the key free once the script had run there) show
+// what a missing raise does: each fails without its own raise,
+// GuardStated's and repair.lua's, and passes without the other's.
 
 // TestAttackMarkScriptRaisesTheMark: a script guarded by its turn raises
 // the mark of each of its keys that has one, keeping the mark's TTL,

@@ -9,6 +9,9 @@
 -- the node had none), as an acquire does: it raises the key's release mark
 -- by one where there is one (acquire.lua's taken), so that a renewal's
 -- heal decided before it (heal.lua) takes nothing once that hold is gone.
+-- The guard of the script repaired after (GuardStated) raised the mark
+-- too, but when the script ran here: a renewal that found the key free
+-- between the script and this repair is voided by this raise alone.
 local n = #KEYS / 3
 for i = 1, n do
   if redis.call('GET', KEYS[n + i]) ~= ARGV[1] then
