@@ -35,8 +35,10 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 // typed turns a raw go-redis reply error into a typed one. It is the only
 // place that reads the text of a node's reply.
+// Most replies are no error: they are passed on before HasErrorPrefix,
+// which allocates on every call.
 func typed(err error) error {
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return fmt.Errorf("%w: %w", ErrNoScript, err)
 	}
 	return err
