@@ -2,6 +2,9 @@ package quorum
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -144,5 +147,112 @@ func TestAttackX2LateFreeAnswerBeforeTheVerdict(t *testing.T) {
 	}
 	if h, ok, err := rD.Inspect(ctx, "k"); err == nil && ok && h.Token == "a" {
 		t.Errorf("LOCKINFO after a's release and b's grant (fence %d): a holds it with fence %d", gb.Fence, h.Fence)
+	}
+}
+
+// incarnate is a healNode whose answers to what healNode serves itself
+// (extensions, releases, heals) carry the node's run id, as the fake's
+// own answers do, so that they count under the restart rule.
+type incarnate struct{ *healNode }
+
+type stamped struct {
+	Sink
+	run string
+}
+
+func (s stamped) Put(r Reply) {
+	r.Incarnation = s.run
+	s.Sink.Put(r)
+}
+
+func (h incarnate) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	switch op.Kind {
+	case OpExtend, OpRelease, OpHeal:
+		h.fakeNode.mu.Lock()
+		run := h.run
+		h.fakeNode.mu.Unlock()
+		h.healNode.Do(ctx, op, tag, stamped{done, run})
+	default:
+		h.healNode.Do(ctx, op, tag, done)
+	}
+}
+
+// TestAttackX2RestartLosesTheReleasesMeta: a node that restarts empty
+// loses the meta a release left there for the grace, and the restart rule
+// held it out only max_lease_ms (here 1 s) after its start: counted again
+// while the release was still on its way to another node, it answered a
+// renewal's extension "free", and the heal gave the released holder the
+// node back. a is granted fence 10 on every node (a 1 s lease, renewed
+// through A); a's release through C (node_timeout_ms 2000, link to node
+// 1 cut) deletes it on node 2 at once and is held on its way to node 0;
+// node 2 restarts empty. Within C's 2 s node timeout, A counts node 2 again, A's renewal is
+// granted by nodes 0 and 1 and heals node 2; then the release lands on
+// node 0 and C decides it. a, released, holds nodes 1 and 2 (seen failing
+// before the hold-out lasted the grace too: node 2 healed for a, LOCKINFO
+// showed a with fence 10).
+func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
+	ctx := context.Background()
+	fs, hs := newHealNodes(3)
+	nodes := make([]Node, 3)
+	for i, f := range fs {
+		f.run, f.uptime, f.vetted = fmt.Sprintf("run%d", i), time.Hour, fmt.Sprintf("run%d", i)
+		f.counter["k"] = 9
+		nodes[i] = incarnate{hs[i]}
+	}
+	c0, c1 := newLink(nodes[0]), newLink(nodes[1])
+	const lease = time.Second
+	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond}
+	rA := New(nodes, cfg)
+	cfgC := cfg
+	cfgC.NodeTimeout = 2 * time.Second // node_timeout_ms 2000: its grace is A's, 5 s
+	rC := New([]Node{c0, c1, nodes[2]}, cfgC)
+	defer func() {
+		c0.let()
+		rA.Close()
+		rC.Close()
+	}()
+	eventually(t, 5*time.Second, "every node counted", func() bool {
+		return slices.Equal(rA.Counted(), []bool{true, true, true}) && slices.Equal(rC.Counted(), []bool{true, true, true})
+	})
+	ga, err := rA.Acquire(ctx, "k", engine.Hold{Token: "a", TTL: lease, Mode: engine.Lease})
+	if err != nil || ga.Fence != 10 {
+		t.Fatalf("a: %+v %v, want 10", ga, err)
+	}
+	waitFor(t, "a on every node", func() bool { return holders(fs, "k", "a") == 3 })
+	c0.hold(OpRelease)
+	c1.setCut(true)
+	sent := time.Now()
+	released := make(chan error, 1)
+	go func() {
+		ok, err := rC.Release(ctx, "k", "a", nil, nil)
+		if err == nil && !ok {
+			err = errors.New("not held")
+		}
+		released <- err
+	}()
+	waitFor(t, "the release deletes a on node 2", func() bool { return !fs[2].holds("k", "a") && c0.heldCalls() == 1 })
+	fs[2].restartEmpty("run2-b")
+	// a lives on nodes 0 and 1, renewed through A, until the release
+	// lands on node 0 (within C's node timeout).
+	for time.Since(sent) < 1500*time.Millisecond {
+		if _, err := rA.Extend(ctx, "k", "a", lease, ""); err != nil {
+			t.Fatalf("a's renewal through A, %v after the release was sent: %v", time.Since(sent), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c0.let()
+	if err := <-released; err != nil {
+		t.Fatalf("a's release through C, decided by nodes 0 and 2: %v", err)
+	}
+	// A heal decided by A's last renewal lands within moments: a bounded
+	// wait (rA.bg also runs the status reads, so it is never done).
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if tok, f, _ := entryOf(fs[2], "k"); tok == "a" {
+			t.Errorf("node 2, restarted after a's release there, holds a again with fence %d", f)
+			break
+		}
+	}
+	if h, ok, err := rA.Inspect(ctx, "k"); err == nil && ok && h.Token == "a" {
+		t.Errorf("LOCKINFO after a's release: a holds it with fence %d", h.Fence)
 	}
 }
