@@ -81,17 +81,20 @@ import (
 //
 // What it leaves: a renewal heals only from "free" answers that came
 // within MaxNodeTimeout of its start (freeWithin), whatever its own node
-// timeout, and a grant's meta is its own; the argument still takes the
-// node timeout of an instance that releases to be at most that of the one
-// that wrote the meta it leaves (each instance's grace covers
-// max(NodeTimeout, MaxNodeTimeout)); a release
+// timeout, and a grant's meta is its own, as is the meta that describes
+// nobody a release leaves (release.lua): each is kept the writing
+// instance's own grace, which covers its own node timeout
+// (TestAttackX2ReleaseSpreadOverALongerNodeTimeout: a release spread over
+// 8 s through an instance with a 15 s node timeout); a release
 // carried on to silent nodes after an undecided release (carry.go) may
 // land later than that, and the holder told "outcome unknown" may then
 // hold a majority again, no longer than the validity a renewal told it,
 // as when a release misses nodes. A node restarted empty has lost the
 // meta with the key: the restart rule holds it out for max_lease_ms after
 // its start, which can be shorter than the grace, so a renewal heals onto
-// it only from metaGrace after its start (healsFrom).
+// it only from metaGrace after its start (healsFrom): this instance's
+// grace, shorter than the meta a release through an instance with a longer
+// node timeout left there before the restart.
 
 // metaGrace is how much longer than its key a lock's meta is kept
 // (Op.MetaFor): two of the longest node timeouts, a renewal's and a
