@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -214,4 +215,86 @@ func TestAttackX2LateBoundReleaseKeepsTheNewHoldsMeta(t *testing.T) {
 			t.Errorf("y's extension: %+v, want held with fence %d", r, fy)
 		}
 	})
+}
+
+// TestAttackX2RestartLosesTheReleasesMeta is quorum's test of that name on
+// three redis-servers without fsync (max_lease_ms 1 s): a is granted on
+// every node through A; a's release through C (node_timeout_ms 3000, its
+// link to node 1 cut) deletes a on node 2, leaving its blank meta, and is
+// held on its way to node 0; node 2 restarts empty, losing that meta. A
+// renews a every 100 ms meanwhile (nodes 0 and 1 hold it). Once A counts
+// node 2 again (1 s after its start), a renewal finds the key free there
+// with no meta; a heal from it took node 2 for a, and when the release
+// then landed on node 0 and C decided it, a, released, held nodes 1 and 2
+// (LOCKINFO showed it). A renewal heals onto a node restarted without
+// fsync only from the grace after its start.
+func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const lease = time.Second
+	rel := newGate(quorum.OpRelease, "k")
+	var nodesA, nodesC []quorum.Node
+	for i, s := range servers {
+		nodesA = append(nodesA, newNode(t, RedisOptions{Addr: s.Addr()}))
+		var n quorum.Node = newNode(t, RedisOptions{Addr: s.Addr()})
+		switch i {
+		case 0:
+			rel.Node = n
+			n = rel
+		case 1:
+			n = cutNode{n}
+		}
+		nodesC = append(nodesC, n)
+	}
+	cfg := quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond}
+	rA := quorum.New(nodesA, cfg)
+	t.Cleanup(func() { rA.Close() })
+	cfg.NodeTimeout = 3 * time.Second
+	rC := quorum.New(nodesC, cfg)
+	t.Cleanup(func() { rC.Close() })
+	waitCounted(t, rA, 30*time.Second, true, true, true)
+	eventually(t, 30*time.Second, "C counts nodes 0 and 2", func() bool {
+		c := rC.Counted()
+		return c[0] && c[2]
+	})
+	if _, err := rA.Acquire(ctx, "k", hold("a", lease)); err != nil {
+		t.Fatal(err)
+	}
+	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
+	sent := time.Now()
+	released := make(chan error, 1)
+	go func() {
+		ok, err := rC.Release(ctx, "k", "a", nil, nil)
+		if err == nil && !ok {
+			err = errors.New("not held")
+		}
+		released <- err
+	}()
+	select {
+	case <-rel.pending:
+	case <-time.After(testTimeout):
+		t.Fatal("no release sent to node 0")
+	}
+	raw2 := rawClient(t, servers[2].Addr())
+	eventually(t, testTimeout, "the release deletes a on node 2", func() bool {
+		return raw2.Exists(ctx, "k").Val() == 0
+	})
+	restartEmpty(t, servers[2])
+	for time.Since(sent) < 2500*time.Millisecond {
+		if _, err := rA.Extend(ctx, "k", "a", lease, ""); err != nil {
+			t.Fatalf("a's renewal through A, %v after the release was sent: %v", time.Since(sent), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rel.gate <- struct{}{}
+	if err := <-released; err != nil {
+		t.Fatalf("a's release through C, decided by nodes 0 and 2 (%v after it was sent): %v", time.Since(sent), err)
+	}
+	if v := raw2.Get(ctx, "k").Val(); v == "a" {
+		t.Errorf("node 2, restarted after a's release there, holds a again (counted by A: %v)", rA.Counted())
+	}
+	if h, ok, err := rA.Inspect(ctx, "k"); err == nil && ok && h.Token == "a" {
+		t.Errorf("LOCKINFO after a's release: a holds it with fence %d", h.Fence)
+	}
 }
