@@ -183,13 +183,14 @@ func (h incarnate) Do(ctx context.Context, op *Op, tag int, done Sink) {
 // while the release was still on its way to another node, it answered a
 // renewal's extension "free", and the heal gave the released holder the
 // node back. a is granted fence 10 on every node (a 1 s lease, renewed
-// through A); a's release through C (node_timeout_ms 2000, link to node
+// through A); a's release through C (node_timeout_ms 3000, link to node
 // 1 cut) deletes it on node 2 at once and is held on its way to node 0;
-// node 2 restarts empty. Within C's 2 s node timeout, A counts node 2 again, A's renewal is
-// granted by nodes 0 and 1 and heals node 2; then the release lands on
-// node 0 and C decides it. a, released, holds nodes 1 and 2 (seen failing
-// before the hold-out lasted the grace too: node 2 healed for a, LOCKINFO
-// showed a with fence 10).
+// node 2 restarts empty. Within C's 3 s node timeout, A counts node 2
+// again, A's renewal is granted by nodes 0 and 1 and heals node 2; then
+// the release lands on node 0 and C decides it. a, released, holds nodes
+// 1 and 2 (seen failing before healsFrom: node 2 healed for a, LOCKINFO
+// showed a with fence 10). A renewal now heals onto node 2 only from the
+// grace after its start.
 func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
 	ctx := context.Background()
 	fs, hs := newHealNodes(3)
@@ -204,7 +205,7 @@ func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
 	cfg := Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond}
 	rA := New(nodes, cfg)
 	cfgC := cfg
-	cfgC.NodeTimeout = 2 * time.Second // node_timeout_ms 2000: its grace is A's, 5 s
+	cfgC.NodeTimeout = 3 * time.Second // node_timeout_ms 3000: the release lands on node 0 well within it
 	rC := New([]Node{c0, c1, nodes[2]}, cfgC)
 	defer func() {
 		c0.let()
