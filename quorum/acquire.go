@@ -241,7 +241,7 @@ func (r *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	applied := time.Duration(0)
 	leased := false // a node found a bound lock made a lease
 	var yes uint64  // bit i: node i extended it
-	w := renewal{freeBy: start.Add(freeWithin)}
+	w := renewal{started: start, freeBy: start.Add(freeWithin)}
 	op := &Op{Kind: OpExtend, Key: key, Token: token, TTL: ttl, Mode: mode, Attempt: engine.BoundAttempt(ctx), MarkFor: r.markFor(), MetaFor: r.metaGrace()}
 	calls, err := r.fanout(ctx, r.timeout(ttl), op, nil,
 		func(rep Reply) bool {

@@ -81,15 +81,20 @@ import (
 //
 // What it leaves: a renewal heals only from "free" answers that came
 // within MaxNodeTimeout of its start (freeWithin), whatever its own node
-// timeout, and a grant's meta is its own; the argument still takes the
-// node timeout of an instance that releases to be at most that of the one
-// that wrote the meta it leaves (each instance's grace covers
-// max(NodeTimeout, MaxNodeTimeout)); a release
+// timeout, and a grant's meta is its own, as is the meta that describes
+// nobody a release leaves (release.lua): each is kept the writing
+// instance's own grace, which covers its own node timeout
+// (TestAttackX2ReleaseSpreadOverALongerNodeTimeout: a release spread over
+// 8 s through an instance with a 15 s node timeout); a release
 // carried on to silent nodes after an undecided release (carry.go) may
 // land later than that, and the holder told "outcome unknown" may then
 // hold a majority again, no longer than the validity a renewal told it,
 // as when a release misses nodes. A node restarted empty has lost the
-// meta with the key, as before: the restart rule holds it out.
+// meta with the key: the restart rule holds it out for max_lease_ms after
+// its start, which can be shorter than the grace, so a renewal heals onto
+// it only from metaGrace after its start (healsFrom): this instance's
+// grace, shorter than the meta a release through an instance with a longer
+// node timeout left there before the restart.
 
 // metaGrace is how much longer than its key a lock's meta is kept
 // (Op.MetaFor): two of the longest node timeouts, a renewal's and a
@@ -121,6 +126,8 @@ type renewal struct {
 	// freeBy is when a "free" answer stops counting toward a heal: the
 	// extension's start plus MaxNodeTimeout (freeWithin).
 	freeBy time.Time
+	// started is when the extension started (healsFrom).
+	started time.Time
 }
 
 // freeWithin is how long after a renewal starts an answer that the key is
@@ -134,6 +141,32 @@ type renewal struct {
 // ended, healed the released hold back
 // (TestAttackExtensionOfALongerNodeTimeout: fence 10 after 11).
 const freeWithin = MaxNodeTimeout
+
+// healsFrom is the earliest start of a renewal that may heal onto node i
+// from its answer that the key is free: metaGrace (and drift) after the
+// latest start of the node's process, where the restart rule saw it
+// restart (or first saw it). A node restarted empty has lost the metas
+// that releases and grants left there, and the restart rule holds it out
+// only max_lease_ms after its start: counted again sooner than the grace,
+// it answered "free" where a release had deleted the key just before the
+// restart, while that release was still on its way to another node, and
+// the heal gave the released holder the node back
+// (TestAttackX2RestartLosesTheReleasesMeta). From metaGrace after its
+// start, every meta it lost would have ended anyway.
+func (r *Redlock) healsFrom(i int) time.Time {
+	t := r.trust
+	if t == nil {
+		return time.Time{}
+	}
+	t.mu.RLock()
+	start := t.nodes[i].start
+	t.mu.RUnlock()
+	if start.IsZero() {
+		return start
+	}
+	g := r.metaGrace()
+	return start.Add(g + r.drift(g))
+}
 
 // freeNode is a counted node that answered that the key is free, at its
 // clock's at (ms).
@@ -170,12 +203,18 @@ func (r *Redlock) heal(key, token string, ttl time.Duration, mode engine.Mode, w
 		mode = w.mode
 	}
 	h := engine.Hold{Token: token, TTL: ttl, Mode: mode, Name: w.name}
-	free := w.free
+	var free []freeNode
+	for _, n := range w.free {
+		if !w.started.Before(r.healsFrom(n.node)) {
+			free = append(free, n)
+		}
+	}
 	if len(free) == 0 && f.landed() {
 		return
 	}
 	r.afterward(f, func(rep Reply) { // the answers that came after the verdict
-		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep, f.epoch) && time.Now().Before(w.freeBy) {
+		if rep.Err == nil && rep.FreeAt > 0 && r.counts(rep, f.epoch) && time.Now().Before(w.freeBy) &&
+			!w.started.Before(r.healsFrom(rep.Tag)) {
 			free = append(free, freeNode{rep.Tag, rep.FreeAt})
 		}
 	}, func() {

@@ -139,6 +139,10 @@ type nodeTrust struct {
 	why     string        // what was seen when it stopped counting
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
+	// start is the latest start of the process last seen restarting (or
+	// first seen), unless verified durable: a renewal heals onto the node
+	// only from metaGrace after it (Redlock.healsFrom).
+	start time.Time
 	// raised is the node's counter when its fence floor was raised for
 	// the process counted (the node records it: Status.Floor; where it
 	// does not, the node's largest counter when another instance was seen
@@ -357,6 +361,12 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	first := n.runID == ""
 	restarted := !first && (s.RunID != n.runID || s.Uptime < n.uptime)
 	n.runID, n.uptime = s.RunID, s.Uptime
+	if first || restarted {
+		n.start = time.Time{} // verified durable: it lost no meta
+		if !s.Durable {
+			n.start = now.Add(-max(s.Uptime-time.Second, 0))
+		}
+	}
 	var events []trustEvent
 	what := "restarted"
 	if first {
