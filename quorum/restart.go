@@ -388,14 +388,34 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	if first || restarted {
 		n.why = what
 		switch {
-		case s.Durable:
+		case s.Durable && s.Vetted != RestartedMark:
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
-			r.trust.countAgain(n, s.RunID, 0) // it lost nothing: its holds are as granted
+			// It lost nothing: its holds are as the process before it
+			// left them, those from before that process's floor too
+			// (TestStaleHoldKeptByADurableRestart): up to the bound this
+			// instance took for that process, and to the record the node
+			// keeps, whichever process it names (every hold granted since
+			// is above it: the node kept its counter too).
+			kept := s.Recorded
+			if restarted {
+				kept = max(kept, n.raised)
+			}
+			r.trust.countAgain(n, s.RunID, kept)
 			n.until = time.Time{}
 			return events, false
 		default:
+			// Not verified durable; or verified durable, but its record
+			// says an instance saw it restart without fsync and no floor
+			// was raised since (RestartedMark): appendfsync always,
+			// turned on since, keeps what the process had, not what it
+			// lost (TestDurableWhileHeldOutNotCountedAtOnce,
+			// TestDurableRestartOfAHeldOutProcess).
+			lost := "without verified fsync"
+			if s.Durable {
+				lost = "after a restart without fsync that no fence floor followed (appendfsync always verified since)"
+			}
 			// Redis reports its uptime as the difference of two clocks
 			// truncated to whole seconds (server.unixtime −
 			// stat_starttime), so it can exceed the process's real uptime
@@ -407,8 +427,8 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			start := now.Add(-max(s.Uptime-time.Second, 0))
 			n.until = start.Add(r.cfg.MaxLease + r.drift(r.cfg.MaxLease))
 			if n.until.After(now) || n.counted != "" {
-				events = append(events, trustEvent{i, false, fmt.Sprintf("%s without verified fsync: not counted for %v, until every lease it may have held has expired",
-					what, max(n.until.Sub(now), 0).Round(time.Millisecond))})
+				events = append(events, trustEvent{i, false, fmt.Sprintf("%s %s: not counted for %v, until every lease it may have held has expired",
+					what, lost, max(n.until.Sub(now), 0).Round(time.Millisecond))})
 			}
 			n.counted = ""
 		}

@@ -1,0 +1,174 @@
+package quorum
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockproxy/lockproxy/engine"
+)
+
+// Attacks on the restart rule's vetted floor (floor.lua's record,
+// Status.Floor) and on what a verified durable node is trusted with.
+
+// restartKeeping restarts the node as a Redis that reloads its data does
+// (an AOF): a new run id and no uptime, with every key it held, its
+// counters, its vetted run id and its vetted floor; durable says whether
+// it now runs with appendfsync always (an operator who turned it on).
+func (f *fakeNode) restartKeeping(run string, durable bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.run, f.uptime, f.durable = run, 0, durable
+}
+
+// makeDurable is CONFIG SET appendonly yes, appendfsync always on the
+// running process: no restart.
+func (f *fakeNode) makeDurable() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.durable = true
+}
+
+// lostFences grants fences up to the returned top on nodes 0 and 1 only
+// (node 2 down), then restarts both empty: only node 2, which missed
+// them, still has a counter. It returns once r holds both out and an
+// instance seeing their restart recorded it on them (RestartedMark).
+func lostFences(t *testing.T, r *Redlock, nodes []*fakeNode, lease time.Duration) (top int64) {
+	t.Helper()
+	ctx := context.Background()
+	grantedAndReleased(t, r, nodes, lease)
+	nodes[2].setDown(true)
+	for i := range 4 {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := r.Acquire(ctx, "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		r.Release(ctx, "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	nodes[2].setDown(false)
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	eventually(t, 10*time.Second, "the restart recorded on both", func() bool {
+		_, v0 := nodes[0].raised()
+		_, v1 := nodes[1].raised()
+		return v0 == RestartedMark && v1 == RestartedMark
+	})
+	return top
+}
+
+// grantAbove grants token's lease on "k" through r, as soon as r can,
+// and checks its fence is above top, every fence granted before.
+func grantAbove(t *testing.T, r *Redlock, token string, lease time.Duration, top int64, what string) {
+	t.Helper()
+	h := hold(token)
+	h.TTL = lease
+	var g engine.Grant
+	eventually(t, 20*time.Second, what, func() bool {
+		var err error
+		g, err = r.Acquire(context.Background(), "k", h)
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("%s: fence %d going back, after %d", what, g.Fence, top)
+	}
+}
+
+// TestDurableWhileHeldOutNotCountedAtOnce: nodes 0 and 1 alone record
+// fences up to top and restart empty; instance A holds them out. Their
+// operator, told they restarted "without verified fsync", turns
+// appendfsync always on (CONFIG SET, no restart). Instance B, started
+// now, finds them verified durable: it counted them at once, with the
+// counters they have since the restart (no floor raised): a grant of k
+// by nodes 0 and 1 with fence 1, after top. A durable process that lost
+// what it held before it was durable has not lost nothing: a node whose
+// record says an instance saw it restart without fsync (RestartedMark)
+// is held out as any restarted node, and counted once its floor is
+// raised.
+func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
+	nodes := oldNodes(3)
+	const lease = time.Second
+	a := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	top := lostFences(t, a, nodes, lease)
+	nodes[0].makeDurable()
+	nodes[1].makeDurable()
+	b := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer b.Close()
+	grantAbove(t, b, "x", lease, top, "x's grant through B")
+}
+
+// TestDurableRestartOfAHeldOutProcess: as
+// TestDurableWhileHeldOutNotCountedAtOnce, with nodes 0 and 1 restarted
+// again, durable, before their floors were raised: each new process
+// reloads what the held-out one had (its counter since the empty
+// restart, below top). Instance A, which held them out, saw a durable
+// restart and counted them at once: x's grant took fence 1 after top.
+func TestDurableRestartOfAHeldOutProcess(t *testing.T) {
+	nodes := oldNodes(3)
+	const lease = time.Second
+	a := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	top := lostFences(t, a, nodes, lease)
+	nodes[0].restartKeeping("run0-c", true)
+	nodes[1].restartKeeping("run1-c", true)
+	grantAbove(t, a, "x", lease, top, "x's grant through A")
+}
+
+// TestStaleHoldKeptByADurableRestart: staleHoldStage (b's hold left on
+// nodes 0 and 1 before their floors were raised, fence 1 after top),
+// then nodes 0 and 1 turn appendfsync always on and restart within the
+// hold's lease: the new processes reload b's holds and the record of the
+// floors, which names the process before. Counted at once as durable,
+// they were taken to hold nothing from before a floor: b's retry, through
+// the instance that raised them or one started after, found its holds a
+// majority with fence 1 and answered it. A durable restart keeps what the
+// process before it kept: its holds from before its floor too. The
+// instance that counted that process keeps its bound; one that did not
+// takes the record the node keeps, whichever process it names. Where the
+// node keeps none (norecord: a build before the record raised it first),
+// the instance that counted the process keeps the bound it took.
+func TestStaleHoldKeptByADurableRestart(t *testing.T) {
+	for _, c := range []struct{ later, norecord bool }{{false, false}, {true, false}, {false, true}} {
+		later := c.later
+		t.Run(fmt.Sprintf("later=%v,norecord=%v", c.later, c.norecord), func(t *testing.T) {
+			ctx := context.Background()
+			nodes, r, top := staleHoldStage(t, nil)
+			if c.norecord {
+				for _, f := range nodes[:2] {
+					f.mu.Lock()
+					f.raisedAt, f.raisedFor = 0, ""
+					f.mu.Unlock()
+				}
+			}
+			nodes[0].restartKeeping("run0-c", true)
+			nodes[1].restartKeeping("run1-c", true)
+			if later {
+				r = New(asNodes(nodes), staleHoldConfig)
+				t.Cleanup(func() { r.Close() })
+			}
+			eventually(t, 10*time.Second, "the durable restarts counted", func() bool {
+				return r.trust.nodes[0].counted == "run0-c" && r.trust.nodes[1].counted == "run1-c"
+			})
+			if !nodes[0].holds("k", "b") || !nodes[1].holds("k", "b") {
+				t.Fatal("b's holds expired before its retry: the stage does not test")
+			}
+			g, err := r.Acquire(ctx, "k", staleHold("b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Fence <= top {
+				t.Fatalf("b's retry after nodes 0 and 1 restarted durable: fence %d going back, after %d", g.Fence, top)
+			}
+		})
+	}
+}
