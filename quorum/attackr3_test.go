@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -170,5 +171,74 @@ func TestStaleHoldKeptByADurableRestart(t *testing.T) {
 				t.Fatalf("b's retry after nodes 0 and 1 restarted durable: fence %d going back, after %d", g.Fence, top)
 			}
 		})
+	}
+}
+
+// TestLockInfoOfAStaleHold: staleHoldStage leaves b's holds on nodes 0
+// and 1 from before their floors, with fence 1 after top. Inspect
+// (LOCKINFO) found b holding k on a majority that agrees on fence 1 and
+// showed it: a fence below one already granted, which b's retry then
+// does not answer either (it commits one above every counter). A fence
+// recorded only by holds that may predate their node's floor is not
+// shown: the outcome is unknown until b's retry commits a fence (shown
+// then) or its holds expire.
+func TestLockInfoOfAStaleHold(t *testing.T) {
+	ctx := context.Background()
+	_, r, top := staleHoldStage(t, nil)
+	h, ok, err := r.Inspect(ctx, "k")
+	if err == nil && ok && h.Fence <= top {
+		t.Fatalf("LOCKINFO of b's holds from before the floors: %+v, fence going back after %d", h, top)
+	}
+	if err != nil && !errors.Is(err, engine.ErrOutcomeUnknown) {
+		t.Fatalf("LOCKINFO of b's holds from before the floors: %v", err)
+	}
+	g, err := r.Acquire(ctx, "k", staleHold("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err = r.Inspect(ctx, "k")
+	if err != nil || !ok || h.Token != "b" || h.Fence != g.Fence {
+		t.Fatalf("LOCKINFO after b's retry (fence %d): %+v %v %v", g.Fence, h, ok, err)
+	}
+}
+
+// TestLockInfoOfAGrantMadeDuringAHoldOut: b is granted by nodes 1 and 2
+// while node 0 is held out (node 0 takes the key too, its fence raised
+// to the grant's by the commit, below the counter recorded with its
+// floor); once node 0 counts again, node 2 goes down. LOCKINFO shows b's
+// grant's fence, which node 1, never restarted, records beside node 0:
+// only a fence that no hold from after a floor records is unknown.
+// (Setting node 0's hold aside altogether would leave node 1's alone, no
+// majority: LOCKINFO would say free while b holds k.)
+func TestLockInfoOfAGrantMadeDuringAHoldOut(t *testing.T) {
+	ctx := context.Background()
+	nodes := oldNodes(3)
+	const lease = 3 * time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grantedAndReleased(t, r, nodes, lease)
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, true, true})
+	})
+	eventually(t, 10*time.Second, "the hold-out nearly over", func() bool {
+		h := r.HeldOut()
+		return len(h) > 0 && h[0].Node == 0 && h[0].Left < lease/3
+	})
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(ctx, "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, nodes, "k", "b", 3)
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	if !r.staleHold(0, g.Fence) {
+		t.Fatalf("b's hold on node 0 (fence %d) not below its floor: the stage does not test", g.Fence)
+	}
+	nodes[2].setDown(true)
+	h, ok, err := r.Inspect(ctx, "k")
+	if err != nil || !ok || h.Token != "b" || h.Fence != g.Fence {
+		t.Fatalf("LOCKINFO of b's grant (fence %d) on nodes 0 and 1: %+v %v %v", g.Fence, h, ok, err)
 	}
 }
