@@ -242,3 +242,44 @@ func TestLockInfoOfAGrantMadeDuringAHoldOut(t *testing.T) {
 		t.Fatalf("LOCKINFO of b's grant (fence %d) on nodes 0 and 1: %+v %v %v", g.Fence, h, ok, err)
 	}
 }
+
+// TestDurableRestartThatLostItsDataHeldOut: nodes 0 and 1, verified
+// durable, alone record fences up to top; both restart with nothing
+// (their appendonly files lost: a new volume, a wiped disk) and still
+// appendfsync always. Counted at once as durable, they granted x fence 1
+// after top. A restarted node whose counter went back since the last read
+// lost what it had, whatever its configuration says: it is held out as
+// one restarted without fsync.
+func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
+	nodes := oldNodes(3)
+	for _, f := range nodes {
+		f.durable = true
+	}
+	const lease = time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grantedAndReleased(t, r, nodes, lease)
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 4 {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := r.Acquire(context.Background(), "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		r.Release(context.Background(), "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	nodes[2].setDown(false)
+	eventually(t, 10*time.Second, "the counters read", func() bool {
+		r.trust.mu.RLock()
+		defer r.trust.mu.RUnlock()
+		return r.trust.nodes[0].top == top && r.trust.nodes[1].top == top
+	})
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	grantAbove(t, r, "x", lease, top, "x's grant after nodes 0 and 1 restarted durable with nothing")
+}

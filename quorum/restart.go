@@ -147,6 +147,9 @@ type nodeTrust struct {
 	// records with a fence up to it may have been taken before the floor
 	// was raised (staleHold).
 	raised int64
+	// top is the node's largest counter at the last status read: a
+	// restart that reads less lost what the node had.
+	top int64
 }
 
 // trust is the restart rule's state over every node.
@@ -356,7 +359,11 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	n := &r.trust.nodes[i]
 	first := n.runID == ""
 	restarted := !first && (s.RunID != n.runID || s.Uptime < n.uptime)
-	n.runID, n.uptime = s.RunID, s.Uptime
+	// A counter never goes back on a node that kept its data: one that
+	// restarted with less lost it, durable or not
+	// (TestDurableRestartThatLostItsDataHeldOut).
+	lost := restarted && s.FenceMax < n.top
+	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
 	var events []trustEvent
 	what := "restarted"
 	if first {
@@ -388,7 +395,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	if first || restarted {
 		n.why = what
 		switch {
-		case s.Durable && s.Vetted != RestartedMark:
+		case s.Durable && s.Vetted != RestartedMark && !lost:
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
@@ -411,10 +418,14 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			// was raised since (RestartedMark): appendfsync always,
 			// turned on since, keeps what the process had, not what it
 			// lost (TestDurableWhileHeldOutNotCountedAtOnce,
-			// TestDurableRestartOfAHeldOutProcess).
-			lost := "without verified fsync"
-			if s.Durable {
-				lost = "after a restart without fsync that no fence floor followed (appendfsync always verified since)"
+			// TestDurableRestartOfAHeldOutProcess); or its counter went
+			// back.
+			how := "without verified fsync"
+			switch {
+			case s.Durable && lost:
+				how = "with a fencing counter below the last one read (appendfsync always verified, but its data was lost)"
+			case s.Durable:
+				how = "after a restart without fsync that no fence floor followed (appendfsync always verified since)"
 			}
 			// Redis reports its uptime as the difference of two clocks
 			// truncated to whole seconds (server.unixtime −
@@ -428,7 +439,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			n.until = start.Add(r.cfg.MaxLease + r.drift(r.cfg.MaxLease))
 			if n.until.After(now) || n.counted != "" {
 				events = append(events, trustEvent{i, false, fmt.Sprintf("%s %s: not counted for %v, until every lease it may have held has expired",
-					what, lost, max(n.until.Sub(now), 0).Round(time.Millisecond))})
+					what, how, max(n.until.Sub(now), 0).Round(time.Millisecond))})
 			}
 			n.counted = ""
 		}
