@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,85 @@ func TestStatusReadsTheRecordOfAnEarlierProcess(t *testing.T) {
 	raw.HSet(ctx, DefaultPrefix+"vetted-floor", "90", run)
 	if s := status(); s.Floor != 0 || s.Recorded != 0 {
 		t.Fatalf("status with a record of another type: %+v, want none", s)
+	}
+}
+
+// TestStaleHoldKeptByADurableRestart: nodes 0 and 1 restart empty after
+// fences up to top were granted; while instance A holds them out, token
+// b's refused attempt leaves its hold on both (fence 1, their counters
+// after the restart), and A raises their floors. Then both restart from a
+// snapshot taken just before (SAVE: b's holds, their counters, the
+// record of their floors, which names the process before) and their
+// operator turns appendonly and appendfsync always on. Instance C, started
+// now, counts them at once, verified durable: before it took the record
+// of the process before them, b's retry through it found its holds a
+// majority with fence 1 and answered it, after top.
+func TestStaleHoldKeptByADurableRestart(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	const lease = 4 * time.Second // the hold-out: room to leave the holds before the floor
+	a := restartRedlock(t, servers, lease)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	var top int64
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		g, err := a.Acquire(ctx, "k", hold(tok, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, g.Fence)
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, false, false, true)
+	for _, s := range servers[:2] {
+		n := newNode(t, RedisOptions{Addr: s.Addr()})
+		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
+		if err != nil || c.State != quorum.Acquired || c.Fence > top {
+			t.Fatalf("b's hold left on %s while it is held out: %+v %v (fences granted up to %d)", s.Addr(), c, err, top)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	a.Close() // no instance sees the restarts below
+	for _, s := range servers[:2] {
+		raw := rawClient(t, s.Addr())
+		if v := raw.Get(ctx, DefaultPrefix+"vetted-floor").Val(); !strings.Contains(v, ":") {
+			t.Fatalf("no vetted floor on %s: %q", s.Addr(), v)
+		}
+		if err := raw.Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		raw = rawClient(t, s.Addr())
+		if err := raw.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldOn(t, "k", "b", servers[0].Addr(), servers[1].Addr())
+	c := restartRedlock(t, servers, lease)
+	waitCounted(t, c, 30*time.Second, true, true, true)
+	g, err := c.Acquire(ctx, "k", hold("b", lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Fence <= top {
+		t.Fatalf("b's retry after nodes 0 and 1 restarted durable: fence %d going back, after %d", g.Fence, top)
 	}
 }
