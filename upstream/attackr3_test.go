@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -141,5 +142,78 @@ func TestStaleHoldKeptByADurableRestart(t *testing.T) {
 	}
 	if g.Fence <= top {
 		t.Fatalf("b's retry after nodes 0 and 1 restarted durable: fence %d going back, after %d", g.Fence, top)
+	}
+}
+
+// TestDurableWhileHeldOutNotCountedAtOnce: nodes 0 and 1 restart empty
+// after fences up to top were granted; instance A holds them out (for an
+// hour: it raises nothing here). Their operator turns appendonly and
+// appendfsync always on (CONFIG SET), and node 2 goes down. Instance B,
+// started now, found nodes 0 and 1 verified durable and counted them at
+// once, with the counters they have since the restart: x was granted
+// fence 1 after top. Their record says
+// an instance saw them restart without fsync (RestartedMark): B holds them
+// out too, and grants x a fence above top once it raised their floors.
+func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{})
+	nodes := make([]quorum.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = newNode(t, RedisOptions{Addr: s.Addr()})
+	}
+	a := quorum.New(nodes, quorum.Config{MaxLease: time.Hour, StatusEvery: 100 * time.Millisecond})
+	defer a.Close()
+	const lease = 2 * time.Second
+	b := restartRedlock(t, servers, lease)
+	waitCounted(t, b, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	// A counts the fresh nodes once B raised them (vetted for them).
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	b.Close()
+	var top int64
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		g, err := a.Acquire(ctx, "k", hold(tok, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, g.Fence)
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, false, false, true)
+	for _, s := range servers[:2] {
+		raw := rawClient(t, s.Addr())
+		eventually(t, 10*time.Second, "the restart recorded on "+s.Addr(), func() bool {
+			return raw.Get(ctx, DefaultPrefix+"vetted").Val() == quorum.RestartedMark
+		})
+		if err := raw.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := raw.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node 2, which records top too, is down: x's fence is nodes 0 and 1's.
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b = restartRedlock(t, servers, lease)
+	var g engine.Grant
+	eventually(t, 30*time.Second, "x's grant through B", func() bool {
+		var err error
+		g, err = b.Acquire(ctx, "k", hold("x", lease))
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("x's grant through B after nodes 0 and 1 were made durable while held out: fence %d going back, after %d", g.Fence, top)
 	}
 }
