@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +217,61 @@ func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
 	})
 	if g.Fence <= top {
 		t.Fatalf("x's grant through B after nodes 0 and 1 were made durable while held out: fence %d going back, after %d", g.Fence, top)
+	}
+}
+
+// TestDurableRestartThatLostItsDataHeldOut: three redis-servers with
+// appendfsync always grant fences up to top; nodes 0 and 1 restart with
+// their appendonly files gone (a new volume), still appendfsync always,
+// and node 2 goes down. The instance that read their counters before
+// counted them at once as durable: x was granted fence 1 after top. Their
+// counters went back: it holds them out, and grants x a fence above top
+// once their floors are raised.
+func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
+	servers := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
+	const lease = 2 * time.Second
+	a := restartRedlock(t, servers, lease)
+	waitCounted(t, a, 30*time.Second, true, true, true)
+	ctx := t.Context()
+	var top int64
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		g, err := a.Acquire(ctx, "k", hold(tok, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, g.Fence)
+		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	// An instance whose first read (New) saw the counters up to top.
+	r := restartRedlock(t, servers, lease)
+	waitCounted(t, r, 30*time.Second, true, true, true)
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(s.Dir(), "appendonlydir")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if v := rawClient(t, s.Addr()).Exists(ctx, DefaultPrefix+"layout").Val(); v != 0 {
+			t.Fatalf("%s kept its counter: the stage does not test", s.Addr())
+		}
+	}
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var g engine.Grant
+	eventually(t, 30*time.Second, "x's grant", func() bool {
+		var err error
+		g, err = r.Acquire(ctx, "k", hold("x", lease))
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("x's grant after nodes 0 and 1 restarted durable with nothing: fence %d going back, after %d", g.Fence, top)
 	}
 }
