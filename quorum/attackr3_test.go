@@ -157,6 +157,8 @@ func TestStaleHoldKeptByADurableRestart(t *testing.T) {
 				t.Cleanup(func() { r.Close() })
 			}
 			eventually(t, 10*time.Second, "the durable restarts counted", func() bool {
+				r.trust.mu.RLock()
+				defer r.trust.mu.RUnlock()
 				return r.trust.nodes[0].counted == "run0-c" && r.trust.nodes[1].counted == "run1-c"
 			})
 			if !nodes[0].holds("k", "b") || !nodes[1].holds("k", "b") {
