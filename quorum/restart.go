@@ -26,7 +26,14 @@ import (
 //     shorter than MaxLease: lockproxy may have started after it.
 //   - A restarted node verified durable (appendonly yes, appendfsync
 //     always, read with CONFIG GET; a renamed or disabled CONFIG is not
-//     verified) lost nothing: it counts at once.
+//     verified) lost nothing: it counts at once, its holds up to the
+//     node's vetted floor, whichever process it names, taken as possibly
+//     from before a floor (staleHold). Not so one whose record says an
+//     instance saw it restart without fsync and vetted nothing since
+//     (RestartedMark: appendfsync always turned on since keeps what the
+//     process had, not what it lost), nor one whose counter went back
+//     since the last read (its data is gone): they are held out as
+//     below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
