@@ -285,3 +285,46 @@ func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
 	nodes[1].restartEmpty("run1-b")
 	grantAbove(t, r, "x", lease, top, "x's grant after nodes 0 and 1 restarted durable with nothing")
 }
+
+// TestRetryOfAGrantHealedOntoANodeAfterItsTimeFloor: node 0 restarts
+// empty while node 2 is down, so its floor is the time (about 1.7·10^15,
+// the counter it records). b is then granted by nodes 1 and 2 while node
+// 0 is unreachable, with a small fence, and b's renewal heals it onto
+// node 0 (heal.lua writes the grant's fence; written here as it leaves
+// it). Node 2 goes down: b's retry finds its holds on nodes 0 and 1, both
+// from its grant, made after node 0's floor; node 0's is below the
+// counter node 0 recorded and is set aside, node 1's alone is no
+// majority, and the retry commits a new fence (never going back, but not
+// its grant's).
+func TestRetryOfAGrantHealedOntoANodeAfterItsTimeFloor(t *testing.T) {
+	t.Skip("known (attackr3): a hold healed onto a node after its floor with a fence below the counter the node recorded " +
+		"is set aside like one from before it: b's retry with node 2 down commits a new fence (1795911499027592 after its grant's 4); " +
+		"telling them apart needs the node to record which holds were written after its floor")
+	nodes := oldNodes(3)
+	const lease = time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grantedAndReleased(t, r, nodes, lease)
+	nodes[2].setDown(true)
+	nodes[0].restartEmpty("run0-b")
+	eventually(t, 10*time.Second, "node 0 seen restarted", func() bool { return !r.Counted()[0] })
+	eventually(t, 10*time.Second, "node 0 counted again", func() bool { return r.Counted()[0] })
+	if s := nodes[0].status(); s.Floor < time.Now().Add(-time.Hour).UnixMicro() {
+		t.Fatalf("node 0's recorded floor %d: not the time, the stage does not test", s.Floor)
+	}
+	nodes[2].setDown(false)
+	nodes[0].setDown(true)
+	b := hold("b")
+	b.TTL = lease
+	g, err := r.Acquire(context.Background(), "k", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].setDown(false)
+	f := nodes[0]
+	f.mu.Lock()
+	f.entries["k"] = &fakeEntry{Entry{Token: "b", Fence: g.Fence, Mode: b.Mode, Name: b.Name}, b.TTL, time.Now().Add(b.TTL), g.Attempt, false}
+	f.mu.Unlock()
+	nodes[2].setDown(true)
+	retryAnswers(t, r, b, g.Fence, "b's retry with its grant healed onto node 0")
+}
