@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -327,4 +328,67 @@ func TestRetryOfAGrantHealedOntoANodeAfterItsTimeFloor(t *testing.T) {
 	f.mu.Unlock()
 	nodes[2].setDown(true)
 	retryAnswers(t, r, b, g.Fence, "b's retry with its grant healed onto node 0")
+}
+
+// noMarks is a node whose RestartedMark records fail (a connection cut
+// just then): the mark is best effort.
+type noMarks struct{ *fakeNode }
+
+func (m noMarks) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	if op.Kind == OpFloor && op.Token == RestartedMark {
+		go func() { done.Put(Reply{Tag: tag, Err: errDown}) }()
+		return
+	}
+	m.fakeNode.Do(ctx, op, tag, done)
+}
+
+// TestDurableRestartOfAHeldOutProcessUnmarked: as
+// TestDurableRestartOfAHeldOutProcess, with A's records of the restart
+// lost: the node's record does not say it, but A held the process before
+// out itself, and vouches for nothing it reloads: it holds the durable
+// process out too (x's grant took fence 5 after 7 when A counted it).
+func TestDurableRestartOfAHeldOutProcessUnmarked(t *testing.T) {
+	nodes := oldNodes(3)
+	const lease = time.Second
+	ns := asNodes(nodes)
+	ns[0], ns[1] = noMarks{nodes[0]}, noMarks{nodes[1]}
+	a := New(ns, Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	grantedAndReleased(t, a, nodes, lease)
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 4 {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := a.Acquire(context.Background(), "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		a.Release(context.Background(), "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	nodes[2].setDown(false)
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(a.Counted(), []bool{false, false, true})
+	})
+	nodes[0].restartKeeping("run0-c", true)
+	nodes[1].restartKeeping("run1-c", true)
+	eventually(t, 10*time.Second, "the durable restarts read", func() bool {
+		a.trust.mu.RLock()
+		defer a.trust.mu.RUnlock()
+		return a.trust.nodes[0].runID == "run0-c" && a.trust.nodes[1].runID == "run1-c"
+	})
+	x := hold("x")
+	x.TTL = lease
+	g, err := a.Acquire(context.Background(), "k", x)
+	if err == nil && g.Fence <= top {
+		t.Fatalf("x's grant through A: fence %d going back, after %d", g.Fence, top)
+	}
+	if err != nil && !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("x's acquire through A: %v, want nodes 0 and 1 not counted", err)
+	}
 }

@@ -370,6 +370,11 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// restarted with less lost it, durable or not
 	// (TestDurableRestartThatLostItsDataHeldOut).
 	lost := restarted && s.FenceMax < n.top
+	// Nor does a restart keep more than the process before it had: one
+	// held out here (counted for nothing) is vouched for by nothing it
+	// reloads, whether or not its record says so
+	// (TestDurableRestartOfAHeldOutProcessUnmarked).
+	unvouched := restarted && n.counted == ""
 	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
 	var events []trustEvent
 	what := "restarted"
@@ -402,7 +407,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	if first || restarted {
 		n.why = what
 		switch {
-		case s.Durable && s.Vetted != RestartedMark && !lost:
+		case s.Durable && s.Vetted != RestartedMark && !lost && !unvouched:
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
@@ -431,6 +436,8 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			switch {
 			case s.Durable && lost:
 				how = "with a fencing counter below the last one read (appendfsync always verified, but its data was lost)"
+			case s.Durable && unvouched:
+				how = "from a process held out after a restart without fsync (appendfsync always verified since)"
 			case s.Durable:
 				how = "after a restart without fsync that no fence floor followed (appendfsync always verified since)"
 			}
