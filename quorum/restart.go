@@ -31,9 +31,9 @@ import (
 //     from before a floor (staleHold). Not so one whose record says an
 //     instance saw it restart without fsync and vetted nothing since
 //     (RestartedMark: appendfsync always turned on since keeps what the
-//     process had, not what it lost), nor one whose counter went back
-//     since the last read (its data is gone): they are held out as
-//     below.
+//     process had, not what it lost), nor the restart of a process this
+//     instance held out, nor one whose counter went back since the last
+//     read (its data is gone): they are held out as below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
