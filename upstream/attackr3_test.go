@@ -229,10 +229,22 @@ func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
 // once their floors are raised.
 func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
 	servers := redistest.StartN(t, 3, redistest.Options{AppendFsyncAlways: true})
+	ctx := t.Context()
+	// Counters far above what the acquires sent to a wiped node before
+	// the status read they ask for can bring its counter back to.
+	for _, s := range servers {
+		n := newNode(t, RedisOptions{Addr: s.Addr()})
+		st := n.do(ctx, &quorum.Op{Kind: quorum.OpStatus})
+		if st.Err != nil {
+			t.Fatal(st.Err)
+		}
+		if r := n.do(ctx, &quorum.Op{Kind: quorum.OpFloor, Fence: 1000000, Token: st.Status.RunID}); r.Err != nil || !r.OK {
+			t.Fatalf("raising %s: %+v", s.Addr(), r)
+		}
+	}
 	const lease = 2 * time.Second
 	a := restartRedlock(t, servers, lease)
 	waitCounted(t, a, 30*time.Second, true, true, true)
-	ctx := t.Context()
 	var top int64
 	for i := range 3 {
 		tok := fmt.Sprintf("c%d", i)
