@@ -79,6 +79,7 @@ func (f *fakeNode) status() Status {
 	if f.raisedFor == f.run {
 		s.Floor = f.raisedAt
 	}
+	s.Recorded = f.raisedAt
 	return s
 }
 

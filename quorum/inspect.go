@@ -16,6 +16,9 @@ type inspection struct {
 	r     *Redlock
 	votes map[string][]Entry // entries by token
 	best  string             // the token held on most nodes
+	// sure is, by token, the fences recorded by holds that cannot
+	// predate their node's fence floor (staleHold).
+	sure map[string]map[int64]bool
 }
 
 // add counts one reply; it reports true once the answer is known: a
@@ -30,6 +33,12 @@ func (in *inspection) add(rep Reply) bool {
 	if rep.Err == nil && rep.OK {
 		e := rep.Entry
 		in.votes[e.Token] = append(in.votes[e.Token], e)
+		if !in.r.staleHold(rep.Tag, e.Fence) {
+			if in.sure[e.Token] == nil {
+				in.sure[e.Token] = map[int64]bool{}
+			}
+			in.sure[e.Token][e.Fence] = true
+		}
 		if len(in.votes[e.Token]) > len(in.votes[in.best]) {
 			in.best = e.Token
 		}
@@ -57,7 +66,7 @@ func (in *inspection) agree(entries []Entry) bool {
 // mode is the one most of them record.
 func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool, error) {
 	start := time.Now()
-	in := &inspection{t: newTally(r.quorum, len(r.nodes)), r: r, votes: map[string][]Entry{}}
+	in := &inspection{t: newTally(r.quorum, len(r.nodes)), r: r, votes: map[string][]Entry{}, sure: map[string]map[int64]bool{}}
 	if _, err := r.fanout(ctx, r.timeout(0), &Op{Kind: OpInspect, Key: key}, nil, in.add); err != nil {
 		return engine.Holder{}, false, err
 	}
@@ -69,6 +78,16 @@ func (r *Redlock) Inspect(ctx context.Context, key string) (engine.Holder, bool,
 		return engine.Holder{}, false, in.t.noQuorum("inspect")
 	}
 	h, agreed := holder(held, r.quorum)
+	if h.Fence > 0 && !in.sure[h.Token][h.Fence] {
+		// Only holds that may predate their node's fence floor record
+		// it (a refused attempt's, left while the node was held out
+		// after a restart): it may be below fences granted before. The
+		// key is held, with a fence lockproxy does not know: 0, as for a
+		// holder lockproxy did not write. The token's retry commits a
+		// fence above every counter (claimSummary.fence), shown then
+		// (TestLockInfoOfAStaleHold).
+		h.Fence = 0
+	}
 	if !agreed && h.Fence > 0 {
 		// No fence has a majority (a bare majority answered, and they
 		// differ): the largest, which may be on those holders' counters

@@ -160,6 +160,12 @@ type Status struct {
 	// by a build that did not record it, raised for an earlier process,
 	// or a record that cannot be read).
 	Floor int64
+	// Recorded is the counter of the node's record whichever process it
+	// names (Floor's, or an earlier process's); 0 for none. A node
+	// verified durable that restarted kept every hold the process before
+	// it had, those from before that process's floor too: every hold
+	// granted since is above it (the node kept its counter).
+	Recorded int64
 }
 
 // Op is one operation, sent alike to every node of a fan-out. Nodes must

@@ -26,7 +26,14 @@ import (
 //     shorter than MaxLease: lockproxy may have started after it.
 //   - A restarted node verified durable (appendonly yes, appendfsync
 //     always, read with CONFIG GET; a renamed or disabled CONFIG is not
-//     verified) lost nothing: it counts at once.
+//     verified) lost nothing: it counts at once, its holds up to the
+//     node's vetted floor, whichever process it names, taken as possibly
+//     from before a floor (staleHold). Not so one whose record says an
+//     instance saw it restart without fsync and vetted nothing since
+//     (RestartedMark: appendfsync always turned on since keeps what the
+//     process had, not what it lost), nor the restart of a process this
+//     instance held out, nor one whose counter went back since the last
+//     read (its data is gone): they are held out as below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
@@ -151,6 +158,9 @@ type nodeTrust struct {
 	// records with a fence up to it may have been taken before the floor
 	// was raised (staleHold).
 	raised int64
+	// top is the node's largest counter at the last status read: a
+	// restart that reads less lost what the node had.
+	top int64
 }
 
 // trust is the restart rule's state over every node.
@@ -360,12 +370,23 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	n := &r.trust.nodes[i]
 	first := n.runID == ""
 	restarted := !first && (s.RunID != n.runID || s.Uptime < n.uptime)
-	n.runID, n.uptime = s.RunID, s.Uptime
-	if first || restarted {
-		n.start = time.Time{} // verified durable: it lost no meta
-		if !s.Durable {
-			n.start = now.Add(-max(s.Uptime-time.Second, 0))
-		}
+	// A counter never goes back on a node that kept its data: one that
+	// restarted with less lost it, durable or not
+	// (TestDurableRestartThatLostItsDataHeldOut).
+	lost := restarted && s.FenceMax < n.top
+	// Nor does a restart keep more than the process before it had: one
+	// held out here (counted for nothing) is vouched for by nothing it
+	// reloads, whether or not its record says so
+	// (TestDurableRestartOfAHeldOutProcessUnmarked).
+	unvouched := restarted && n.counted == ""
+	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
+	// Where the process may have lost the metas that releases left on the
+	// node (it is not verified durable, or it is but did lose data or
+	// reloaded what a restart without fsync left), no renewal heals onto it
+	// until metaGrace after its start (healsFrom). A durable one that lost
+	// nothing keeps the start it had: a loss before it may still matter.
+	if (first || restarted) && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched) {
+		n.start = now.Add(-max(s.Uptime-time.Second, 0))
 	}
 	var events []trustEvent
 	what := "restarted"
@@ -398,14 +419,40 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	if first || restarted {
 		n.why = what
 		switch {
-		case s.Durable:
+		case s.Durable && s.Vetted != RestartedMark && !lost && !unvouched:
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
-			r.trust.countAgain(n, s.RunID, 0) // it lost nothing: its holds are as granted
+			// It lost nothing: its holds are as the process before it
+			// left them, those from before that process's floor too
+			// (TestStaleHoldKeptByADurableRestart): up to the bound this
+			// instance took for that process, and to the record the node
+			// keeps, whichever process it names (every hold granted since
+			// is above it: the node kept its counter too).
+			kept := s.Recorded
+			if restarted {
+				kept = max(kept, n.raised)
+			}
+			r.trust.countAgain(n, s.RunID, kept)
 			n.until = time.Time{}
 			return events, false
 		default:
+			// Not verified durable; or verified durable, but its record
+			// says an instance saw it restart without fsync and no floor
+			// was raised since (RestartedMark): appendfsync always,
+			// turned on since, keeps what the process had, not what it
+			// lost (TestDurableWhileHeldOutNotCountedAtOnce,
+			// TestDurableRestartOfAHeldOutProcess); or its counter went
+			// back.
+			how := "without verified fsync"
+			switch {
+			case s.Durable && lost:
+				how = "with a fencing counter below the last one read (appendfsync always verified, but its data was lost)"
+			case s.Durable && unvouched:
+				how = "from a process held out after a restart without fsync (appendfsync always verified since)"
+			case s.Durable:
+				how = "after a restart without fsync that no fence floor followed (appendfsync always verified since)"
+			}
 			// Redis reports its uptime as the difference of two clocks
 			// truncated to whole seconds (server.unixtime −
 			// stat_starttime), so it can exceed the process's real uptime
@@ -417,8 +464,8 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			start := now.Add(-max(s.Uptime-time.Second, 0))
 			n.until = start.Add(r.cfg.MaxLease + r.drift(r.cfg.MaxLease))
 			if n.until.After(now) || n.counted != "" {
-				events = append(events, trustEvent{i, false, fmt.Sprintf("%s without verified fsync: not counted for %v, until every lease it may have held has expired",
-					what, max(n.until.Sub(now), 0).Round(time.Millisecond))})
+				events = append(events, trustEvent{i, false, fmt.Sprintf("%s %s: not counted for %v, until every lease it may have held has expired",
+					what, how, max(n.until.Sub(now), 0).Round(time.Millisecond))})
 			}
 			n.counted = ""
 		}

@@ -430,12 +430,22 @@ func (n *RedisNode) Incarnation() string {
 // (a node vetted by a build before the record, or never), it names
 // another process (the node restarted since), or it is not floor.lua's.
 func vettedFloor(v, runID string) int64 {
-	c, run, ok := strings.Cut(v, ":")
-	f, err := strconv.ParseInt(c, 10, 64)
-	if !ok || err != nil || f < 0 || run != runID {
+	f, run := vettedRecord(v)
+	if run != runID {
 		return 0
 	}
 	return f
+}
+
+// vettedRecord is the counter and the run id that v, the vetted floor
+// floor.lua records, names; 0 and "" where v is not floor.lua's.
+func vettedRecord(v string) (int64, string) {
+	c, run, ok := strings.Cut(v, ":")
+	f, err := strconv.ParseInt(c, 10, 64)
+	if !ok || err != nil || f < 0 || run == "" {
+		return 0, ""
+	}
+	return f, run
 }
 
 // infoField is the value of field in an INFO reply, "" when absent.
@@ -514,6 +524,7 @@ func (n *RedisNode) status(c *call) {
 	// (TestUnreadableVettedFloorCountedAgain).
 	if floor.Err() == nil {
 		s.Floor = vettedFloor(floor.Val(), s.RunID)
+		s.Recorded, _ = vettedRecord(floor.Val())
 	}
 	// The node's counter: layout 3's, layout 2's, or on a node still in
 	// layout 1 its fence-max, at least every counter there.
