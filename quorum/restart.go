@@ -33,7 +33,8 @@ import (
 //     (RestartedMark: appendfsync always turned on since keeps what the
 //     process had, not what it lost), nor the restart of a process this
 //     instance held out, nor one whose counter went back since the last
-//     read (its data is gone): they are held out as below.
+//     read or below the floor this instance raised it to (its data is
+//     gone): they are held out as below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
@@ -158,8 +159,9 @@ type nodeTrust struct {
 	// records with a fence up to it may have been taken before the floor
 	// was raised (staleHold).
 	raised int64
-	// top is the node's largest counter at the last status read: a
-	// restart that reads less lost what the node had.
+	// top is the node's largest counter at the last status read, or
+	// the floor this instance raised it to since: a restart that reads
+	// less lost what the node had.
 	top int64
 }
 
@@ -345,6 +347,10 @@ func (r *Redlock) checkNodes() {
 				raised = max(d.floor, d.top)
 			}
 			t.countAgain(n, d.runID, raised)
+			// The raise landed on this process: its counter is at least
+			// the floor now, whether or not a read sees it before the
+			// next restart (TestWipedRightAfterItsFloorHeldOut).
+			n.top = max(n.top, d.floor, at)
 			why := "every lease it may have held has expired"
 			if d.floor > 0 {
 				why += fmt.Sprintf("; fence floor raised to %d", d.floor)

@@ -1,0 +1,82 @@
+package quorum
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Attacks on the durable guards of the restart rule (restart.go's
+// observe: lost, unvouched, the RestartedMark record).
+
+// crashAfterRaise is a node that crashes right after its first fence
+// floor raise: every call fails from then on, as on a process gone,
+// until the test brings it up again.
+type crashAfterRaise struct {
+	*fakeNode
+	crashed atomic.Bool
+}
+
+func (c *crashAfterRaise) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	if op.Kind != OpFloor || op.Fence <= 0 {
+		c.fakeNode.Do(ctx, op, tag, done)
+		return
+	}
+	inner := make(Replies, 1)
+	c.fakeNode.Do(ctx, op, tag, inner)
+	go func() {
+		rep := <-inner
+		if rep.Err == nil && rep.OK && c.crashed.CompareAndSwap(false, true) {
+			c.setDown(true)
+		}
+		done.Put(rep)
+	}()
+}
+
+// TestWipedRightAfterItsFloorHeldOut: nodes 0 and 1 restart empty with
+// node 2 down (fences up to top lost with them); the instance holds them
+// out and raises their floors to the time. Each crashes right after its
+// raise, before a status read sees the raised counter, and comes back
+// durable with its disk wiped: no counter, no vetted record. The instance
+// read their counters last while they were held out: 0, nothing went
+// back, and it counted both at once: x's grant, node 2 down, took fence 1
+// after top. A raise tells the instance the process's counter is at least
+// the floor: its last read counter (nodeTrust.top) is raised with it.
+func TestWipedRightAfterItsFloorHeldOut(t *testing.T) {
+	nodes := oldNodes(3)
+	const lease = time.Second
+	crash := []*crashAfterRaise{{fakeNode: nodes[0]}, {fakeNode: nodes[1]}}
+	ns := asNodes(nodes)
+	ns[0], ns[1] = crash[0], crash[1]
+	r := New(ns, Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grantedAndReleased(t, r, nodes, lease)
+	h := hold("a")
+	h.TTL = lease
+	g, err := r.Acquire(context.Background(), "k", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := g.Fence
+	r.Release(context.Background(), "k", "a", nil, nil)
+	waitCount(t, nodes, "k", "a", 0)
+	nodes[2].setDown(true)
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	eventually(t, 10*time.Second, "both seen restarted", func() bool {
+		return slices.Equal(r.Counted(), []bool{false, false, true})
+	})
+	eventually(t, 10*time.Second, "both raised, crashed, and counted", func() bool {
+		return crash[0].crashed.Load() && crash[1].crashed.Load() && slices.Equal(r.Counted(), []bool{true, true, true})
+	})
+	for i, f := range nodes[:2] {
+		f.restartEmpty([]string{"run0-c", "run1-c"}[i])
+		f.mu.Lock()
+		f.durable = true
+		f.mu.Unlock()
+		f.setDown(false)
+	}
+	grantAbove(t, r, "x", lease, top, "x's grant after nodes 0 and 1 came back wiped, durable")
+}
