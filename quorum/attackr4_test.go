@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -79,4 +80,68 @@ func TestWipedRightAfterItsFloorHeldOut(t *testing.T) {
 		f.setDown(false)
 	}
 	grantAbove(t, r, "x", lease, top, "x's grant after nodes 0 and 1 came back wiped, durable")
+}
+
+// firstMarkLost is a node whose first RestartedMark record fails (a
+// connection cut just then), and that counts the status reads sent to it.
+type firstMarkLost struct {
+	*fakeNode
+	lost  atomic.Bool  // the first mark was refused
+	reads atomic.Int64 // status reads since
+}
+
+func (m *firstMarkLost) Do(ctx context.Context, op *Op, tag int, done Sink) {
+	switch {
+	case op.Kind == OpFloor && op.Token == RestartedMark && m.lost.CompareAndSwap(false, true):
+		go func() { done.Put(Reply{Tag: tag, Err: errDown}) }()
+		return
+	case op.Kind == OpStatus && m.lost.Load():
+		m.reads.Add(1)
+	}
+	m.fakeNode.Do(ctx, op, tag, done)
+}
+
+// TestDurableWhileHeldOutMarkLostOnce: as
+// TestDurableWhileHeldOutNotCountedAtOnce, with instance A's first record
+// of each restart (RestartedMark) lost. A went on holding both nodes out
+// and never wrote the record again: instance B, started once their
+// operator turned appendfsync always on, found them durable with no
+// record and counted them at once (x's grant: fence 2 after 7). The
+// record is what tells every other instance, and an operator's start on
+// new nodes, that the process lost data: A writes it again at each read
+// that does not show it, while it holds the process out.
+func TestDurableWhileHeldOutMarkLostOnce(t *testing.T) {
+	nodes := oldNodes(3)
+	const lease = time.Second
+	ns := asNodes(nodes)
+	flaky := []*firstMarkLost{{fakeNode: nodes[0]}, {fakeNode: nodes[1]}}
+	ns[0], ns[1] = flaky[0], flaky[1]
+	a := New(ns, Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer a.Close()
+	grantedAndReleased(t, a, nodes, lease)
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 4 {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := a.Acquire(context.Background(), "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		a.Release(context.Background(), "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	nodes[2].setDown(false)
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	eventually(t, 10*time.Second, "both seen restarted, their first marks lost, and read again", func() bool {
+		return slices.Equal(a.Counted(), []bool{false, false, true}) && flaky[0].reads.Load() > 5 && flaky[1].reads.Load() > 5
+	})
+	nodes[0].makeDurable()
+	nodes[1].makeDurable()
+	b := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer b.Close()
+	grantAbove(t, b, "x", lease, top, "x's grant through B")
 }

@@ -309,7 +309,11 @@ func (r *Redlock) checkNodes() {
 		}
 		ev, isDue := r.observe(i, *s, now)
 		events = append(events, ev...)
-		if len(ev) > 0 && !ev[0].counted && t.nodes[i].why == "restarted" {
+		// Recorded at the restart, and again at each read that does not
+		// show it while the process is held out: the record is best
+		// effort, but what tells other instances that the process lost
+		// data (TestDurableWhileHeldOutMarkLostOnce).
+		if n := &t.nodes[i]; n.counted == "" && n.why == "restarted" && s.Vetted != RestartedMark && s.Vetted != s.RunID {
 			marks = append(marks, i)
 		}
 		if isDue {
@@ -565,8 +569,10 @@ const RestartedMark = "restarted"
 
 // clearVetted records on node i, seen restarting without verified fsync,
 // that no process of it is vetted (OpFloor with RestartedMark, no floor),
-// so that an operator's start on "new" nodes refuses it. Best effort: the
-// node's own hold-out does not depend on it.
+// so that an operator's start on "new" nodes refuses it, and an instance
+// that did not see the restart holds the process out even once it is
+// verified durable. Best effort: this instance's hold-out does not depend
+// on it, and checkNodes records it again while a read does not show it.
 func (r *Redlock) clearVetted(i int) {
 	ctx, cancel := context.WithTimeout(r.life, statusTimeout)
 	defer cancel()
