@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -144,4 +145,59 @@ func TestDurableWhileHeldOutMarkLostOnce(t *testing.T) {
 	b := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
 	defer b.Close()
 	grantAbove(t, b, "x", lease, top, "x's grant through B")
+}
+
+// TestDurableWipedBeforeItsCounterWasRead: nodes 0 and 1, verified
+// durable, grant fences up to top after the instance last read their
+// counters (here its reads are an hour apart; at the default, a second of
+// grants), then restart wiped, still durable, with node 2 down. Their
+// counters went back below top, but not below the one read: lost did not
+// fire, and x's grant took fence 2 after 7. The counters that the
+// process's counted replies carried since count as read.
+func TestDurableWipedBeforeItsCounterWasRead(t *testing.T) {
+	nodes := oldNodes(3)
+	for _, f := range nodes {
+		f.durable = true
+	}
+	const lease = time.Second
+	r := New(asNodes(nodes), Config{MaxLease: lease, StatusEvery: time.Hour, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	grantedAndReleased(t, r, nodes, lease)
+	nodes[2].setDown(true)
+	var top int64
+	for i := range 4 {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := r.Acquire(context.Background(), "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		r.Release(context.Background(), "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	nodes[0].restartEmpty("run0-b")
+	nodes[1].restartEmpty("run1-b")
+	for _, f := range nodes[:2] {
+		f.mu.Lock()
+		f.durable = true
+		f.mu.Unlock()
+	}
+	x := hold("x")
+	x.TTL = lease
+	eventually(t, 10*time.Second, "the wiped restarts read", func() bool {
+		r.Acquire(context.Background(), "k", x) // its replies ask for a read
+		r.Release(context.Background(), "k", "x", nil, nil)
+		r.trust.mu.RLock()
+		defer r.trust.mu.RUnlock()
+		return r.trust.nodes[0].runID == "run0-b" && r.trust.nodes[1].runID == "run1-b"
+	})
+	g, err := r.Acquire(context.Background(), "k", x)
+	if err == nil && g.Fence <= top {
+		t.Fatalf("x's grant after nodes 0 and 1 restarted durable and wiped: fence %d going back, after %d", g.Fence, top)
+	}
+	if err != nil && !errors.Is(err, ErrNotCounted) {
+		t.Fatalf("x's acquire: %v, want nodes 0 and 1 not counted", err)
+	}
 }

@@ -161,7 +161,8 @@ type nodeTrust struct {
 	raised int64
 	// top is the node's largest counter at the last status read, or
 	// the floor this instance raised it to since: a restart that reads
-	// less lost what the node had.
+	// less, or less than a counted reply carried since (trust.seen), lost
+	// what the node had.
 	top int64
 }
 
@@ -173,6 +174,11 @@ type trust struct {
 	// epoch grows by one each time a node is counted again (under mu);
 	// read without it by sentEpoch.
 	epoch atomic.Uint64
+	// seen is, by node, the largest counter that a counted reply of the
+	// process counted carried (an acquire's), since its last restart:
+	// the grants made after the last status read (counts). Reset under
+	// mu, raised without it.
+	seen []atomic.Int64
 }
 
 // sentEpoch is the trust epoch to read before sending a call: only the
@@ -209,7 +215,7 @@ func (r *Redlock) staleHold(i int, fence int64) bool {
 // count from the first request, and then every StatusEvery in the
 // background.
 func (r *Redlock) startTrust() {
-	r.trust = &trust{nodes: make([]nodeTrust, len(r.nodes)), kick: make(chan struct{}, 1)}
+	r.trust = &trust{nodes: make([]nodeTrust, len(r.nodes)), kick: make(chan struct{}, 1), seen: make([]atomic.Int64, len(r.nodes))}
 	r.checkNodes()
 	r.bg.Go(r.watchNodes)
 }
@@ -231,7 +237,18 @@ func (r *Redlock) counts(rep Reply, sent uint64) bool {
 	n := t.nodes[rep.Tag]
 	t.mu.RUnlock()
 	if rep.Incarnation != "" && rep.Incarnation == n.counted {
-		return n.since <= sent
+		if n.since > sent {
+			return false
+		}
+		// The node's counter is at least the one it carries
+		// (restarted's lost): raise seen to it.
+		for c, seen := rep.Claim.Counter, &t.seen[rep.Tag]; ; {
+			was := seen.Load()
+			if c <= was || seen.CompareAndSwap(was, c) {
+				break
+			}
+		}
+		return true
 	}
 	if rep.Incarnation != n.runID {
 		select {
@@ -381,9 +398,13 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	first := n.runID == ""
 	restarted := !first && (s.RunID != n.runID || s.Uptime < n.uptime)
 	// A counter never goes back on a node that kept its data: one that
-	// restarted with less lost it, durable or not
-	// (TestDurableRestartThatLostItsDataHeldOut).
-	lost := restarted && s.FenceMax < n.top
+	// restarted with less than it read or its counted replies carried
+	// lost it, durable or not (TestDurableRestartThatLostItsDataHeldOut,
+	// TestDurableWipedBeforeItsCounterWasRead).
+	lost := restarted && s.FenceMax < max(n.top, r.trust.seen[i].Load())
+	if restarted {
+		r.trust.seen[i].Store(0) // the new process's, once counted
+	}
 	// Nor does a restart keep more than the process before it had: one
 	// held out here (counted for nothing) is vouched for by nothing it
 	// reloads, whether or not its record says so
