@@ -201,3 +201,43 @@ func TestDurableWipedBeforeItsCounterWasRead(t *testing.T) {
 		t.Fatalf("x's acquire: %v, want nodes 0 and 1 not counted", err)
 	}
 }
+
+// TestDurableRestartAfterAnAliasNotLost: node 1 carries counters up to
+// top in its counted replies, then its address names node 0's server (an
+// alias: not counted), then a server of its own, new and verified durable
+// (first seen: counted at once), which restarts keeping its data. Its
+// counter is below what the replies of the first server carried: taken
+// for a loss (lost), the durable restart was held out for max_lease_ms. A
+// server first seen starts with nothing carried.
+func TestDurableRestartAfterAnAliasNotLost(t *testing.T) {
+	nodes := oldNodes(3)
+	r := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	eventually(t, 10*time.Second, "a counter carried by node 1's counted replies", func() bool {
+		grantedAndReleased(t, r, nodes, time.Second) // its reply may come after a majority's
+		return r.trust.seen[1].Load() > 0
+	})
+	f := nodes[1]
+	f.mu.Lock()
+	f.run = nodes[0].run
+	f.mu.Unlock()
+	eventually(t, 10*time.Second, "node 1 seen as node 0's alias", func() bool {
+		r.trust.mu.RLock()
+		defer r.trust.mu.RUnlock()
+		return r.trust.nodes[1].aliasOf == 1
+	})
+	f.restartEmpty("run1-x")
+	f.mu.Lock()
+	f.durable = true
+	f.mu.Unlock()
+	eventually(t, 10*time.Second, "node 1's own server counted", func() bool { return r.Counted()[1] })
+	f.restartKeeping("run1-y", true)
+	eventually(t, 10*time.Second, "node 1's durable restart read", func() bool {
+		r.trust.mu.RLock()
+		defer r.trust.mu.RUnlock()
+		return r.trust.nodes[1].runID == "run1-y"
+	})
+	if !r.Counted()[1] {
+		t.Fatalf("node 1's durable restart, which kept its data, held out: %+v", r.HeldOut())
+	}
+}

@@ -402,7 +402,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// lost it, durable or not (TestDurableRestartThatLostItsDataHeldOut,
 	// TestDurableWipedBeforeItsCounterWasRead).
 	lost := restarted && s.FenceMax < max(n.top, r.trust.seen[i].Load())
-	if restarted {
+	if first || restarted {
 		r.trust.seen[i].Store(0) // the new process's, once counted
 	}
 	// Nor does a restart keep more than the process before it had: one
