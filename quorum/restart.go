@@ -32,8 +32,9 @@ import (
 //     instance saw it restart without fsync and vetted nothing since
 //     (RestartedMark: appendfsync always turned on since keeps what the
 //     process had, not what it lost), nor the restart of a process this
-//     instance held out, nor one whose counter went back since the last
-//     read or below the floor this instance raised it to (its data is
+//     instance held out, nor one whose counter is below what this
+//     instance knew of the process before (the last read, the floor it
+//     raised, the counters its counted replies carried: its data is
 //     gone): they are held out as below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
@@ -65,8 +66,10 @@ import (
 // up to it as possibly from before the floor (staleHold), whichever
 // instance's refused attempt left it. An instance that
 // sees a node restart without verified fsync clears the record (OpFloor
-// with RestartedMark), so that no start on "new" nodes can take that node for
-// new while it is held out.
+// with RestartedMark), and again at each read that does not show it while
+// it holds the process out, so that no start on "new" nodes can take that
+// node for new while it is held out, and no instance counts the process
+// at once once it is made durable.
 //
 // A node whose status carries the run id of another node's is that node
 // under a second name (DNS, a proxy): it is not counted, so that one
