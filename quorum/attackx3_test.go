@@ -121,6 +121,32 @@ func (x *x3Scene) land(t *testing.T, r *Redlock) {
 	}
 }
 
+// TestAttackX3ClockJumpDropsTheReleasesMeta: a node whose clock steps
+// forward drops its keys early, the meta a release left there too, as a
+// restart without fsync loses it; the clock hold-out lasts max_lease_ms
+// (1 s), less than the grace. a's release through C deletes a on node 2,
+// then node 2's clock steps an hour forward (its blank meta is gone); A
+// holds it out for 1 s, then counts it again while the release is still
+// on its way to node 0, and its renewal of a finds node 2 free with no
+// meta. Seen failing before the clock hold noted when the node dropped
+// its metas (healsFrom took only the restart's start): the heal took node
+// 2 for a, released, with fence 10, and LOCKINFO showed a.
+func TestAttackX3ClockJumpDropsTheReleasesMeta(t *testing.T) {
+	x := newX3Scene(t)
+	x.fs[2].mu.Lock()
+	delete(x.fs[2].metas, "k") // the step forward ended it
+	x.fs[2].mu.Unlock()
+	x.rA.NoteClock(2, &ClockJumpError{Jump: time.Hour, Most: time.Hour, Allowance: 10 * time.Millisecond})
+	if x.rA.Counted()[2] {
+		t.Fatal("node 2 counted right after its clock jumped")
+	}
+	x.renew(t, x.rA, 2500*time.Millisecond, nil)
+	if !x.rA.Counted()[2] {
+		t.Fatal("node 2 still held out 2.5 s after its clock jumped (max_lease_ms 1000)")
+	}
+	x.land(t, x.rA)
+}
+
 // TestAttackX3FirstSeenDurableAfterAnEmptyRestart: an instance started
 // after a node restarted empty, and was made durable (CONFIG SET appendonly
 // yes, appendfsync always) once A had counted it again, first sees it
