@@ -389,7 +389,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// seen takes its start, durable or not: it may have started empty and
 	// been made durable since, and vetted meanwhile
 	// (TestAttackX3FirstSeenDurableAfterAnEmptyRestart).
-	if first || restarted && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched) {
+	if first || (restarted && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched)) {
 		n.start = now.Add(-max(s.Uptime-time.Second, 0))
 	}
 	var events []trustEvent
