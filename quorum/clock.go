@@ -61,6 +61,11 @@ type clockHolds struct {
 	// pipeline that showed it carries the same error, and each may be
 	// noted (a node's observer, the fan-out, the probe), once counted.
 	noted []*ClockJumpError
+	// dropped is when node i was last seen to have stepped forward (or
+	// to be ahead at first contact): it dropped its keys early, the metas
+	// releases left there too, as a restart without fsync loses them, and
+	// no renewal heals onto it until metaGrace after that (healsFrom).
+	dropped []time.Time
 }
 
 // vouched is the nodes that took or renewed a lock, and until when the
@@ -74,7 +79,7 @@ const minSweep = 1024
 
 func newClockHolds(n int) *clockHolds {
 	return &clockHolds{until: make([]time.Time, n), why: make([]string, n), vouch: map[grantID]vouched{},
-		sweepAt: minSweep, timers: map[int]*time.Timer{}, noted: make([]*ClockJumpError, n)}
+		sweepAt: minSweep, timers: map[int]*time.Timer{}, noted: make([]*ClockJumpError, n), dropped: make([]time.Time, n)}
 }
 
 // clockHeld reports whether node i is held out after a clock jump.
@@ -158,6 +163,11 @@ func (r *Redlock) HoldClock(i int, err error) (tell func()) {
 	// the restart rule off, where the hold is this jump's own.
 	hold = max(hold, c.until[i].Sub(now))
 	c.until[i] = now.Add(hold)
+	if j.Jump > 0 {
+		// The hold can be shorter than the metas' grace
+		// (TestAttackX3ClockJumpDropsTheReleasesMeta).
+		c.dropped[i] = now
+	}
 	why := fmt.Sprintf("node clock jumped %s (more than the drift allowance): not counted for %v, until every lease it may have held has run out", signed(j.Jump), hold.Round(time.Millisecond))
 	if j.First && j.Silence > 0 {
 		why = fmt.Sprintf("node clock is %s off this instance's after %v without a reply (more than redlock.clock_skew_ms: taken as a jump while it was silent; sync the clocks): not counted for %v, until every lease it may have held has run out", signed(j.Jump), j.Silence.Round(time.Second), hold.Round(time.Millisecond))

@@ -152,15 +152,23 @@ const freeWithin = MaxNodeTimeout
 // restart, while that release was still on its way to another node, and
 // the heal gave the released holder the node back
 // (TestAttackX2RestartLosesTheReleasesMeta). From metaGrace after its
-// start, every meta it lost would have ended anyway.
+// start, every meta it lost would have ended anyway. A node whose clock
+// stepped forward dropped its metas early all the same, and its clock
+// hold-out is as short: it is healed only from metaGrace after the step
+// was seen (clockHolds.dropped), the restart rule on or off.
 func (r *Redlock) healsFrom(i int) time.Time {
-	t := r.trust
-	if t == nil {
-		return time.Time{}
+	var start time.Time
+	if t := r.trust; t != nil {
+		t.mu.RLock()
+		start = t.nodes[i].start
+		t.mu.RUnlock()
 	}
-	t.mu.RLock()
-	start := t.nodes[i].start
-	t.mu.RUnlock()
+	c := r.clock
+	c.mu.Lock()
+	if c.dropped[i].After(start) {
+		start = c.dropped[i]
+	}
+	c.mu.Unlock()
 	if start.IsZero() {
 		return start
 	}

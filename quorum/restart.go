@@ -150,9 +150,9 @@ type nodeTrust struct {
 	why     string        // what was seen when it stopped counting
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
-	// start is the latest start of the process last seen restarting (or
-	// first seen), unless verified durable: a renewal heals onto the node
-	// only from metaGrace after it (Redlock.healsFrom).
+	// start is the latest start of the process first seen, or last seen
+	// restarting unless verified durable with nothing lost: a renewal
+	// heals onto the node only from metaGrace after it (Redlock.healsFrom).
 	start time.Time
 	// raised is the node's counter when its fence floor was raised for
 	// the process counted (the node records it: Status.Floor; where it
@@ -418,8 +418,12 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// node (it is not verified durable, or it is but did lose data or
 	// reloaded what a restart without fsync left), no renewal heals onto it
 	// until metaGrace after its start (healsFrom). A durable one that lost
-	// nothing keeps the start it had: a loss before it may still matter.
-	if (first || restarted) && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched) {
+	// nothing keeps the start it had: a loss before it may still matter
+	// (TestAttackX3DurableRestartKeepsTheEmptyRestartsStart). One first
+	// seen takes its start, durable or not: it may have started empty and
+	// been made durable since, and vetted meanwhile
+	// (TestAttackX3FirstSeenDurableAfterAnEmptyRestart).
+	if first || (restarted && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched)) {
 		n.start = now.Add(-max(s.Uptime-time.Second, 0))
 	}
 	var events []trustEvent

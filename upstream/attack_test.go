@@ -25,12 +25,17 @@ import (
 func attackNodes(t *testing.T, lease time.Duration, onLost func(key, token, reason string)) ([]*redistest.Server, *clockshim.Clock, *gatedNode, *quorum.Redlock) {
 	t.Helper()
 	durable := redistest.Options{AppendFsyncAlways: true}
+	up := time.Now()
 	jumper, clock := clockshim.StartRedis(t, durable)
 	others := redistest.StartN(t, 2, durable)
 	servers := []*redistest.Server{jumper, others[0], others[1]}
 	gated, r := gatedRedlock(t, servers, 0, quorum.OpHeal, quorum.Config{MaxLease: lease, StatusEvery: 100 * time.Millisecond, OnLost: onLost})
 	t.Cleanup(func() { close(gated.gate) }) // first: a heal still held lands, so Close returns
 	waitCounted(t, r, 30*time.Second, true, true, true)
+	// Nodes first seen, durable or not, are healed only by a renewal that
+	// starts the meta grace after their start (quorum's healsFrom): the
+	// tests heal from their first renewal.
+	time.Sleep(time.Until(up.Add(2*quorum.MaxNodeTimeout + 1500*time.Millisecond)))
 	return servers, clock, gated, r
 }
 
