@@ -409,10 +409,14 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		r.trust.seen[i].Store(0) // the new process's, once counted
 	}
 	// Nor does a restart keep more than the process before it had: one
-	// held out here (counted for nothing) is vouched for by nothing it
-	// reloads, whether or not its record says so
-	// (TestDurableRestartOfAHeldOutProcessUnmarked).
-	unvouched := restarted && n.counted == ""
+	// held out here for a restart (counted for nothing) is vouched for by
+	// nothing it reloads, whether or not its record says so
+	// (TestDurableRestartOfAHeldOutProcessUnmarked). One held out only
+	// because it was first seen young is first contact again: an instance
+	// started after its restart would count it at once, and so does this
+	// one (the -NOQUORUM reply's advice, the nodes restarted with fsync:
+	// TestFirstSeenYoungThenRestartedDurableCounted).
+	unvouched := restarted && n.counted == "" && n.why == "restarted"
 	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
 	// Where the process may have lost the metas that releases left on the
 	// node (it is not verified durable, or it is but did lose data or

@@ -112,6 +112,14 @@ func (s *Server) Restart() error {
 	return nil
 }
 
+// RestartWith restarts the server as Restart does, with opts from now on:
+// an operator restarting a node with another configuration (for example
+// appendfsync always). Not for use while another goroutine restarts it.
+func (s *Server) RestartWith(opts Options) error {
+	s.opts = opts
+	return s.Restart()
+}
+
 // args are redis-server's command line arguments.
 func (s *Server) args() []string {
 	args := []string{
