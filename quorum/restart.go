@@ -178,9 +178,10 @@ type trust struct {
 	// read without it by sentEpoch.
 	epoch atomic.Uint64
 	// seen is, by node, the largest counter that a counted reply of the
-	// process counted carried (an acquire's), since its last restart:
-	// the grants made after the last status read (counts). Reset under
-	// mu, raised without it.
+	// process counted carried (an acquire's), or that a counted commit
+	// reply raised it to (the fence committed), since its last restart:
+	// the grants made after the last status read (counts, commit). Reset
+	// under mu, raised without it.
 	seen []atomic.Int64
 }
 
@@ -245,12 +246,7 @@ func (r *Redlock) counts(rep Reply, sent uint64) bool {
 		}
 		// The node's counter is at least the one it carries
 		// (restarted's lost): raise seen to it.
-		for c, seen := rep.Claim.Counter, &t.seen[rep.Tag]; ; {
-			was := seen.Load()
-			if c <= was || seen.CompareAndSwap(was, c) {
-				break
-			}
-		}
+		t.carried(rep.Tag, rep.Claim.Counter)
 		return true
 	}
 	if rep.Incarnation != n.runID {
@@ -260,6 +256,17 @@ func (r *Redlock) counts(rep Reply, sent uint64) bool {
 		}
 	}
 	return false
+}
+
+// carried notes that node i's counter, in the process counted, is at
+// least c (trust.seen): one load, and at most a CAS where c is above.
+func (t *trust) carried(i int, c int64) {
+	for seen := &t.seen[i]; ; {
+		was := seen.Load()
+		if c <= was || seen.CompareAndSwap(was, c) {
+			return
+		}
+	}
 }
 
 // watchNodes reads the nodes' status every StatusEvery, or at once when
