@@ -34,8 +34,9 @@ import (
 //     process had, not what it lost), nor the restart of a process this
 //     instance held out, nor one whose counter is below what this
 //     instance knew of the process before (the last read, the floor it
-//     raised, the counters its counted replies carried: its data is
-//     gone): they are held out as below.
+//     raised, the counters its counted replies carried or its counted
+//     commits raised it to: its data is gone): they are held out as
+//     below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
@@ -164,8 +165,8 @@ type nodeTrust struct {
 	raised int64
 	// top is the node's largest counter at the last status read, or
 	// the floor this instance raised it to since: a restart that reads
-	// less, or less than a counted reply carried since (trust.seen), lost
-	// what the node had.
+	// less, or less than a counted reply carried or a counted commit
+	// raised it to since (trust.seen), lost what the node had.
 	top int64
 }
 
