@@ -217,6 +217,16 @@ func (r *Redlock) commit(ctx context.Context, key, token string, fence int64, tt
 			if rep.Err == nil && rep.OK {
 				yes |= 1 << rep.Tag
 			}
+			if rep.Err == nil && r.trust != nil {
+				// Counted: the node's counter is at least the fence now,
+				// held or not, which its acquire reply need not have
+				// carried (a fence from another node's counter). A
+				// majority of the nodes decides: every majority that
+				// could grant a lower fence has one whose restart with
+				// less is held out (restart.go's lost;
+				// TestDurableRaisedByACommitWipedHeldOut).
+				r.trust.carried(rep.Tag, fence)
+			}
 			return t.decided()
 		})
 	if err != nil {

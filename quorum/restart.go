@@ -34,8 +34,9 @@ import (
 //     process had, not what it lost), nor the restart of a process this
 //     instance held out, nor one whose counter is below what this
 //     instance knew of the process before (the last read, the floor it
-//     raised, the counters its counted replies carried: its data is
-//     gone): they are held out as below.
+//     raised, the counters its counted replies carried or its counted
+//     commits raised it to: its data is gone): they are held out as
+//     below.
 //   - Any other is not counted until MaxLease, plus drift, after its start
 //     (now − (uptime − 1 s), the latest start that Redis's uptime allows:
 //     a difference of two clocks truncated to seconds, it can read up to
@@ -164,8 +165,8 @@ type nodeTrust struct {
 	raised int64
 	// top is the node's largest counter at the last status read, or
 	// the floor this instance raised it to since: a restart that reads
-	// less, or less than a counted reply carried since (trust.seen), lost
-	// what the node had.
+	// less, or less than a counted reply carried or a counted commit
+	// raised it to since (trust.seen), lost what the node had.
 	top int64
 }
 
@@ -178,9 +179,10 @@ type trust struct {
 	// read without it by sentEpoch.
 	epoch atomic.Uint64
 	// seen is, by node, the largest counter that a counted reply of the
-	// process counted carried (an acquire's), since its last restart:
-	// the grants made after the last status read (counts). Reset under
-	// mu, raised without it.
+	// process counted carried (an acquire's), or that a counted commit
+	// reply raised it to (the fence committed), since its last restart:
+	// the grants made after the last status read (counts, commit). Reset
+	// under mu, raised without it.
 	seen []atomic.Int64
 }
 
@@ -245,12 +247,7 @@ func (r *Redlock) counts(rep Reply, sent uint64) bool {
 		}
 		// The node's counter is at least the one it carries
 		// (restarted's lost): raise seen to it.
-		for c, seen := rep.Claim.Counter, &t.seen[rep.Tag]; ; {
-			was := seen.Load()
-			if c <= was || seen.CompareAndSwap(was, c) {
-				break
-			}
-		}
+		t.carried(rep.Tag, rep.Claim.Counter)
 		return true
 	}
 	if rep.Incarnation != n.runID {
@@ -260,6 +257,17 @@ func (r *Redlock) counts(rep Reply, sent uint64) bool {
 		}
 	}
 	return false
+}
+
+// carried notes that node i's counter, in the process counted, is at
+// least c (trust.seen): one load, and at most a CAS where c is above.
+func (t *trust) carried(i int, c int64) {
+	for seen := &t.seen[i]; ; {
+		was := seen.Load()
+		if c <= was || seen.CompareAndSwap(was, c) {
+			return
+		}
+	}
 }
 
 // watchNodes reads the nodes' status every StatusEvery, or at once when
