@@ -114,6 +114,9 @@ type HeldOut struct {
 	// Why says what was seen: "restarted", "first seen, up 3s", or the
 	// other node it is an alias of.
 	Why string
+	// How says why a restart counts as one that lost writes, where it is
+	// not the usual "without verified fsync" ("" for that).
+	How string
 	// Left is how long until every lease it may have held has expired
 	// (zero once that is past and its fence floor is being raised).
 	Left time.Duration
@@ -133,10 +136,14 @@ func (e *NotCountedError) Error() string {
 	if e.AliasOf >= 0 || e.Clock {
 		return "not counted: " + e.Why
 	}
-	if e.Left <= 0 {
-		return fmt.Sprintf("not counted: %s without verified fsync: its fence floor is being raised", e.Why)
+	how := e.How
+	if how == "" {
+		how = "without verified fsync"
 	}
-	return fmt.Sprintf("not counted: held out for %v more (%s without verified fsync: every lease it may have held must expire first)", e.Left.Round(time.Second), e.Why)
+	if e.Left <= 0 {
+		return fmt.Sprintf("not counted: %s %s: its fence floor is being raised", e.Why, how)
+	}
+	return fmt.Sprintf("not counted: held out for %v more (%s %s: every lease it may have held must expire first)", e.Left.Round(time.Second), e.Why, how)
 }
 
 // Is makes a NotCountedError match ErrNotCounted.
@@ -149,6 +156,7 @@ type nodeTrust struct {
 	uptime  time.Duration // the uptime of the last status read
 	until   time.Time     // not counted before: every lease it may have held has expired
 	why     string        // what was seen when it stopped counting
+	how     string        // why that lost writes, where not "without verified fsync" (HeldOut.How)
 	aliasOf int           // the node whose server it is under another name, plus 1; 0 for none
 	since   uint64        // the trust epoch at which it was last counted again
 	// start is the latest start of the process first seen, or last seen
@@ -511,6 +519,10 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			// uptime, and now − (uptime − 1 s) is the latest the process
 			// can have started; every lease it held was granted or
 			// renewed before that.
+			n.how = ""
+			if s.Durable {
+				n.how = how // a durable node's error must not blame fsync alone
+			}
 			start := now.Add(-max(s.Uptime-time.Second, 0))
 			n.until = start.Add(r.cfg.MaxLease + r.drift(r.cfg.MaxLease))
 			if n.until.After(now) || n.counted != "" {
@@ -650,7 +662,7 @@ func (r *Redlock) heldOut(i int, n nodeTrust, now time.Time) HeldOut {
 	if why == "" {
 		why = "not yet read"
 	}
-	return HeldOut{Node: i, Why: why, Left: max(n.until.Sub(now), 0), AliasOf: n.aliasOf - 1}
+	return HeldOut{Node: i, Why: why, How: n.how, Left: max(n.until.Sub(now), 0), AliasOf: n.aliasOf - 1}
 }
 
 // notCounted is the error that stands for node i's answer, from process
