@@ -83,27 +83,8 @@ func TestStaleHoldKeptByADurableRestart(t *testing.T) {
 	a := restartRedlock(t, servers, lease)
 	waitCounted(t, a, 30*time.Second, true, true, true)
 	ctx := t.Context()
-	var top int64
-	for i := range 3 {
-		tok := fmt.Sprintf("c%d", i)
-		g, err := a.Acquire(ctx, "k", hold(tok, lease))
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = max(top, g.Fence)
-		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
-			t.Fatalf("release %s: %v %v", tok, ok, err)
-		}
-	}
-	for _, s := range servers[:2] {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Restart(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitCounted(t, a, 30*time.Second, false, false, true)
+	top := grantedThrice(t, a, lease)
+	restartTwoEmpty(t, servers, a)
 	for _, s := range servers[:2] {
 		n := newNode(t, RedisOptions{Addr: s.Addr()})
 		c, err := n.Acquire(ctx, "k", hold("b", time.Minute))
@@ -171,27 +152,8 @@ func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
 	// A counts the fresh nodes once B raised them (vetted for them).
 	waitCounted(t, a, 30*time.Second, true, true, true)
 	b.Close()
-	var top int64
-	for i := range 3 {
-		tok := fmt.Sprintf("c%d", i)
-		g, err := a.Acquire(ctx, "k", hold(tok, lease))
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = max(top, g.Fence)
-		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
-			t.Fatalf("release %s: %v %v", tok, ok, err)
-		}
-	}
-	for _, s := range servers[:2] {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Restart(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitCounted(t, a, 30*time.Second, false, false, true)
+	top := grantedThrice(t, a, lease)
+	restartTwoEmpty(t, servers, a)
 	for _, s := range servers[:2] {
 		raw := rawClient(t, s.Addr())
 		eventually(t, 10*time.Second, "the restart recorded on "+s.Addr(), func() bool {
@@ -205,19 +167,7 @@ func TestDurableWhileHeldOutNotCountedAtOnce(t *testing.T) {
 		}
 	}
 	// Node 2, which records top too, is down: x's fence is nodes 0 and 1's.
-	if err := servers[2].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	b = restartRedlock(t, servers, lease)
-	var g engine.Grant
-	eventually(t, 30*time.Second, "x's grant through B", func() bool {
-		var err error
-		g, err = b.Acquire(ctx, "k", hold("x", lease))
-		return err == nil
-	})
-	if g.Fence <= top {
-		t.Fatalf("x's grant through B after nodes 0 and 1 were made durable while held out: fence %d going back, after %d", g.Fence, top)
-	}
+	grantAboveThroughB(t, servers, lease, top, "nodes 0 and 1 were made durable while held out")
 }
 
 // TestDurableRestartThatLostItsDataHeldOut: three redis-servers with
@@ -245,18 +195,7 @@ func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
 	const lease = 2 * time.Second
 	a := restartRedlock(t, servers, lease)
 	waitCounted(t, a, 30*time.Second, true, true, true)
-	var top int64
-	for i := range 3 {
-		tok := fmt.Sprintf("c%d", i)
-		g, err := a.Acquire(ctx, "k", hold(tok, lease))
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = max(top, g.Fence)
-		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
-			t.Fatalf("release %s: %v %v", tok, ok, err)
-		}
-	}
+	top := grantedThrice(t, a, lease)
 	// An instance whose first read (New) saw the counters up to top.
 	r := restartRedlock(t, servers, lease)
 	waitCounted(t, r, 30*time.Second, true, true, true)
@@ -285,5 +224,58 @@ func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
 	})
 	if g.Fence <= top {
 		t.Fatalf("x's grant after nodes 0 and 1 restarted durable with nothing: fence %d going back, after %d", g.Fence, top)
+	}
+}
+
+// grantedThrice grants and releases k to c0, c1 and c2 through a, and
+// returns the highest fence granted.
+func grantedThrice(t *testing.T, a *quorum.Redlock, lease time.Duration) int64 {
+	t.Helper()
+	var top int64
+	for i := range 3 {
+		tok := fmt.Sprintf("c%d", i)
+		g, err := a.Acquire(t.Context(), "k", hold(tok, lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = max(top, g.Fence)
+		if ok, err := a.Release(t.Context(), "k", tok, nil, nil); !ok || err != nil {
+			t.Fatalf("release %s: %v %v", tok, ok, err)
+		}
+	}
+	return top
+}
+
+// restartTwoEmpty kills and restarts servers 0 and 1 with their data gone
+// (no persistence) and waits until a holds them out.
+func restartTwoEmpty(t *testing.T, servers []*redistest.Server, a *quorum.Redlock) {
+	t.Helper()
+	for _, s := range servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCounted(t, a, 30*time.Second, false, false, true)
+}
+
+// grantAboveThroughB stops server 2 and grants x through a new instance B
+// over servers 0 and 1 alone; its fence must be above top.
+func grantAboveThroughB(t *testing.T, servers []*redistest.Server, lease time.Duration, top int64, after string) {
+	t.Helper()
+	if err := servers[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b := restartRedlock(t, servers, lease)
+	var g engine.Grant
+	eventually(t, 30*time.Second, "x's grant through B", func() bool {
+		var err error
+		g, err = b.Acquire(t.Context(), "k", hold("x", lease))
+		return err == nil
+	})
+	if g.Fence <= top {
+		t.Fatalf("x's grant through B after %s: fence %d going back, after %d", after, g.Fence, top)
 	}
 }

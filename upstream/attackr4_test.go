@@ -1,11 +1,9 @@
 package upstream
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/lockproxy/lockproxy/engine"
 	"github.com/lockproxy/lockproxy/internal/redistest"
 	"github.com/lockproxy/lockproxy/quorum"
 )
@@ -35,27 +33,8 @@ func TestDurableWhileHeldOutRecordDeleted(t *testing.T) {
 	ctx := t.Context()
 	waitCounted(t, a, 30*time.Second, true, true, true)
 	b.Close()
-	var top int64
-	for i := range 3 {
-		tok := fmt.Sprintf("c%d", i)
-		g, err := a.Acquire(ctx, "k", hold(tok, lease))
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = max(top, g.Fence)
-		if ok, err := a.Release(ctx, "k", tok, nil, nil); !ok || err != nil {
-			t.Fatalf("release %s: %v %v", tok, ok, err)
-		}
-	}
-	for _, s := range servers[:2] {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Restart(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitCounted(t, a, 30*time.Second, false, false, true)
+	top := grantedThrice(t, a, lease)
+	restartTwoEmpty(t, servers, a)
 	for _, s := range servers[:2] {
 		raw := rawClient(t, s.Addr())
 		eventually(t, 10*time.Second, "the restart recorded on "+s.Addr(), func() bool {
@@ -74,17 +53,5 @@ func TestDurableWhileHeldOutRecordDeleted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := servers[2].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	b = restartRedlock(t, servers, lease)
-	var g engine.Grant
-	eventually(t, 30*time.Second, "x's grant through B", func() bool {
-		var err error
-		g, err = b.Acquire(ctx, "k", hold("x", lease))
-		return err == nil
-	})
-	if g.Fence <= top {
-		t.Fatalf("x's grant through B after the record of the restart was deleted: fence %d going back, after %d", g.Fence, top)
-	}
+	grantAboveThroughB(t, servers, lease, top, "the record of the restart was deleted")
 }
