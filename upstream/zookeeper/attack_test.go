@@ -111,7 +111,10 @@ func TestZKAttackTwoInstancesReapOneLease(t *testing.T) {
 	key := "reap-twice"
 	for round := range 3 {
 		tok := "T" + string(rune('0'+round))
-		first := mustGrant(t, a, key, hold(tok, 300*time.Millisecond))
+		// Long enough that a loaded ZooKeeper answers the grant within
+		// it: with 300 ms, two suites at once made A's grant come back
+		// after its lease ("answered after the lease ran out").
+		first := mustGrant(t, a, key, hold(tok, 2*time.Second))
 		if round == 2 {
 			a.Close() // nobody's timer ends it: only the reaps
 		}

@@ -352,12 +352,15 @@ func TestZKExpiredLeaseNotHeld(t *testing.T) {
 	b := newZK(t, []string{srv.Addr()}, Options{})
 	raw := rawZK(t, srv.Addr())
 	key := "expired"
-	mustGrant(t, a, key, hold("T", 300*time.Millisecond))
+	// Long enough that a loaded machine grants and inspects it within
+	// its lease (300 ms was as short as the one that failed under two
+	// suites at once in TestZKAttackTwoInstancesReapOneLease).
+	mustGrant(t, a, key, hold("T", 2*time.Second))
 	if _, held, err := b.Inspect(testCtx(t), key); !held || err != nil {
 		t.Fatalf("inspect through B: %v %v", held, err)
 	}
 	a.Close()
-	eventually(t, 5*time.Second, "run out by B's clock", func() bool {
+	eventually(t, 10*time.Second, "run out by B's clock", func() bool {
 		h, held, err := b.Inspect(testCtx(t), key)
 		return err == nil && held && h.Validity == 0
 	})
