@@ -262,24 +262,8 @@ func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
-	sent := time.Now()
-	released := make(chan error, 1)
-	go func() {
-		ok, err := rC.Release(ctx, "k", "a", nil, nil)
-		if err == nil && !ok {
-			err = errors.New("not held")
-		}
-		released <- err
-	}()
-	select {
-	case <-rel.pending:
-	case <-time.After(testTimeout):
-		t.Fatal("no release sent to node 0")
-	}
+	sent, released := releaseHeldUp(t, rC, rel, servers[2].Addr(), "node 0")
 	raw2 := rawClient(t, servers[2].Addr())
-	eventually(t, testTimeout, "the release deletes a on node 2", func() bool {
-		return raw2.Exists(ctx, "k").Val() == 0
-	})
 	restartEmpty(t, servers[2])
 	for time.Since(sent) < 2500*time.Millisecond {
 		if _, err := rA.Extend(ctx, "k", "a", lease, ""); err != nil {
@@ -297,4 +281,32 @@ func TestAttackX2RestartLosesTheReleasesMeta(t *testing.T) {
 	if h, ok, err := rA.Inspect(ctx, "k"); err == nil && ok && h.Token == "a" {
 		t.Errorf("LOCKINFO after a's release: a holds it with fence %d", h.Fence)
 	}
+}
+
+// releaseHeldUp releases a's hold of k through rC in the background, waits
+// until rel holds the release up on its way to the node named held, and
+// until it deleted the key on the node at deleted; it returns when the
+// release was sent and where its outcome comes ("not held" an error).
+func releaseHeldUp(t *testing.T, rC *quorum.Redlock, rel *gatedNode, deleted, held string) (time.Time, <-chan error) {
+	t.Helper()
+	ctx := t.Context()
+	sent := time.Now()
+	released := make(chan error, 1)
+	go func() {
+		ok, err := rC.Release(ctx, "k", "a", nil, nil)
+		if err == nil && !ok {
+			err = errors.New("not held")
+		}
+		released <- err
+	}()
+	select {
+	case <-rel.pending:
+	case <-time.After(testTimeout):
+		t.Fatal("no release sent to " + held)
+	}
+	raw := rawClient(t, deleted)
+	eventually(t, testTimeout, "the release deletes a on "+deleted, func() bool {
+		return raw.Exists(ctx, "k").Val() == 0
+	})
+	return sent, released
 }

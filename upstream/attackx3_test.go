@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -60,24 +59,7 @@ func TestAttackX3FirstSeenDurableAfterAnEmptyRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
-	sent := time.Now()
-	released := make(chan error, 1)
-	go func() {
-		ok, err := rC.Release(ctx, "k", "a", nil, nil)
-		if err == nil && !ok {
-			err = errors.New("not held")
-		}
-		released <- err
-	}()
-	select {
-	case <-rel.pending:
-	case <-time.After(testTimeout):
-		t.Fatal("no release sent to node 0")
-	}
-	raw2 := rawClient(t, servers[2].Addr())
-	eventually(t, testTimeout, "the release deletes a on node 2", func() bool {
-		return raw2.Exists(ctx, "k").Val() == 0
-	})
+	sent, released := releaseHeldUp(t, rC, rel, servers[2].Addr(), "node 0")
 	restartEmpty(t, servers[2])
 	renew := func(r *quorum.Redlock, until time.Duration, done func() bool) {
 		for time.Since(sent) < until && (done == nil || !done()) {
@@ -92,7 +74,7 @@ func TestAttackX3FirstSeenDurableAfterAnEmptyRestart(t *testing.T) {
 	if !rA.Counted()[2] {
 		t.Fatalf("A does not count node 2 again %v after the release was sent (max_lease_ms 1000)", time.Since(sent))
 	}
-	raw2 = rawClient(t, servers[2].Addr())
+	raw2 := rawClient(t, servers[2].Addr())
 	for _, kv := range [][2]string{{"appendonly", "yes"}, {"appendfsync", "always"}} {
 		if err := raw2.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			t.Fatal(err)
@@ -173,24 +155,8 @@ func TestAttackX3ClockStepDropsTheReleasesMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldOn(t, "k", "a", servers[0].Addr(), servers[1].Addr(), servers[2].Addr())
-	sent := time.Now()
-	released := make(chan error, 1)
-	go func() {
-		ok, err := rC.Release(ctx, "k", "a", nil, nil)
-		if err == nil && !ok {
-			err = errors.New("not held")
-		}
-		released <- err
-	}()
-	select {
-	case <-rel.pending:
-	case <-time.After(testTimeout):
-		t.Fatal("no release sent to node 2")
-	}
+	sent, released := releaseHeldUp(t, rC, rel, servers[0].Addr(), "node 2")
 	raw0 := rawClient(t, servers[0].Addr())
-	eventually(t, testTimeout, "the release deletes a on node 0", func() bool {
-		return raw0.Exists(ctx, "k").Val() == 0
-	})
 	if _, err := clock.Step(time.Hour); err != nil {
 		t.Fatal(err)
 	}
