@@ -349,7 +349,7 @@ func (r *Redlock) checkNodes() {
 		// show it while the process is held out: the record is best
 		// effort, but what tells other instances that the process lost
 		// data (TestDurableWhileHeldOutMarkLostOnce).
-		if n := &t.nodes[i]; n.counted == "" && n.why == "restarted" && s.Vetted != RestartedMark && s.Vetted != s.RunID {
+		if n := &t.nodes[i]; n.heldForRestart() && s.Vetted != RestartedMark && s.Vetted != s.RunID {
 			marks = append(marks, i)
 		}
 		if isDue {
@@ -432,7 +432,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// started after its restart would count it at once, and so does this
 	// one (the -NOQUORUM reply's advice, the nodes restarted with fsync:
 	// TestFirstSeenYoungThenRestartedDurableCounted).
-	unvouched := restarted && n.counted == "" && n.why == "restarted"
+	unvouched := restarted && n.heldForRestart()
 	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
 	// Where the process may have lost the metas that releases left on the
 	// node (it is not verified durable, or it is but did lose data or
@@ -447,7 +447,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 		n.start = now.Add(-max(s.Uptime-time.Second, 0))
 	}
 	var events []trustEvent
-	what := "restarted"
+	what := whyRestarted
 	if first {
 		what = fmt.Sprintf("first seen, up %v", s.Uptime)
 	}
@@ -614,6 +614,16 @@ func (r *Redlock) alias(i int, st []*Status) ([]trustEvent, bool) {
 	}
 	return nil, false
 }
+
+// whyRestarted is nodeTrust.why for a process held out because this
+// instance saw its node restart (not first seen).
+const whyRestarted = "restarted"
+
+// heldForRestart reports whether the process is held out because this
+// instance saw its node restart without verified fsync (or lose data):
+// its durable restart reloads nothing vouched for (unvouched), and its
+// node is marked RestartedMark.
+func (n *nodeTrust) heldForRestart() bool { return n.counted == "" && n.why == whyRestarted }
 
 // RestartedMark is the vetted record of a node seen restarting without
 // verified fsync: it names no process (run ids are 40 hex digits).
