@@ -38,21 +38,9 @@ func (f *fakeNode) makeDurable() {
 // instance seeing their restart recorded it on them (RestartedMark).
 func lostFences(t *testing.T, r *Redlock, nodes []*fakeNode, lease time.Duration) (top int64) {
 	t.Helper()
-	ctx := context.Background()
 	grantedAndReleased(t, r, nodes, lease)
 	nodes[2].setDown(true)
-	for i := range 4 {
-		tok := fmt.Sprintf("c%d", i)
-		h := hold(tok)
-		h.TTL = lease
-		g, err := r.Acquire(ctx, "k", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = g.Fence
-		r.Release(ctx, "k", tok, nil, nil)
-		waitCount(t, nodes, "k", tok, 0)
-	}
+	top = grantedInTurn(t, r, nodes, lease, 4)
 	nodes[2].setDown(false)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
@@ -265,19 +253,7 @@ func TestDurableRestartThatLostItsDataHeldOut(t *testing.T) {
 	defer r.Close()
 	grantedAndReleased(t, r, nodes, lease)
 	nodes[2].setDown(true)
-	var top int64
-	for i := range 4 {
-		tok := fmt.Sprintf("c%d", i)
-		h := hold(tok)
-		h.TTL = lease
-		g, err := r.Acquire(context.Background(), "k", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = g.Fence
-		r.Release(context.Background(), "k", tok, nil, nil)
-		waitCount(t, nodes, "k", tok, 0)
-	}
+	top := grantedInTurn(t, r, nodes, lease, 4)
 	nodes[2].setDown(false)
 	eventually(t, 10*time.Second, "the counters read", func() bool {
 		r.trust.mu.RLock()
@@ -358,19 +334,7 @@ func TestDurableRestartOfAHeldOutProcessUnmarked(t *testing.T) {
 	defer a.Close()
 	grantedAndReleased(t, a, nodes, lease)
 	nodes[2].setDown(true)
-	var top int64
-	for i := range 4 {
-		tok := fmt.Sprintf("c%d", i)
-		h := hold(tok)
-		h.TTL = lease
-		g, err := a.Acquire(context.Background(), "k", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = g.Fence
-		a.Release(context.Background(), "k", tok, nil, nil)
-		waitCount(t, nodes, "k", tok, 0)
-	}
+	top := grantedInTurn(t, a, nodes, lease, 4)
 	nodes[2].setDown(false)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
@@ -393,4 +357,24 @@ func TestDurableRestartOfAHeldOutProcessUnmarked(t *testing.T) {
 	if err != nil && !errors.Is(err, ErrNotCounted) {
 		t.Fatalf("x's acquire through A: %v, want nodes 0 and 1 not counted", err)
 	}
+}
+
+// grantedInTurn grants k to c0 … c(n−1) through a in turn, each released
+// and gone from every node before the next, and returns the last fence.
+func grantedInTurn(t *testing.T, a *Redlock, nodes []*fakeNode, lease time.Duration, n int) int64 {
+	t.Helper()
+	var top int64
+	for i := range n {
+		tok := fmt.Sprintf("c%d", i)
+		h := hold(tok)
+		h.TTL = lease
+		g, err := a.Acquire(context.Background(), "k", h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top = g.Fence
+		a.Release(context.Background(), "k", tok, nil, nil)
+		waitCount(t, nodes, "k", tok, 0)
+	}
+	return top
 }

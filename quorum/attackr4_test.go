@@ -3,7 +3,6 @@ package quorum
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -121,19 +120,7 @@ func TestDurableWhileHeldOutMarkLostOnce(t *testing.T) {
 	defer a.Close()
 	grantedAndReleased(t, a, nodes, lease)
 	nodes[2].setDown(true)
-	var top int64
-	for i := range 4 {
-		tok := fmt.Sprintf("c%d", i)
-		h := hold(tok)
-		h.TTL = lease
-		g, err := a.Acquire(context.Background(), "k", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = g.Fence
-		a.Release(context.Background(), "k", tok, nil, nil)
-		waitCount(t, nodes, "k", tok, 0)
-	}
+	top := grantedInTurn(t, a, nodes, lease, 4)
 	nodes[2].setDown(false)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
@@ -164,19 +151,7 @@ func TestDurableWipedBeforeItsCounterWasRead(t *testing.T) {
 	defer r.Close()
 	grantedAndReleased(t, r, nodes, lease)
 	nodes[2].setDown(true)
-	var top int64
-	for i := range 4 {
-		tok := fmt.Sprintf("c%d", i)
-		h := hold(tok)
-		h.TTL = lease
-		g, err := r.Acquire(context.Background(), "k", h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top = g.Fence
-		r.Release(context.Background(), "k", tok, nil, nil)
-		waitCount(t, nodes, "k", tok, 0)
-	}
+	top := grantedInTurn(t, r, nodes, lease, 4)
 	nodes[0].restartEmpty("run0-b")
 	nodes[1].restartEmpty("run1-b")
 	for _, f := range nodes[:2] {
