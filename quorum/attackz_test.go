@@ -87,3 +87,54 @@ func TestAttackZHeldOutRestartThroughAnAliasThenDurable(t *testing.T) {
 		t.Fatalf("x's acquire: %v, want node 2 not counted", err)
 	}
 }
+
+// TestAttackZCrashOfANonDurableProcessRestartedDurable: node 0, counted
+// but not durable (appendonly no, RDB snapshots), holds a's lease with
+// node 1 (node 2 down); a renews it for 30 s; node 0 crashes and its
+// operator restarts it with appendonly yes and appendfsync always (the
+// NOQUORUM reply's advice), loading its last snapshot, taken before the
+// renewal: the key ends at its first lease. Verified durable, its counter
+// where it was (no grant since the snapshot), vetted for the process
+// before it: counted at once. Once the first lease is over, b's acquire
+// on nodes 0 and 2 (node 1 down) is granted while a's renewed lease runs.
+// Durability read after a restart says what the new process will keep,
+// not what the one before it lost.
+func TestAttackZCrashOfANonDurableProcessRestartedDurable(t *testing.T) {
+	t.Skip("known: a restart verified durable is counted at once though the process before it was read not durable and may have crashed after its last snapshot: b granted on nodes 0 and 2 while a's 30 s renewal runs")
+	nodes := oldNodes(3)
+	r := New(asNodes(nodes), Config{MaxLease: time.Hour, StatusEvery: 10 * time.Millisecond, NodeTimeout: 10 * time.Second})
+	defer r.Close()
+	ctx := context.Background()
+	nodes[2].setDown(true)
+	a := hold("a")
+	a.TTL = 300 * time.Millisecond
+	if _, err := r.Acquire(ctx, "k", a); err != nil {
+		t.Fatal(err)
+	}
+	f := nodes[0]
+	f.mu.Lock()
+	snap := *f.entries["k"] // the RDB snapshot: a's first lease
+	f.mu.Unlock()
+	if _, err := r.Extend(ctx, "k", "a", 30*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	renewed := time.Now()
+	f.restartKeeping("run0-b", true)
+	f.mu.Lock()
+	f.entries["k"] = &snap
+	f.mu.Unlock()
+	eventually(t, 10*time.Second, "node 0's restart read", func() bool {
+		r.trust.mu.RLock()
+		defer r.trust.mu.RUnlock()
+		return r.trust.nodes[0].runID == "run0-b"
+	})
+	time.Sleep(time.Until(snap.expires) + 50*time.Millisecond)
+	nodes[1].setDown(true)
+	nodes[2].setDown(false)
+	b := hold("b")
+	b.TTL = time.Second
+	_, err := r.Acquire(ctx, "k", b)
+	if err == nil && time.Since(renewed) < 30*time.Second {
+		t.Fatalf("b granted on nodes 0 and 2 while a's renewed lease runs on nodes 0 (lost in the crash) and 1: %+v", r.HeldOut())
+	}
+}
