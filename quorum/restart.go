@@ -154,6 +154,7 @@ type nodeTrust struct {
 	counted string        // the run id whose answers count; "" for none
 	runID   string        // the run id of the last status read
 	uptime  time.Duration // the uptime of the last status read
+	durable bool          // the last status read verified fsync (Status.Durable)
 	until   time.Time     // not counted before: every lease it may have held has expired
 	why     string        // what was seen when it stopped counting
 	how     string        // why that lost writes, where not "without verified fsync" (HeldOut.How)
@@ -433,6 +434,14 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// one (the -NOQUORUM reply's advice, the nodes restarted with fsync:
 	// TestFirstSeenYoungThenRestartedDurableCounted).
 	unvouched := restarted && n.heldForRestart()
+	// Nor does it keep what the process before it lost: one this instance
+	// counted while it was not verified durable may have crashed after its
+	// last fsync or snapshot, a renewal or a release lost, whatever the new
+	// process's configuration (TestAttackZCrashOfANonDurableProcessRestartedDurable:
+	// b granted during a's renewed lease). One only held out, never
+	// counted here, is first contact again (heldForRestart above).
+	unsynced := restarted && n.counted != "" && !n.durable
+	n.durable = s.Durable
 	n.runID, n.uptime, n.top = s.RunID, s.Uptime, s.FenceMax
 	// Where the process may have lost the metas that releases left on the
 	// node (it is not verified durable, or it is but did lose data or
@@ -443,7 +452,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	// seen takes its start, durable or not: it may have started empty and
 	// been made durable since, and vetted meanwhile
 	// (TestAttackX3FirstSeenDurableAfterAnEmptyRestart).
-	if first || (restarted && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched)) {
+	if first || (restarted && !(s.Durable && s.Vetted != RestartedMark && !lost && !unvouched && !unsynced)) {
 		n.start = now.Add(-max(s.Uptime-time.Second, 0))
 	}
 	var events []trustEvent
@@ -477,7 +486,7 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 	if first || restarted {
 		n.why = what
 		switch {
-		case s.Durable && s.Vetted != RestartedMark && !lost && !unvouched:
+		case s.Durable && s.Vetted != RestartedMark && !lost && !unvouched && !unsynced:
 			if n.counted == "" || restarted {
 				events = append(events, trustEvent{i, true, what + "; appendfsync always verified: it lost nothing"})
 			}
@@ -506,6 +515,8 @@ func (r *Redlock) observe(i int, s Status, now time.Time) ([]trustEvent, bool) {
 			switch {
 			case s.Durable && lost:
 				how = "with a fencing counter below the last one read (appendfsync always verified, but its data was lost)"
+			case s.Durable && unsynced:
+				how = "after a process that was not verified durable (appendfsync always verified since: it keeps only what that process had synced)"
 			case s.Durable && unvouched:
 				how = "from a process held out after a restart without fsync (appendfsync always verified since)"
 			case s.Durable:
